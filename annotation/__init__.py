@@ -1,0 +1,1 @@
+"""Label Studio: labelling configs, pushing tasks, pulling verdicts."""

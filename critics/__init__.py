@@ -1,0 +1,1 @@
+"""Verifiers, step and trajectory critics, CSRS calibration."""

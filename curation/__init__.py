@@ -1,0 +1,1 @@
+"""Trajectory dedup, guidance and thought synthesis, error-recovery samples."""

@@ -1,0 +1,1 @@
+"""Prefect flows: composition of the stages, nothing else (see DESIGN.md)."""

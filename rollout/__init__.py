@@ -1,0 +1,1 @@
+"""Environments, device pool, policies and the episode runner."""

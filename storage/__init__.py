@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy models, migrations, object stores, dataset versions."""

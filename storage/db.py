@@ -1,0 +1,143 @@
+"""Engines, sessions, schema migration and dialect-aware bulk writes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, Table, create_engine, event, inspect, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.models import Base
+from trajforge.errors import ConfigError, StorageError
+from trajforge.logs import redact_url
+from trajforge.settings import Settings
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_DIALECTS = ("sqlite", "postgresql")
+
+
+def create_db_engine(url: str, *, echo: bool = False, pool_size: int = 5, connect_timeout_s: int = 5) -> Engine:
+    """An engine for a SQLite or PostgreSQL URL.
+
+    Raises:
+        ConfigError: the URL is malformed or names an unsupported database.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(
+            f"database URL {redact_url(url)!r} is malformed; set TRAJFORGE_DB_URL like "
+            "postgresql+psycopg://user:pw@host:5432/db or sqlite:///path/to.db"
+        ) from exc
+    if parsed.get_backend_name() not in _DIALECTS:
+        raise ConfigError(
+            f"database URL {redact_url(url)!r}: {parsed.get_backend_name()!r} is not supported; "
+            "use sqlite:///… or postgresql+psycopg://…"
+        )
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")  # psycopg 3, not psycopg2
+    kwargs: dict[str, Any] = {"echo": echo, "future": True}
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+    else:
+        kwargs.update(pool_size=pool_size, pool_pre_ping=True,
+                      connect_args={"connect_timeout": connect_timeout_s})
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except NoSuchModuleError as exc:
+        raise ConfigError(f"database URL {redact_url(url)!r}: unknown driver {parsed.drivername!r}") from exc
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def engine_from_settings(settings: Settings) -> Engine:
+    return create_db_engine(settings.db_url, echo=settings.db.echo, pool_size=settings.db.pool_size,
+                            connect_timeout_s=settings.db.connect_timeout_s)
+
+
+def check_connection(engine: Engine) -> None:
+    """Connect once, turning a refused or failed connection into a StorageError."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise StorageError(
+            f"cannot connect to database {redact_url(engine.url.render_as_string(False))}: {reason}; "
+            "check TRAJFORGE_DB_URL and that the server is running"
+        ) from exc
+
+
+def alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Create or migrate the schema to `revision` (idempotent)."""
+    check_connection(engine)
+    command.upgrade(alembic_config(engine), revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one_or_none()
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session whose work commits on success and rolls back on any error."""
+    with factory() as session, session.begin():
+        yield session
+
+
+def insert_ignore(session: Session, model: type[Base], rows: Sequence[dict[str, Any]],
+                  conflict: Sequence[str]) -> int:
+    """Bulk INSERT … ON CONFLICT DO NOTHING; reruns add nothing twice.
+
+    Returns:
+        The number of rows actually inserted.
+    """
+    if not rows:
+        return 0
+    table: Table = model.__table__  # type: ignore[assignment]
+    dialect = session.get_bind().dialect.name
+    stmt: Any
+    if dialect == "postgresql":
+        stmt = postgresql.insert(table).on_conflict_do_nothing(index_elements=list(conflict))
+    elif dialect == "sqlite":
+        stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=list(conflict))
+    else:  # pragma: no cover - create_db_engine admits only these two
+        raise StorageError(f"bulk insert is not implemented for {dialect}")
+    result = session.execute(stmt, list(rows))
+    return max(result.rowcount, 0)
+
+
+__all__ = ["Base", "create_db_engine", "insert_ignore", "session_factory", "transaction", "upgrade"]

@@ -1,0 +1,235 @@
+"""SQLAlchemy 2 models of the data spine (DESIGN.md "Relational model").
+
+One `Base` with a naming convention; shared `id` and `created` columns; natural
+unique keys on every table so reruns insert nothing twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+# BigInteger ids on Postgres; SQLite only autoincrements INTEGER PRIMARY KEY.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: Json, list[Any]: Json}
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class App(Base):
+    __tablename__ = "app"
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    spec_sha256: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]]
+
+
+class Policy(Base):
+    __tablename__ = "policy"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+    name: Mapped[str] = mapped_column(String(128))
+    version: Mapped[int] = mapped_column(Integer)
+    endpoint: Mapped[str | None] = mapped_column(String(512))
+    checkpoint_uri: Mapped[str | None] = mapped_column(String(1024))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("policy.id"))
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class Round(Base):
+    __tablename__ = "round"
+    number: Mapped[int] = mapped_column(Integer, unique=True)
+    policy_id: Mapped[int] = mapped_column(ForeignKey("policy.id"))
+    status: Mapped[str] = mapped_column(String(32), default="running")
+    seed: Mapped[int] = mapped_column(BigInteger, default=0)
+    config_hash: Mapped[str] = mapped_column(String(64), default="")
+    finished: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    stats: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class Query(Base):
+    __tablename__ = "query"
+    uid: Mapped[str] = mapped_column(String(64), unique=True)
+    app_id: Mapped[int] = mapped_column(ForeignKey("app.id"), index=True)
+    round_id: Mapped[int | None] = mapped_column(ForeignKey("round.id"), index=True)
+    instruction: Mapped[str] = mapped_column(Text)
+    template: Mapped[str | None] = mapped_column(Text)
+    slots: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    path: Mapped[list[Any]] = mapped_column(default=list)
+    goal: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    source: Mapped[str] = mapped_column(String(32), default="template")
+    status: Mapped[str] = mapped_column(String(16), default="kept")
+    reason: Mapped[str | None] = mapped_column(String(64))
+
+
+class Episode(Base):
+    __tablename__ = "episode"
+    __table_args__ = (UniqueConstraint("round_id", "query_id", "attempt"),)
+    uid: Mapped[str] = mapped_column(String(64), unique=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("round.id"), index=True)
+    query_id: Mapped[int] = mapped_column(ForeignKey("query.id"), index=True)
+    policy_id: Mapped[int] = mapped_column(ForeignKey("policy.id"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    device: Mapped[str | None] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    outcome: Mapped[str] = mapped_column(String(16), default="unknown")
+    verifier_success: Mapped[bool | None] = mapped_column(Boolean)
+    num_steps: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str | None] = mapped_column(String(64))
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class Step(Base):
+    __tablename__ = "step"
+    __table_args__ = (UniqueConstraint("episode_id", "index"),)
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episode.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    screenshot: Mapped[str] = mapped_column(String(64), index=True)
+    screenshot_after: Mapped[str | None] = mapped_column(String(64))
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    action: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    raw_output: Mapped[str] = mapped_column(Text, default="")
+    parse_error: Mapped[str | None] = mapped_column(String(64))
+    latency_ms: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Judgment(Base):
+    __tablename__ = "judgment"
+    __table_args__ = (UniqueConstraint("critic", "critic_version", "target", "target_id"),)
+    critic: Mapped[str] = mapped_column(String(64))
+    critic_version: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(16))  # step | episode
+    target_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    label: Mapped[str] = mapped_column(String(32))
+    score: Mapped[float | None] = mapped_column(Float)
+    analysis: Mapped[str] = mapped_column(Text, default="")
+    summary: Mapped[str] = mapped_column(Text, default="")
+    raw_output: Mapped[str] = mapped_column(Text, default="")
+    parse_error: Mapped[str | None] = mapped_column(String(64))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Anchor(Base):
+    """A high-confidence trajectory verdict: a verifier result or a human label (CSRS)."""
+
+    __tablename__ = "anchor"
+    __table_args__ = (UniqueConstraint("episode_id", "source", "annotator"),)
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episode.id", ondelete="CASCADE"))
+    source: Mapped[str] = mapped_column(String(16))  # verifier | human
+    annotator: Mapped[str] = mapped_column(String(128), default="")
+    label: Mapped[str] = mapped_column(String(16))  # success | failure
+    confidence: Mapped[float] = mapped_column(Float, default=1.0)
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class Sample(Base):
+    """An extracted training sample (one of the CSRS categories, guidance, recovery...)."""
+
+    __tablename__ = "sample"
+    uid: Mapped[str] = mapped_column(String(64), unique=True)
+    round_id: Mapped[int | None] = mapped_column(ForeignKey("round.id"), index=True)
+    episode_id: Mapped[int | None] = mapped_column(ForeignKey("episode.id"), index=True)
+    step_index: Mapped[int | None] = mapped_column(Integer)
+    category: Mapped[str] = mapped_column(String(64), index=True)
+    payload: Mapped[dict[str, Any]]
+    provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(16), default="kept")
+    reason: Mapped[str | None] = mapped_column(String(64))
+
+
+class Exclusion(Base):
+    """Every filtered item with its reason code (datatrove's exclusion writer, in the DB)."""
+
+    __tablename__ = "exclusion"
+    __table_args__ = (UniqueConstraint("stage", "item_type", "item_key", "reason"),)
+    round_id: Mapped[int | None] = mapped_column(ForeignKey("round.id"), index=True)
+    stage: Mapped[str] = mapped_column(String(32))
+    item_type: Mapped[str] = mapped_column(String(32))
+    item_key: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(64), index=True)
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class Dataset(Base):
+    __tablename__ = "dataset"
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+
+
+class DatasetVersion(Base):
+    __tablename__ = "dataset_version"
+    __table_args__ = (UniqueConstraint("dataset_id", "version"),)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("dataset.id"))
+    version: Mapped[int] = mapped_column(Integer)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("dataset_version.id"))
+    status: Mapped[str] = mapped_column(String(16), default="draft")  # draft | sealed
+    manifest_key: Mapped[str | None] = mapped_column(String(512))
+    manifest_sha256: Mapped[str | None] = mapped_column(String(64))
+    config_hash: Mapped[str] = mapped_column(String(64), default="")
+    lineage: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    sealed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Shard(Base):
+    """A content-addressed Parquet file; versions share shards that did not change."""
+
+    __tablename__ = "shard"
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    object_key: Mapped[str] = mapped_column(String(512))
+    rows: Mapped[int] = mapped_column(Integer)
+    split: Mapped[str] = mapped_column(String(16))
+    format: Mapped[str] = mapped_column(String(32))
+
+
+class VersionShard(Base):
+    __tablename__ = "version_shard"
+    __table_args__ = (UniqueConstraint("version_id", "shard_id"),)
+    version_id: Mapped[int] = mapped_column(ForeignKey("dataset_version.id", ondelete="CASCADE"))
+    shard_id: Mapped[int] = mapped_column(ForeignKey("shard.id"))
+
+
+class LLMCall(Base):
+    """One paid model call: the response cache (by request hash) and the cost ledger."""
+
+    __tablename__ = "llm_call"
+    request_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    stage: Mapped[str] = mapped_column(String(64), index=True)
+    round_id: Mapped[int | None] = mapped_column(ForeignKey("round.id"), index=True)
+    model: Mapped[str] = mapped_column(String(128))
+    response_text: Mapped[str] = mapped_column(Text)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_ms: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)

@@ -1,0 +1,1 @@
+"""trajforge: a self-evolving data engine for GUI agents."""

@@ -1,0 +1,80 @@
+"""The canonical action type and codecs for every published action format."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from trajforge.actions.agentcpm import AgentCPMCodec
+from trajforge.actions.androidworld import AndroidWorldCodec
+from trajforge.actions.model import DEFAULT_SCREEN, Action, ActionKind, Screen, load_json_object
+from trajforge.actions.qwen import MobileR1Codec, QwenCodec
+from trajforge.actions.uitars import UITarsCodec
+from trajforge.errors import ConfigError, ParseError
+
+
+class ActionCodec(Protocol):
+    """Parses one model output into an Action and formats an Action back."""
+
+    name: str
+
+    def parse(self, text: str, screen: Screen) -> Action:
+        """Raises ParseError (with the raw text and a reason) on malformed output."""
+        ...
+
+    def format(self, action: Action, screen: Screen) -> str:
+        """Raises UnsupportedAction when the format cannot express the action."""
+        ...
+
+    def represents(self, action: Action) -> bool:
+        """True when format() then parse() returns exactly `action` (the conversion is lossless)."""
+        ...
+
+
+class CanonicalCodec:
+    """trajforge's own compact JSON of `Action`."""
+
+    name = "canonical"
+
+    def parse(self, text: str, screen: Screen) -> Action:
+        from trajforge.actions.model import build_action
+
+        return build_action(text, **load_json_object(text, text))
+
+    def format(self, action: Action, screen: Screen) -> str:
+        return action.to_json()
+
+    def represents(self, action: Action) -> bool:
+        return True
+
+
+CODECS: dict[str, ActionCodec] = {
+    codec.name: codec
+    for codec in (
+        AgentCPMCodec(),
+        QwenCodec(),
+        UITarsCodec(),
+        MobileR1Codec(),
+        AndroidWorldCodec(),
+        CanonicalCodec(),
+    )
+}
+
+
+def get_codec(name: str) -> ActionCodec:
+    """The codec for a format name; ConfigError lists the known names."""
+    try:
+        return CODECS[name]
+    except KeyError:
+        raise ConfigError(f"unknown action format {name!r}; known: {', '.join(CODECS)}") from None
+
+
+__all__ = [
+    "CODECS",
+    "DEFAULT_SCREEN",
+    "Action",
+    "ActionCodec",
+    "ActionKind",
+    "ParseError",
+    "Screen",
+    "get_codec",
+]

@@ -1,0 +1,159 @@
+"""UI-TARS mobile actions: `Thought: … Action: click(start_box='(x,y)')`.
+
+Coordinates are 0-1000 relative, as UI-TARS-1 and AgentCPM-GUI's evaluation
+(seed 000 Table 9) use them; `<|box_start|>(x,y)<|box_end|>` and four-number boxes
+(taken at their centre) are accepted. `scroll(direction=…)` names where the content
+goes, so the canonical finger direction is the opposite (seed 000 §B.2.2).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from trajforge.actions.model import NORM, OPPOSITE, Action, ActionKind, Direction, Screen, build_action
+from trajforge.errors import ParseError
+
+_ACTION_PART = re.compile(r"(?:^|\s)Action:\s*(.*)$", re.S)
+_THOUGHT_PART = re.compile(r"^\s*Thought:\s*(.*?)\s*(?:Action:|$)", re.S)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_HOTKEYS = {"enter": "enter", "back": "back", "home": "home", "menu": "menu"}
+
+
+class UITarsCodec:
+    name = "uitars"
+
+    def parse(self, text: str, screen: Screen) -> Action:
+        action_part = _ACTION_PART.search(text)
+        call_text = (action_part[1] if action_part else text).strip()
+        thought_match = _THOUGHT_PART.match(text) if action_part else None
+        thought = thought_match[1] if thought_match else None
+        if not call_text:
+            raise ParseError("empty_output", "no action call", text)
+        try:
+            tree = ast.parse(call_text, mode="eval").body
+        except SyntaxError as exc:
+            raise ParseError("invalid_call", f"not a function call: {exc.msg}", text) from exc
+        if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name) or tree.args:
+            raise ParseError("invalid_call", "expected name(key='value', ...)", text)
+        args: dict[str, Any] = {}
+        for kw in tree.keywords:
+            if kw.arg is None or not isinstance(kw.value, ast.Constant):
+                raise ParseError("invalid_call", "arguments must be key='literal'", text)
+            args[kw.arg] = kw.value.value
+        return self._to_action(tree.func.id, args, text, thought)
+
+    def _to_action(self, name: str, args: dict[str, Any], raw: str, thought: str | None) -> Action:
+        def box(key: str) -> tuple[int, int]:
+            if key not in args:
+                raise ParseError("missing_field", f"{name} needs {key!r}", raw)
+            nums = [float(n) for n in _NUMBER.findall(str(args[key]))]
+            if len(nums) == 4:
+                nums = [(nums[0] + nums[2]) / 2, (nums[1] + nums[3]) / 2]
+            if len(nums) != 2:
+                raise ParseError("bad_coordinate", f"{key}={args[key]!r} is not (x,y) or (x1,y1,x2,y2)", raw)
+            if not all(0 <= n <= NORM for n in nums):
+                raise ParseError("coordinate_out_of_range", f"{key}={args[key]!r} is outside 0-{NORM}", raw)
+            return (round(nums[0]), round(nums[1]))
+
+        def text_arg(key: str) -> str:
+            value = args.get(key)
+            if not isinstance(value, str):
+                raise ParseError("missing_field", f"{name} needs {key}='…'", raw)
+            return value
+
+        f: dict[str, Any] = {"thought": thought}
+        if name == "click":
+            f.update(kind=ActionKind.CLICK, point=box("start_box"))
+        elif name == "long_press":
+            time = args.get("time")
+            ms = None
+            if time not in (None, ""):
+                try:
+                    ms = int(float(str(time)))
+                except ValueError as exc:
+                    raise ParseError("bad_value", f"time={time!r} is not milliseconds", raw) from exc
+            f.update(kind=ActionKind.LONG_PRESS, point=box("start_box"), duration_ms=ms)
+        elif name == "type":
+            f.update(kind=ActionKind.TYPE, text=text_arg("content"))
+        elif name == "scroll":
+            content_dir = str(args.get("direction", "")).lower()
+            if content_dir not in OPPOSITE:
+                raise ParseError("bad_value", f"scroll direction {args.get('direction')!r}", raw)
+            start = box("start_box") if "start_box" in args else (500, 500)
+            finger: Direction = OPPOSITE[content_dir]  # type: ignore[index]
+            f.update(kind=ActionKind.SWIPE, point=start, direction=finger)
+        elif name == "drag":
+            f.update(kind=ActionKind.SWIPE, point=box("start_box"), to=box("end_box"))
+        elif name in ("press_back", "press_home"):
+            f.update(kind=ActionKind.PRESS, key=name.removeprefix("press_"))
+        elif name == "hotkey":
+            key = _HOTKEYS.get(str(args.get("key", "")).lower())
+            if key is None:
+                raise ParseError("unsupported_key", f"hotkey {args.get('key')!r}", raw)
+            f.update(kind=ActionKind.PRESS, key=key)
+        elif name == "open_app":
+            f.update(kind=ActionKind.OPEN_APP, text=text_arg("app_name"))
+        elif name == "wait":
+            f.update(kind=ActionKind.WAIT)
+        elif name == "finished":
+            content = args.get("content")
+            if content:
+                f.update(kind=ActionKind.ANSWER, text=str(content))
+            else:
+                f.update(kind=ActionKind.TERMINATE, status="success")
+        elif name == "call_user":
+            f.update(kind=ActionKind.TERMINATE, status="failure")
+        else:
+            raise ParseError("unknown_action", f"UI-TARS action {name!r}", raw)
+        return build_action(raw, **f)
+
+    def format(self, action: Action, screen: Screen) -> str:
+        call = self._call(action)
+        return f"Thought: {action.thought} Action: {call}" if action.thought is not None else call
+
+    @staticmethod
+    def _call(action: Action) -> str:
+        def pt(p: tuple[int, int] | None) -> str:
+            assert p is not None
+            return repr(f"({p[0]},{p[1]})")
+
+        kind = action.kind
+        if kind == ActionKind.CLICK:
+            return f"click(start_box={pt(action.point)})"
+        if kind == ActionKind.LONG_PRESS:
+            time = f", time='{action.duration_ms}'" if action.duration_ms is not None else ""
+            return f"long_press(start_box={pt(action.point)}{time})"
+        if kind == ActionKind.SWIPE:
+            if action.to is not None:
+                return f"drag(start_box={pt(action.point)}, end_box={pt(action.to)})"
+            content_dir = OPPOSITE[action.swipe_direction()]
+            return f"scroll(start_box={pt(action.point)}, direction='{content_dir}')"
+        if kind == ActionKind.TYPE:
+            return f"type(content={action.text!r})"
+        if kind == ActionKind.PRESS:
+            if action.key in ("back", "home"):
+                return f"press_{action.key}()"
+            return f"hotkey(key='{action.key}')"
+        if kind == ActionKind.OPEN_APP:
+            return f"open_app(app_name={action.text!r})"
+        if kind == ActionKind.WAIT:
+            return "wait()"
+        if kind == ActionKind.ANSWER:
+            return f"finished(content={action.text!r})"
+        return "finished()" if action.status == "success" else "call_user()"
+
+    def represents(self, action: Action) -> bool:
+        if action.intent is not None:
+            return False
+        if action.thought is not None and (action.thought != action.thought.strip() or "Action:" in action.thought
+                                           or not action.thought):
+            return False
+        if action.kind == ActionKind.WAIT:
+            return action.duration_ms is None
+        if action.kind == ActionKind.ANSWER:
+            return bool(action.text)
+        if action.kind == ActionKind.SWIPE:
+            return action.duration_ms is None
+        return not (action.kind == ActionKind.TYPE and action.point is not None)

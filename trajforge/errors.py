@@ -1,0 +1,65 @@
+"""The error tree. Every error a user can cause derives from `TrajforgeError`.
+
+The CLI turns a `TrajforgeError` into one line and a non-zero exit; anything else
+is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TrajforgeError(Exception):
+    """Root of every error trajforge raises on purpose."""
+
+
+class ConfigError(TrajforgeError, ValueError):
+    """A setting, a config file or a command-line value is wrong."""
+
+
+class SpecError(TrajforgeError, ValueError):
+    """An app spec (navigation DAG) is malformed."""
+
+
+class StorageError(TrajforgeError):
+    """The database or the object store failed or cannot be reached."""
+
+
+class ObjectNotFound(StorageError, KeyError):
+    """An object key does not exist in the object store."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "object not found"
+
+
+class LLMError(TrajforgeError):
+    """A model endpoint failed after retries, or refused the request."""
+
+
+class LLMRateLimited(LLMError):
+    """The endpoint kept answering 429 after every retry."""
+
+
+class LLMTimeout(LLMError):
+    """The endpoint kept timing out after every retry."""
+
+
+class ActionError(TrajforgeError, ValueError):
+    """An action could not be parsed from, or formatted into, a model format.
+
+    Attributes:
+        reason: short snake_case reason code, counted by the stages that drop items.
+        raw: the text that was being parsed ("" when formatting).
+    """
+
+    def __init__(self, reason: str, message: str, raw: str = "") -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+        self.raw = raw
+
+
+class ParseError(ActionError):
+    """Model output that is not a valid action in the expected format; keeps the raw text."""
+
+
+class UnsupportedAction(ActionError):
+    """A canonical action that the target format has no way to express."""

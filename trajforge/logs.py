@@ -1,0 +1,55 @@
+"""Logging with secrets redacted: passwords in URLs, bearer tokens, auth headers."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@", re.I)
+_BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
+_AUTH_HEADER = re.compile(
+    r"(?i)(['\"]?(?:authorization|api[-_]key|x-api-key|secret[-_]key|access[-_]key)['\"]?\s*[:=]\s*['\"]?)[^'\",\s}]+"
+)
+
+
+def redact_url(url: str) -> str:
+    """A database or service URL with its password replaced by ***."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return redact(url)
+
+
+def redact(text: str) -> str:
+    """Mask every password, bearer token and auth header value found in free text."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    text = _BEARER.sub(r"\1***", text)
+    return _AUTH_HEADER.sub(r"\1***", text)
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites each record's message with `redact` before any handler sees it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Install one stderr handler with redaction on the `trajforge` and `sqlalchemy` loggers."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())
+    for name in ("trajforge", "sqlalchemy.engine", "openai", "httpx"):
+        logger = logging.getLogger(name)
+        logger.addFilter(RedactingFilter())
+    root = logging.getLogger("trajforge")
+    if not any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
+        root.addHandler(handler)
+    root.setLevel(level)

@@ -1,0 +1,198 @@
+"""Settings: one pydantic-settings class per area, composed into `Settings`.
+
+Environment variables use the `TRAJFORGE_` prefix (`TRAJFORGE_DB_URL`,
+`TRAJFORGE_S3_ENDPOINT`, `TRAJFORGE_LLM_BASE_URL`, ...). A YAML run config may set
+the same fields by section (`db:`, `store:`, `s3:`, `llm:`); a value in the file
+wins over the environment, so a run is reproducible from its file. This module is
+the only place that reads the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trajforge.errors import ConfigError
+
+SQLITE_FILE = "trajforge.db"
+
+
+class HomeSettings(BaseSettings):
+    """Where the embedded default keeps its state."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_", extra="ignore")
+
+    home: Path = Field(
+        Path(".trajforge"),
+        description="Directory for the SQLite file, local object store and caches; "
+        "relative paths resolve against the working directory.",
+    )
+
+
+class DatabaseSettings(BaseSettings):
+    """Relational database (SQLite file by default, PostgreSQL in production)."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_DB_", extra="forbid")
+
+    url: SecretStr | None = Field(
+        None,
+        description="SQLAlchemy URL, e.g. postgresql+psycopg://user:pw@host:5432/db. "
+        "Unset: a SQLite file under TRAJFORGE_HOME.",
+    )
+    echo: bool = Field(False, description="Log every SQL statement (passwords redacted).")
+    pool_size: int = Field(5, ge=1, le=100, description="Connection pool size (PostgreSQL).")
+    connect_timeout_s: int = Field(5, ge=1, le=300, description="Seconds to wait for a connection.")
+
+
+class StoreSettings(BaseSettings):
+    """Which object store holds screenshots, shards and manifests."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_STORE_", extra="forbid")
+
+    backend: Literal["local", "s3"] = Field(
+        "local", description="local: a directory under TRAJFORGE_HOME; s3: MinIO or any S3 API."
+    )
+    path: Path | None = Field(None, description="Directory of the local store (default HOME/objects).")
+
+
+class S3Settings(BaseSettings):
+    """S3 / MinIO connection, used when the store backend is `s3`."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_S3_", extra="forbid")
+
+    endpoint: str = Field("127.0.0.1:9000", description="host:port of the S3 API, no scheme.")
+    access_key: SecretStr = Field(SecretStr("minioadmin"), description="Access key id.")
+    secret_key: SecretStr = Field(SecretStr("minioadmin"), description="Secret access key.")
+    bucket: str = Field(
+        "trajforge", min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$",
+        description="Bucket for all trajforge objects (created if missing).",
+    )
+    secure: bool = Field(False, description="Use HTTPS.")
+    region: str | None = Field(None, description="Region name, if the server needs one.")
+    timeout_s: float = Field(10.0, gt=0, le=600, description="Connect/read timeout per request.")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _no_scheme(cls, value: str) -> str:
+        if "://" in value:
+            raise ValueError(f"give host:port without a scheme (got {value!r}); set secure for https")
+        return value
+
+
+class LLMSettings(BaseSettings):
+    """The OpenAI-compatible endpoint behind every model call. Unset base_url: offline."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_LLM_", extra="forbid")
+
+    base_url: str | None = Field(None, description="e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang).")
+    api_key: SecretStr = Field(SecretStr("EMPTY"), description="Bearer token for the endpoint.")
+    model: str = Field("gpt-4o-mini", min_length=1, description="Default model name.")
+    concurrency: int = Field(16, ge=1, le=1024, description="Most requests in flight at once.")
+    requests_per_second: float = Field(
+        0.0, ge=0, description="Rate limit across all calls; 0 means unlimited."
+    )
+    max_retries: int = Field(5, ge=0, le=20, description="Retries on 429, 5xx and timeouts.")
+    backoff_base_s: float = Field(0.5, gt=0, le=60, description="First backoff; doubles per retry.")
+    backoff_max_s: float = Field(30.0, gt=0, le=600, description="Longest single backoff.")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="Per-request timeout.")
+    prompt_usd_per_1k: float = Field(0.0, ge=0, description="Price of 1k prompt tokens.")
+    completion_usd_per_1k: float = Field(0.0, ge=0, description="Price of 1k completion tokens.")
+
+    @property
+    def offline(self) -> bool:
+        return self.base_url is None
+
+
+class Settings(BaseModel):
+    """All settings, composed. Build with `load_settings()`."""
+
+    home: Path
+    db: DatabaseSettings
+    store: StoreSettings
+    s3: S3Settings
+    llm: LLMSettings
+
+    @property
+    def db_url(self) -> str:
+        """The database URL in clear (never log this; use `redact_url`)."""
+        if self.db.url is not None:
+            return self.db.url.get_secret_value()
+        return f"sqlite:///{self.home / SQLITE_FILE}"
+
+    @property
+    def store_path(self) -> Path:
+        return self.store.path if self.store.path is not None else self.home / "objects"
+
+
+_SECTIONS: dict[str, type[BaseSettings]] = {
+    "db": DatabaseSettings,
+    "store": StoreSettings,
+    "s3": S3Settings,
+    "llm": LLMSettings,
+}
+
+
+def load_settings(config_file: Path | None = None) -> Settings:
+    """Build settings from the environment and, optionally, a YAML run config.
+
+    Raises:
+        ConfigError: an unknown key, a value of the wrong type, or an unreadable file.
+    """
+    sections: dict[str, Any] = {}
+    source = "environment"
+    if config_file is not None:
+        source = f"config {config_file}"
+        sections = _read_yaml(config_file)
+    try:
+        home = HomeSettings(**({"home": sections.pop("home")} if "home" in sections else {}))
+        parts = {name: cls(**sections.get(name, {})) for name, cls in _SECTIONS.items()}
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from exc
+    root = home.home if home.home.is_absolute() else Path.cwd() / home.home
+    store: StoreSettings = parts["store"]  # type: ignore[assignment]
+    if store.path is not None and not store.path.is_absolute():
+        store = store.model_copy(update={"path": Path.cwd() / store.path})
+    return Settings(home=root, db=parts["db"], store=store, s3=parts["s3"], llm=parts["llm"])  # type: ignore[arg-type]
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config {path}: file not found; pass an existing YAML file") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path}: not valid YAML ({exc}); fix the syntax") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path}: top level must be a mapping of sections, got {type(data).__name__}")
+    allowed = {"home", *_SECTIONS}
+    for key, value in data.items():
+        if key not in allowed:
+            raise ConfigError(
+                f"config {path}: unknown section {key!r}; known sections: {', '.join(sorted(allowed))}"
+            )
+        if key != "home" and not isinstance(value, dict):
+            raise ConfigError(f"config {path}: section {key!r} must be a mapping, got {value!r}")
+    return dict(data)
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    """One line naming the field, the bad value and the fix."""
+    err = exc.errors()[0]
+    model = exc.title
+    section = next((n for n, c in _SECTIONS.items() if c.__name__ == model), "")
+    field = ".".join(str(p) for p in err["loc"])
+    where = f"{section}.{field}" if section else field
+    prefix = (_SECTIONS[section].model_config.get("env_prefix", "") if section else "TRAJFORGE_")
+    env_name = f"{prefix}{field}".upper()
+    if err["type"] == "extra_forbidden":
+        known = ", ".join(sorted(_SECTIONS[section].model_fields)) if section else ""
+        return f"{source}: unknown key {where!r}; known keys: {known}"
+    value = err.get("input")
+    shown = "***" if "key" in field or "url" in field else repr(value)
+    return f"{source}: {where} (env {env_name}) = {shown}: {err['msg']}"
