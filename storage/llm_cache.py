@@ -1,0 +1,49 @@
+"""The gateway's response cache and cost ledger, kept in the `llm_call` table."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.db import insert_ignore, transaction
+from storage.models import LLMCall
+from trajforge.gateway import CachedCall, StageUsage
+
+
+class SqlResponseCache:
+    """`ResponseCache` over the database: a rerun never pays twice for the same request."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+
+    def get(self, request_hash: str) -> CachedCall | None:
+        with self.sessions() as session:
+            row = session.scalars(select(LLMCall).where(LLMCall.request_hash == request_hash)).first()
+            if row is None:
+                return None
+            return CachedCall(
+                row.request_hash, row.stage, row.model, row.response_text, row.prompt_tokens,
+                row.completion_tokens, row.cost_usd, row.latency_ms, row.attempts, row.round_id,
+            )
+
+    def put(self, call: CachedCall) -> None:
+        with transaction(self.sessions) as session:
+            insert_ignore(session, LLMCall, [asdict(call)], ["request_hash"])
+
+
+def usage_by_stage(sessions: sessionmaker[Session], round_id: int | None = None) -> dict[str, StageUsage]:
+    """Paid calls, tokens and cost per stage (optionally for one round), from the ledger."""
+    stmt = select(
+        LLMCall.stage, func.count(), func.sum(LLMCall.prompt_tokens), func.sum(LLMCall.completion_tokens),
+        func.sum(LLMCall.cost_usd), func.sum(LLMCall.attempts - 1),
+    ).group_by(LLMCall.stage)
+    if round_id is not None:
+        stmt = stmt.where(LLMCall.round_id == round_id)
+    with sessions() as session:
+        return {
+            stage: StageUsage(calls=n, prompt_tokens=int(p or 0), completion_tokens=int(c or 0),
+                              cost_usd=float(cost or 0.0), retries=int(r or 0))
+            for stage, n, p, c, cost, r in session.execute(stmt)
+        }

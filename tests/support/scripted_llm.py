@@ -1,0 +1,171 @@
+"""A small OpenAI-compatible chat-completions server that answers from a script.
+
+Tests and benchmarks point the gateway at it. It can inject latency, 429s, 5xx,
+timeouts (a delay longer than the client's timeout) and malformed JSON content,
+validates image data URLs like a real server would, and records every request.
+
+    with ScriptedLLM() as llm:
+        llm.enqueue(Reply(status=429), Reply(content='{"label": "GOOD"}'))
+        llm.on("summarise", Reply(content="done"))
+        ... LLMSettings(base_url=llm.url) ...
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    content: str = "ok"
+    status: int = 200
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+
+
+@dataclass
+class Recorded:
+    body: dict[str, Any]
+    images: int
+    text: str  # all text parts joined, for matching
+
+
+class ScriptedLLM:
+    """Answers, in order of precedence: queued replies, substring rules, the responder, `default`."""
+
+    def __init__(self, default: Reply | None = None, latency_s: float = 0.0,
+                 responder: Callable[[Recorded], Reply | None] | None = None) -> None:
+        self.default = default or Reply()
+        self.latency_s = latency_s
+        self.responder = responder
+        self.queue: deque[Reply] = deque()
+        self.rules: list[tuple[str, Reply]] = []
+        self.requests: list[Recorded] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def enqueue(self, *replies: Reply) -> None:
+        with self._lock:
+            self.queue.extend(replies)
+
+    def on(self, substring: str, reply: Reply) -> None:
+        self.rules.append((substring, reply))
+
+    def __enter__(self) -> ScriptedLLM:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _pick(self, rec: Recorded) -> Reply:
+        with self._lock:
+            self.requests.append(rec)
+            if self.queue:
+                return self.queue.popleft()
+        for substring, reply in self.rules:
+            if substring in rec.text:
+                return reply
+        if self.responder is not None:
+            picked = self.responder(rec)
+            if picked is not None:
+                return picked
+        return self.default
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                try:
+                    body = json.loads(self.rfile.read(length))
+                except json.JSONDecodeError:
+                    return self._send(400, _error("invalid JSON body"), {})
+                if not self.path.endswith("/chat/completions"):
+                    return self._send(404, _error(f"no route {self.path}"), {})
+                try:
+                    rec = _record(body)
+                except ValueError as exc:
+                    return self._send(400, _error(str(exc)), {})
+                reply = outer._pick(rec)
+                time.sleep(outer.latency_s + reply.delay_s)
+                if reply.status != 200:
+                    return self._send(reply.status, _error(f"scripted {reply.status}"), reply.headers)
+                self._send(200, _completion(body.get("model", "scripted"), reply), reply.headers)
+
+        return Handler
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "scripted", "code": None}}
+
+
+def _record(body: dict[str, Any]) -> Recorded:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list")
+    images, texts = 0, []
+    for msg in messages:
+        content = msg.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        for part in parts:
+            if part.get("type") == "text":
+                texts.append(part["text"])
+            elif part.get("type") == "image_url":
+                url = part["image_url"]["url"]
+                head, _, data = url.partition(",")
+                if not head.startswith("data:image/") or not head.endswith(";base64"):
+                    raise ValueError(f"image_url is not a base64 data URL: {url[:40]!r}")
+                try:
+                    base64.b64decode(data, validate=True)
+                except binascii.Error as exc:
+                    raise ValueError(f"image data URL is not valid base64: {exc}") from exc
+                images += 1
+    return Recorded(body=body, images=images, text="\n".join(texts))
+
+
+def _completion(model: str, reply: Reply) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": reply.content}}],
+        "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                  "total_tokens": reply.prompt_tokens + reply.completion_tokens},
+    }

@@ -1,0 +1,270 @@
+"""The model gateway: every model call in the engine goes through `LLMGateway`.
+
+It bounds concurrency, rate-limits, retries 429/5xx/timeouts with backoff, sends
+images as data URLs, parses JSON mode while keeping the raw text, answers repeats
+from a response cache keyed by the request hash, and accounts tokens and cost per
+stage. The cache is a protocol so the kernel does not depend on `storage`;
+`storage.llm_cache.SqlResponseCache` keeps it in the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import random
+import re
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import openai
+
+from trajforge.errors import LLMError, LLMRateLimited, LLMTimeout
+from trajforge.settings import LLMSettings
+
+log = logging.getLogger("trajforge.gateway")
+Message = dict[str, Any]
+
+
+def image_part(png: bytes, mime: str = "image/png") -> dict[str, Any]:
+    """A chat content part carrying an image as a data URL."""
+    url = f"data:{mime};base64,{base64.b64encode(png).decode('ascii')}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+@dataclass(frozen=True)
+class CachedCall:
+    """A stored response, and what it cost when it was paid for."""
+
+    request_hash: str
+    stage: str
+    model: str
+    response_text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    latency_ms: int
+    attempts: int
+    round_id: int | None = None
+
+
+class ResponseCache(Protocol):
+    def get(self, request_hash: str) -> CachedCall | None: ...
+
+    def put(self, call: CachedCall) -> None:
+        """Store once; a second put of the same hash is ignored."""
+        ...
+
+
+@dataclass(frozen=True)
+class LLMResult:
+    """A model answer. `data`/`json_error` are set in JSON mode; `text` is always the raw output."""
+
+    text: str
+    request_hash: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    cached: bool
+    attempts: int
+    data: Any = None
+    json_error: str | None = None
+
+
+@dataclass
+class StageUsage:
+    calls: int = 0
+    cached: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass
+class _RateLimiter:
+    """Spaces request starts at least 1/rps apart (0 disables)."""
+
+    rps: float
+    _next: float = 0.0
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def wait(self) -> None:
+        if self.rps <= 0:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + 1.0 / self.rps
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
+
+
+def parse_json_output(text: str) -> tuple[Any, str | None]:
+    """(data, None) or (None, reason): malformed output is data, not an exception."""
+    body = text.strip()
+    fence = _FENCE.match(body)
+    if fence:
+        body = fence[1]
+    if not body:
+        return None, "empty_output"
+    try:
+        return json.loads(body), None
+    except json.JSONDecodeError as exc:
+        return None, f"invalid_json: {exc.msg} at char {exc.pos}"
+
+
+def request_hash(payload: dict[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class LLMGateway:
+    """Async access to one OpenAI-compatible endpoint.
+
+    Args:
+        settings: endpoint, limits, retry and price settings.
+        cache: where responses are cached; None disables caching.
+        client: an AsyncOpenAI client to use instead of building one (tests, proxies).
+        sleep: the backoff sleeper (tests pass a fake clock).
+    """
+
+    def __init__(
+        self,
+        settings: LLMSettings,
+        cache: ResponseCache | None = None,
+        *,
+        client: openai.AsyncOpenAI | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if client is None and settings.offline:
+            raise LLMError(
+                "no LLM endpoint configured; set TRAJFORGE_LLM_BASE_URL (offline stages need no gateway)"
+            )
+        self.settings = settings
+        self.cache = cache
+        self._client = client or openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=settings.api_key.get_secret_value(),
+            max_retries=0,  # retries are ours: counted, logged and bounded per stage
+            timeout=settings.timeout_s,
+        )
+        self._sleep = sleep
+        self._semaphore = asyncio.Semaphore(settings.concurrency)
+        self._limiter = _RateLimiter(settings.requests_per_second)
+        self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        stage: str,
+        model: str | None = None,
+        json_mode: bool = False,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        round_id: int | None = None,
+    ) -> LLMResult:
+        """One chat completion, from the cache when this exact request was paid for before.
+
+        Raises:
+            LLMRateLimited / LLMTimeout: still failing after `max_retries` retries.
+            LLMError: any other refusal (4xx) or a response with no choices.
+        """
+        model = model or self.settings.model
+        params: dict[str, Any] = {"model": model, "messages": messages, "temperature": temperature}
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
+        if json_mode:
+            params["response_format"] = {"type": "json_object"}
+        key = request_hash(params)
+        usage = self.usage[stage]
+        hit = self.cache.get(key) if self.cache is not None else None
+        if hit is not None:
+            usage.calls += 1
+            usage.cached += 1
+            return self._result(hit.response_text, key, 0, 0, 0.0, True, 0, json_mode)
+
+        async with self._semaphore:
+            await self._limiter.wait()
+            started = time.monotonic()
+            response, attempts = await self._with_retries(params, stage)
+        latency_ms = int((time.monotonic() - started) * 1000)
+        if not response.choices:
+            raise LLMError(f"{stage}: endpoint returned no choices for model {model!r}")
+        text = response.choices[0].message.content or ""
+        prompt = response.usage.prompt_tokens if response.usage else 0
+        completion = response.usage.completion_tokens if response.usage else 0
+        cost = (prompt * self.settings.prompt_usd_per_1k + completion * self.settings.completion_usd_per_1k) / 1000
+        usage.calls += 1
+        usage.retries += attempts - 1
+        usage.prompt_tokens += prompt
+        usage.completion_tokens += completion
+        usage.cost_usd += cost
+        if self.cache is not None:
+            self.cache.put(CachedCall(key, stage, model, text, prompt, completion, cost, latency_ms, attempts, round_id))
+        return self._result(text, key, prompt, completion, cost, False, attempts, json_mode)
+
+    @staticmethod
+    def _result(text: str, key: str, prompt: int, completion: int, cost: float, cached: bool,
+                attempts: int, json_mode: bool) -> LLMResult:
+        data, error = parse_json_output(text) if json_mode else (None, None)
+        return LLMResult(text, key, prompt, completion, cost, cached, attempts, data, error)
+
+    async def _with_retries(self, params: dict[str, Any], stage: str) -> tuple[Any, int]:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._client.chat.completions.create(**params), attempt
+            except openai.RateLimitError as exc:
+                error: Exception = exc
+                retry_after = _retry_after(exc.response)
+                final: type[LLMError] = LLMRateLimited
+            except openai.APITimeoutError as exc:
+                error, retry_after, final = exc, None, LLMTimeout
+            except openai.APIStatusError as exc:
+                if exc.status_code < 500:
+                    raise LLMError(f"{stage}: endpoint refused the request ({exc.status_code}): {exc.message}") from exc
+                error, retry_after, final = exc, None, LLMError
+            except openai.APIConnectionError as exc:
+                error, retry_after, final = exc, None, LLMError
+            if attempt > self.settings.max_retries:
+                raise final(
+                    f"{stage}: {type(error).__name__} after {attempt} attempts against "
+                    f"{self.settings.base_url}: {error}"
+                ) from error
+            delay = retry_after if retry_after is not None else self._backoff(attempt)
+            log.warning("%s: %s, retry %d in %.2fs", stage, type(error).__name__, attempt, delay)
+            await self._sleep(delay)
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
+        return base * (0.5 + random.random() / 2)  # full jitter would allow ~0 waits
+
+    def chat_sync(self, messages: list[Message], **kwargs: Any) -> LLMResult:
+        """`chat` for synchronous callers (not from inside a running event loop)."""
+        return asyncio.run(self.chat(messages, **kwargs))
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _retry_after(response: Any) -> float | None:
+    value = getattr(response, "headers", {}).get("retry-after") if response is not None else None
+    try:
+        return min(float(value), 60.0) if value is not None else None
+    except ValueError:
+        return None
