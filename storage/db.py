@@ -136,8 +136,9 @@ def insert_ignore(session: Session, model: type[Base], rows: Sequence[dict[str, 
         stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=list(conflict))
     else:  # pragma: no cover - create_db_engine admits only these two
         raise StorageError(f"bulk insert is not implemented for {dialect}")
-    result = session.execute(stmt, list(rows))
-    return max(result.rowcount, 0)
+    # executemany rowcount is -1 on psycopg; RETURNING counts what was really inserted.
+    result = session.execute(stmt.returning(table.c.id), list(rows))
+    return len(result.all())
 
 
 __all__ = ["Base", "create_db_engine", "insert_ignore", "session_factory", "transaction", "upgrade"]

@@ -127,6 +127,16 @@ def _clamp(value: int) -> int:
     return max(0, min(NORM, value))
 
 
+def survives_markup(note: str | None) -> bool:
+    """True when a thought/intent text comes back unchanged from a tagged format.
+
+    Parsers strip surrounding whitespace and stop at the next tag, so a note with
+    either does not round-trip exactly.
+    """
+    return note is None or (note != "" and note == note.strip() and "<" not in note
+                            and "Action:" not in note)
+
+
 def build_action(raw: str, **fields: Any) -> Action:
     """Construct an Action from parsed fields; invalid combinations become a ParseError."""
     try:

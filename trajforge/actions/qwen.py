@@ -19,6 +19,7 @@ from trajforge.actions.model import (
     load_json_object,
     number_pair,
     require_str,
+    survives_markup,
 )
 from trajforge.errors import ParseError
 
@@ -148,7 +149,7 @@ class QwenCodec:
         return f"{think}<tool_call>{format_tool_call(action, screen)}</tool_call>"
 
     def represents(self, action: Action) -> bool:
-        return action.intent is None and _tool_call_represents(action)
+        return action.intent is None and survives_markup(action.thought) and _tool_call_represents(action)
 
 
 class MobileR1Codec:
@@ -177,8 +178,5 @@ class MobileR1Codec:
         )
 
     def represents(self, action: Action) -> bool:
-        texts_ok = all(
-            t is not None and t == t.strip() and t and "</" not in t and "<" not in t
-            for t in (action.thought, action.intent)
-        )
-        return texts_ok and _tool_call_represents(action)
+        notes = (action.thought, action.intent)
+        return all(n is not None and survives_markup(n) for n in notes) and _tool_call_represents(action)

@@ -12,11 +12,21 @@ import ast
 import re
 from typing import Any
 
-from trajforge.actions.model import NORM, OPPOSITE, Action, ActionKind, Direction, Screen, build_action
+from trajforge.actions.model import (
+    NORM,
+    OPPOSITE,
+    Action,
+    ActionKind,
+    Direction,
+    Screen,
+    build_action,
+    survives_markup,
+)
 from trajforge.errors import ParseError
 
 _ACTION_PART = re.compile(r"(?:^|\s)Action:\s*(.*)$", re.S)
 _THOUGHT_PART = re.compile(r"^\s*Thought:\s*(.*?)\s*(?:Action:|$)", re.S)
+_BARE_CALL = re.compile(r"^\s*[A-Za-z_]\w*\(")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _HOTKEYS = {"enter": "enter", "back": "back", "home": "home", "menu": "menu"}
 
@@ -25,7 +35,8 @@ class UITarsCodec:
     name = "uitars"
 
     def parse(self, text: str, screen: Screen) -> Action:
-        action_part = _ACTION_PART.search(text)
+        # A bare call may itself contain "Action:" inside a string argument.
+        action_part = None if _BARE_CALL.match(text) else _ACTION_PART.search(text)
         call_text = (action_part[1] if action_part else text).strip()
         thought_match = _THOUGHT_PART.match(text) if action_part else None
         thought = thought_match[1] if thought_match else None
@@ -145,10 +156,7 @@ class UITarsCodec:
         return "finished()" if action.status == "success" else "call_user()"
 
     def represents(self, action: Action) -> bool:
-        if action.intent is not None:
-            return False
-        if action.thought is not None and (action.thought != action.thought.strip() or "Action:" in action.thought
-                                           or not action.thought):
+        if action.intent is not None or not survives_markup(action.thought):
             return False
         if action.kind == ActionKind.WAIT:
             return action.duration_ms is None

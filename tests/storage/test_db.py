@@ -1,0 +1,110 @@
+"""Schema, migrations and bulk writes, on SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Engine, func, inspect, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.db import create_db_engine, current_revision, insert_ignore, transaction, upgrade
+from storage.models import App, Base, Episode, Exclusion, Judgment, Policy, Query, Round, Step
+from trajforge.errors import ConfigError, StorageError
+
+
+def _episode(sessions: sessionmaker[Session]) -> int:
+    with transaction(sessions) as s:
+        app = App(name="takeout", spec={"screens": []}, spec_sha256="0" * 64)
+        policy = Policy(name="builtin", version=1)
+        s.add_all([app, policy])
+        s.flush()
+        rnd = Round(number=1, policy_id=policy.id)
+        query = Query(uid="q1", app_id=app.id, instruction="Order me takeout")
+        s.add_all([rnd, query])
+        s.flush()
+        ep = Episode(uid="e1", round_id=rnd.id, query_id=query.id, policy_id=policy.id)
+        s.add(ep)
+        s.flush()
+        return ep.id
+
+
+def _steps(episode_id: int, n: int) -> list[dict]:
+    return [
+        {"episode_id": episode_id, "index": i, "screenshot": f"{i:064x}", "width": 1080, "height": 2400,
+         "action": {"kind": "click", "point": [i % 1000, 5]}, "raw_output": f"out {i}"}
+        for i in range(n)
+    ]
+
+
+def test_upgrade_is_idempotent_and_matches_models(engine: Engine) -> None:
+    upgrade(engine)  # second time: nothing to do
+    assert current_revision(engine) == "0001"
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+        tables = set(inspect(conn).get_table_names())
+    expected = {"app", "query", "policy", "round", "episode", "step", "judgment", "anchor", "sample",
+                "dataset", "dataset_version", "shard", "version_shard", "llm_call", "exclusion"}
+    assert expected <= tables
+
+
+def test_naming_convention_applied(engine: Engine) -> None:
+    with engine.connect() as conn:
+        uniques = {u["name"] for u in inspect(conn).get_unique_constraints("step")}
+        pk = inspect(conn).get_pk_constraint("step")["name"]
+    assert "uq_step_episode_id_index" in uniques
+    if engine.dialect.name == "postgresql":  # SQLite does not keep PK names
+        assert pk == "pk_step"
+
+
+def test_bulk_insert_is_idempotent(sessions: sessionmaker[Session]) -> None:
+    ep = _episode(sessions)
+    rows = _steps(ep, 500)
+    with transaction(sessions) as s:
+        assert insert_ignore(s, Step, rows, ["episode_id", "index"]) == 500
+    with transaction(sessions) as s:
+        assert insert_ignore(s, Step, rows[:10] + _steps(ep, 510)[500:], ["episode_id", "index"]) == 10
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Step)) == 510
+        step = s.scalars(select(Step).where(Step.index == 7)).one()
+        assert step.action == {"kind": "click", "point": [7, 5]}
+
+
+def test_unique_keys_protect_reruns(sessions: sessionmaker[Session]) -> None:
+    ep = _episode(sessions)
+    judgment = {"critic": "step", "critic_version": "1", "target": "step", "target_id": ep, "label": "GOOD"}
+    with transaction(sessions) as s:
+        insert_ignore(s, Judgment, [judgment, judgment], ["critic", "critic_version", "target", "target_id"])
+    with pytest.raises(IntegrityError), transaction(sessions) as s:
+        s.add(Exclusion(stage="rollout", item_type="step", item_key="e1:0", reason="invalid_json"))
+        s.add(Exclusion(stage="rollout", item_type="step", item_key="e1:0", reason="invalid_json"))
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Judgment)) == 1
+        assert s.scalar(select(func.count()).select_from(Exclusion)) == 0  # rolled back whole
+
+
+def test_foreign_keys_enforced(sessions: sessionmaker[Session]) -> None:
+    with pytest.raises(IntegrityError), transaction(sessions) as s:
+        s.add(Step(episode_id=999_999, index=0, screenshot="a" * 64, width=1, height=1))
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("not a url", "is malformed; set TRAJFORGE_DB_URL like"),
+        ("mysql://root@localhost/x", "'mysql' is not supported"),
+        ("postgresql+nodriver://u@h/d", "unknown driver"),
+    ],
+)
+def test_bad_urls_are_config_errors(url: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        create_db_engine(url)
+
+
+def test_unreachable_database_is_storage_error_with_redacted_password() -> None:
+    engine = create_db_engine("postgresql+psycopg://u:hunter2@127.0.0.1:1/db", connect_timeout_s=1)
+    with pytest.raises(StorageError) as info:
+        upgrade(engine)
+    assert "cannot connect to database postgresql+psycopg://u:***@127.0.0.1:1/db" in str(info.value)
+    assert "hunter2" not in str(info.value)

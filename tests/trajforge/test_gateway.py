@@ -1,0 +1,153 @@
+"""The model gateway against the scripted OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.llm_cache import SqlResponseCache, usage_by_stage
+from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from trajforge.errors import LLMError, LLMRateLimited, LLMTimeout
+from trajforge.gateway import LLMGateway, image_part, parse_json_output, text_part
+from trajforge.settings import LLMSettings
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def gateway(llm: ScriptedLLM, cache=None, **overrides) -> LLMGateway:
+    settings = LLMSettings(base_url=llm.url, api_key="sk-test", model="scripted", backoff_base_s=0.01,
+                           **overrides)
+    return LLMGateway(settings, cache, sleep=_no_sleep)
+
+
+async def test_plain_call_and_usage(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.enqueue(Reply(content="hi there", prompt_tokens=12, completion_tokens=3))
+    gw = gateway(scripted_llm, prompt_usd_per_1k=1.0, completion_usd_per_1k=2.0)
+    result = await gw.chat(USER, stage="critic")
+    assert (result.text, result.cached, result.attempts) == ("hi there", False, 1)
+    assert result.cost_usd == pytest.approx((12 * 1.0 + 3 * 2.0) / 1000)
+    assert gw.usage["critic"].prompt_tokens == 12 and gw.usage["critic"].calls == 1
+    assert scripted_llm.requests[0].body["model"] == "scripted"
+
+
+async def test_images_travel_as_data_urls(scripted_llm: ScriptedLLM) -> None:
+    gw = gateway(scripted_llm)
+    content = [text_part("compare"), image_part(b"\x89PNG one"), image_part(b"\x89PNG two")]
+    await gw.chat([{"role": "user", "content": content}], stage="step_critic")
+    assert scripted_llm.requests[0].images == 2
+    url = scripted_llm.requests[0].body["messages"][0]["content"][1]["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+
+
+@pytest.mark.parametrize(
+    ("content", "data", "error"),
+    [
+        ('{"label": "GOOD"}', {"label": "GOOD"}, None),
+        ('```json\n{"label": "HARMFUL"}\n```', {"label": "HARMFUL"}, None),
+        ('{"label": "GOOD"', None, "invalid_json: Expecting ',' delimiter at char 16"),
+        ("", None, "empty_output"),
+    ],
+)
+async def test_json_mode_keeps_raw_and_reason(scripted_llm: ScriptedLLM, content, data, error) -> None:
+    scripted_llm.enqueue(Reply(content=content))
+    result = await gateway(scripted_llm).chat(USER, stage="judge", json_mode=True)
+    assert (result.data, result.json_error, result.text) == (data, error, content)
+    assert scripted_llm.requests[0].body["response_format"] == {"type": "json_object"}
+
+
+async def test_retries_429_and_5xx_then_succeeds(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.enqueue(Reply(status=429, headers={"retry-after": "0"}), Reply(status=500), Reply(status=503),
+                         Reply(content="finally"))
+    gw = gateway(scripted_llm)
+    result = await gw.chat(USER, stage="policy")
+    assert (result.text, result.attempts) == ("finally", 4)
+    assert gw.usage["policy"].retries == 3
+    assert len(scripted_llm.requests) == 4
+
+
+async def test_gives_up_after_max_retries(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.default = Reply(status=429)
+    with pytest.raises(LLMRateLimited, match="policy: RateLimitError after 3 attempts"):
+        await gateway(scripted_llm, max_retries=2).chat(USER, stage="policy")
+    assert len(scripted_llm.requests) == 3
+
+
+async def test_timeouts_retry_then_raise(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.default = Reply(delay_s=1.0)
+    with pytest.raises(LLMTimeout, match="APITimeoutError after 2 attempts"):
+        await gateway(scripted_llm, max_retries=1, timeout_s=0.2).chat(USER, stage="policy")
+
+
+async def test_client_errors_are_not_retried(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.enqueue(Reply(status=400))
+    with pytest.raises(LLMError, match=r"endpoint refused the request \(400\)"):
+        await gateway(scripted_llm).chat(USER, stage="policy")
+    assert len(scripted_llm.requests) == 1
+
+
+async def test_bad_image_is_refused_not_retried(scripted_llm: ScriptedLLM) -> None:
+    bad = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}]
+    with pytest.raises(LLMError, match="400"):
+        await gateway(scripted_llm).chat([{"role": "user", "content": bad}], stage="x")
+
+
+async def test_concurrency_is_bounded(scripted_llm: ScriptedLLM) -> None:
+    in_flight, peak, lock = 0, 0, threading.Lock()
+
+    def responder(_: Recorded) -> Reply:
+        nonlocal in_flight, peak
+        with lock:
+            in_flight += 1
+            peak = max(peak, in_flight)
+        import time
+
+        time.sleep(0.05)
+        with lock:
+            in_flight -= 1
+        return Reply(content="ok")
+
+    scripted_llm.responder = responder
+    gw = gateway(scripted_llm, concurrency=4)
+    await asyncio.gather(*(gw.chat([{"role": "user", "content": f"q{i}"}], stage="s") for i in range(20)))
+    assert len(scripted_llm.requests) == 20
+    assert peak == 4
+
+
+async def test_cache_means_a_rerun_never_pays_twice(scripted_llm: ScriptedLLM,
+                                                    sessions: sessionmaker[Session]) -> None:
+    scripted_llm.enqueue(Reply(content='{"a": 1}', prompt_tokens=7, completion_tokens=2))
+    cache = SqlResponseCache(sessions)
+    first = await gateway(scripted_llm, cache).chat(USER, stage="judge", json_mode=True)
+    # A new gateway (a rerun after a crash) with the same request: answered from the database.
+    rerun = gateway(scripted_llm, cache)
+    second = await rerun.chat(USER, stage="judge", json_mode=True)
+    assert len(scripted_llm.requests) == 1
+    assert (second.text, second.data, second.cached) == (first.text, {"a": 1}, True)
+    assert rerun.usage["judge"].cached == 1
+    # a different request is a different key
+    await rerun.chat(USER, stage="judge", json_mode=False)
+    assert len(scripted_llm.requests) == 2
+    ledger = usage_by_stage(sessions)
+    assert ledger["judge"].calls == 2 and ledger["judge"].prompt_tokens == 17
+
+
+def test_sync_wrapper(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.enqueue(Reply(content="sync"))
+    assert gateway(scripted_llm).chat_sync(USER, stage="s").text == "sync"
+
+
+def test_offline_settings_refuse_to_build_a_gateway() -> None:
+    with pytest.raises(LLMError, match="no LLM endpoint configured; set TRAJFORGE_LLM_BASE_URL"):
+        LLMGateway(LLMSettings())
+
+
+def test_parse_json_output_table() -> None:
+    assert parse_json_output(" [1, 2] ") == ([1, 2], None)
+    assert parse_json_output("nope")[1] == "invalid_json: Expecting value at char 0"
