@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
@@ -116,17 +115,10 @@ def run(
 def main() -> None:
     """Console-script entry point."""
     try:
-        code = app(standalone_mode=False)
+        app()  # standalone: usage errors print themselves and exit 2
     except TrajforgeError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    except click.exceptions.Abort:
-        typer.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Shared fixtures: SQLite and PostgreSQL databases, a moto S3 server, the scripted LLM.
 
 A test that needs a service skips with a visible reason when it is absent, except
-when TRAJFORGE_REQUIRE_SERVICES=1 (set by .ci/run), where the skip becomes a failure.
+when TRAJFORGE_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where the skip becomes a failure.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from storage.models import Base
 from tests.support.scripted_llm import ScriptedLLM
 from trajforge.settings import S3Settings
 
-REQUIRE_SERVICES = os.environ.get("TRAJFORGE_REQUIRE_SERVICES") == "1"
+REQUIRE_SERVICES = os.environ.get("TRAJFORGE_TEST_REQUIRE_SERVICES") == "1"
 PG_ADMIN_URL = os.environ.get("TRAJFORGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 def service_missing(what: str) -> None:
     """Skip, or fail in CI where every service must be there."""
     if REQUIRE_SERVICES:
-        pytest.fail(f"{what} (TRAJFORGE_REQUIRE_SERVICES=1 turns this skip into a failure)")
+        pytest.fail(f"{what} (TRAJFORGE_TEST_REQUIRE_SERVICES=1 turns this skip into a failure)")
     pytest.skip(what)
 
 
@@ -37,7 +37,7 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test gets its own working directory, so no state is shared through ./.trajforge."""
     monkeypatch.chdir(tmp_path)
     for name in list(os.environ):
-        if name.startswith("TRAJFORGE_") and name not in ("TRAJFORGE_REQUIRE_SERVICES", "TRAJFORGE_TEST_PG_URL"):
+        if name.startswith("TRAJFORGE_") and not name.startswith("TRAJFORGE_TEST_"):
             monkeypatch.delenv(name)
 
 

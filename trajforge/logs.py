@@ -11,7 +11,7 @@ from sqlalchemy.exc import ArgumentError
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@", re.I)
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
 _AUTH_HEADER = re.compile(
-    r"(?i)(['\"]?(?:authorization|api[-_]key|x-api-key|secret[-_]key|access[-_]key)['\"]?\s*[:=]\s*['\"]?)[^'\",\s}]+"
+    r"(?i)(['\"]?(?:authorization|api[-_]key|x-api-key|secret[-_]key|access[-_]key)['\"]?\s*[:=]\s*['\"]?)(?:bearer\s+)?[^'\",\s}]+"
 )
 
 
@@ -26,8 +26,8 @@ def redact_url(url: str) -> str:
 def redact(text: str) -> str:
     """Mask every password, bearer token and auth header value found in free text."""
     text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
-    text = _BEARER.sub(r"\1***", text)
-    return _AUTH_HEADER.sub(r"\1***", text)
+    text = _AUTH_HEADER.sub(r"\1***", text)
+    return _BEARER.sub(r"\1***", text)
 
 
 class RedactingFilter(logging.Filter):

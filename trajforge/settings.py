@@ -10,7 +10,11 @@ the only place that reads the environment.
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Literal
+
+import difflib
+import os
 
 import yaml
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
@@ -142,6 +146,7 @@ def load_settings(config_file: Path | None = None) -> Settings:
     Raises:
         ConfigError: an unknown key, a value of the wrong type, or an unreadable file.
     """
+    _check_env_names(os.environ)
     sections: dict[str, Any] = {}
     source = "environment"
     if config_file is not None:
@@ -157,6 +162,29 @@ def load_settings(config_file: Path | None = None) -> Settings:
     if store.path is not None and not store.path.is_absolute():
         store = store.model_copy(update={"path": Path.cwd() / store.path})
     return Settings(home=root, db=parts["db"], store=store, s3=parts["s3"], llm=parts["llm"])  # type: ignore[arg-type]
+
+
+# Reserved for the test suite and CI (e.g. TRAJFORGE_TEST_REQUIRE_SERVICES), never settings.
+_TEST_PREFIX = "TRAJFORGE_TEST_"
+
+
+def known_env_names() -> set[str]:
+    """Every TRAJFORGE_* variable a setting reads."""
+    names = {"TRAJFORGE_HOME"}
+    for cls in _SECTIONS.values():
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        names.update(f"{prefix}{field}".upper() for field in cls.model_fields)
+    return names
+
+
+def _check_env_names(environ: Mapping[str, str]) -> None:
+    """A misspelt TRAJFORGE_ variable would be silently ignored; refuse it instead."""
+    known = known_env_names()
+    for name in sorted(environ):
+        if name.startswith("TRAJFORGE_") and not name.startswith(_TEST_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]}?" if close else "see `trajforge config` for the known settings"
+            raise ConfigError(f"environment: unknown variable {name}; {hint}")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -1,0 +1,150 @@
+"""The `trajforge` console script, run as a user runs it (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trajforge.actions import CODECS, Screen, get_codec
+
+TRAJFORGE = shutil.which("trajforge", path=str(Path(sys.executable).parent)) or "trajforge"
+
+
+def cli(*args: str, stdin: str = "", env: dict[str, str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    full_env.update(env or {})
+    return subprocess.run([TRAJFORGE, *args], input=stdin, capture_output=True, text=True, env=full_env,
+                          cwd=cwd, timeout=120)
+
+
+SAMPLES = {
+    "agentcpm": ['{"POINT":[500,500]}', '{"POINT":[500,200],"to":"up"}', '{"TYPE":"你好"}', '{"PRESS":"BACK"}',
+                 '{"duration":1000}', '{"STATUS":"finish"}'],
+    "qwen": ['<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[540,1200]}}</tool_call>',
+             '<tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"success"}}</tool_call>'],
+    "uitars": ["click(start_box='(500,500)')", "scroll(start_box='(500,500)', direction='down')",
+               "type(content='hi')", "finished()"],
+    "mobiler1": ['<think>t</think><action>tap</action><tool_call>{"name":"mobile_use","arguments":'
+                 '{"action":"click","coordinate":[540,1200]}}</tool_call>'],
+    "androidworld": ['{"action_type":"click","x":540,"y":1200}', '{"action_type":"navigate_home"}',
+                     '{"action_type":"status","goal_status":"complete"}'],
+}
+
+
+@pytest.mark.parametrize("src", sorted(SAMPLES))
+@pytest.mark.parametrize("dst", sorted(CODECS))
+def test_convert_every_pair_matches_the_library(src: str, dst: str) -> None:
+    lines = SAMPLES[src]
+    result = cli("actions", "convert", "--from", src, "--to", dst, "--screen", "1080x2400",
+                 stdin="\n".join(lines) + "\n")
+    out = result.stdout.splitlines()
+    assert len(out) == len(lines)
+    screen = Screen(1080, 2400)
+    for line, got in zip(lines, out, strict=True):
+        action = get_codec(src).parse(line, screen)
+        try:
+            expected = get_codec(dst).format(action, screen)
+        except Exception as exc:  # unsupported in the target: reported on that line
+            expected = f"error: {exc}"
+        assert got == expected
+    assert result.returncode == (1 if any(o.startswith("error: ") for o in out) else 0)
+
+
+def test_convert_malformed_lines_keep_their_place() -> None:
+    stdin = '{"POINT":[10,20]}\n{"POINT":[10,\n\n{"PRESS":"VOLUME"}\n{"STATUS":"finish"}\n'
+    result = cli("actions", "convert", "--from", "agentcpm", "--to", "uitars", stdin=stdin)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "click(start_box='(10,20)')",
+        "error: invalid_json: Expecting value at char 13",
+        "error: empty_output: no action text",
+        "error: unsupported_key: PRESS 'VOLUME'; known: HOME, BACK, ENTER",
+        "finished()",
+    ]
+    assert result.stderr == ""
+
+
+def test_convert_to_canonical_uses_screen_for_pixels() -> None:
+    result = cli("actions", "convert", "--from", "androidworld", "--to", "canonical", "--screen", "720x1280",
+                 stdin='{"action_type":"click","x":719,"y":0}\n')
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == {"kind": "click", "point": [1000, 0]}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--from", "json", "--to", "qwen"], "error: unknown action format 'json'; known: agentcpm, qwen"),
+        (["--from", "qwen", "--to", "qwen", "--screen", "big"], "error: screen 'big' is not WxH"),
+    ],
+)
+def test_convert_bad_arguments(args: list[str], message: str) -> None:
+    result = cli("actions", "convert", *args, stdin="x\n")
+    assert result.returncode == 1 and result.stderr.strip().startswith(message)
+    assert result.stdout == "" and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "yaml_text", "message"),
+    [
+        ({}, "llm:\n  temprature: 0\n", "unknown key 'llm.temprature'"),
+        ({"TRAJFORGE_DB_URL": "postgres//nope"}, None, "database URL 'postgres//nope' is malformed"),
+        ({"TRAJFORGE_DB_URL": "postgresql+psycopg://u:s3cr3t@127.0.0.1:1/x"}, None,
+         "cannot connect to database postgresql+psycopg://u:***@127.0.0.1:1/x"),
+        ({"TRAJFORGE_STORE_BACKEND": "s3", "TRAJFORGE_S3_ENDPOINT": "127.0.0.1:1", "TRAJFORGE_S3_TIMEOUT_S": "1"},
+         None, "cannot reach S3 endpoint 127.0.0.1:1"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_bad_configuration_is_one_line_and_exit_1(tmp_path: Path, command: str, env: dict[str, str],
+                                                  yaml_text: str | None, message: str) -> None:
+    args = [command]
+    if yaml_text is not None:
+        (tmp_path / "run.yaml").write_text(yaml_text)
+        args += ["--config", "run.yaml"]
+    result = cli(*args, env=env, cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert "s3cr3t" not in result.stderr
+
+
+def test_run_then_rerun_keeps_state_in_the_working_directory(tmp_path: Path) -> None:
+    first = cli("run", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("round 1: 4 episodes, 2 verified successful (50%), 18 steps")
+    assert "screenshots: 4 stored, 0 deduplicated" in first.stdout
+    assert "dropped: invalid_json=1" in first.stdout
+    second = cli("run", cwd=tmp_path)
+    assert second.stdout.startswith("round 2:") and "0 stored, 4 deduplicated" in second.stdout
+    assert (tmp_path / ".trajforge" / "trajforge.db").is_file()
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    assert cli("run", cwd=other).stdout.startswith("round 1:")  # another directory, another state
+
+
+def test_home_override(tmp_path: Path) -> None:
+    result = cli("db", "upgrade", env={"TRAJFORGE_HOME": str(tmp_path / "h")}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"database sqlite:///{tmp_path / 'h' / 'trajforge.db'} at revision 0001"
+
+
+def test_config_show_masks_secrets(tmp_path: Path) -> None:
+    result = cli("config", env={"TRAJFORGE_DB_URL": "postgresql://u:hunter2@h/d",
+                                "TRAJFORGE_LLM_API_KEY": "sk-secret"}, cwd=tmp_path)
+    assert result.returncode == 0
+    assert "db.url = postgresql://u:***@h/d" in result.stdout
+    assert "hunter2" not in result.stdout and "sk-secret" not in result.stdout
+
+
+def test_usage_errors_are_not_tracebacks() -> None:
+    result = cli("actions", "convert", "--from", "qwen")
+    assert result.returncode == 2 and "Missing option '--to'" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,116 @@
+"""Settings: env + YAML, validation messages, secrets and redaction."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from trajforge.errors import ConfigError
+from trajforge.logs import RedactingFilter, redact, redact_url
+from trajforge.settings import load_settings
+
+
+def test_embedded_default_lives_under_the_working_directory(tmp_path: Path) -> None:
+    settings = load_settings()
+    assert settings.home == tmp_path / ".trajforge"
+    assert settings.db_url == f"sqlite:///{tmp_path / '.trajforge' / 'trajforge.db'}"
+    assert settings.store_path == tmp_path / ".trajforge" / "objects"
+    assert settings.store.backend == "local" and settings.llm.offline
+
+
+def test_home_override_and_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TRAJFORGE_HOME", "state")
+    monkeypatch.setenv("TRAJFORGE_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("TRAJFORGE_LLM_CONCURRENCY", "7")
+    monkeypatch.setenv("TRAJFORGE_S3_SECRET_KEY", "s3cr3t")
+    settings = load_settings()
+    assert settings.home == tmp_path / "state"
+    assert settings.llm.concurrency == 7 and not settings.llm.offline
+    assert "s3cr3t" not in repr(settings) and settings.s3.secret_key.get_secret_value() == "s3cr3t"
+
+
+def test_yaml_overrides_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TRAJFORGE_LLM_MODEL", "from-env")
+    monkeypatch.setenv("TRAJFORGE_LLM_CONCURRENCY", "3")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("home: /tmp/tf-home\nllm:\n  model: from-yaml\nstore:\n  backend: s3\n")
+    settings = load_settings(cfg)
+    assert settings.llm.model == "from-yaml" and settings.llm.concurrency == 3
+    assert settings.home == Path("/tmp/tf-home") and settings.store.backend == "s3"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("llm:\n  modle: x\n", "unknown key 'llm.modle'; known keys: api_key, backoff_base_s"),
+        ("databse:\n  url: x\n", "unknown section 'databse'; known sections: db, home, llm, s3, store"),
+        ("llm:\n  concurrency: 0\n", "llm.concurrency (env TRAJFORGE_LLM_CONCURRENCY) = 0: Input should be greater"),
+        ("store:\n  backend: gcs\n", "store.backend (env TRAJFORGE_STORE_BACKEND) = 'gcs': Input should be 'local' or 's3'"),
+        ("s3:\n  endpoint: http://minio:9000\n", "give host:port without a scheme"),
+        ("s3:\n  bucket: A\n", "s3.bucket"),
+        ("llm: 3\n", "section 'llm' must be a mapping"),
+        ("- a\n", "top level must be a mapping"),
+        ("llm: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_config_names_the_field_and_fix(tmp_path: Path, yaml_text: str, message: str) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml_text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    assert message in str(info.value)
+    assert str(info.value).startswith(f"config {cfg}")
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_settings(tmp_path / "absent.yaml")
+
+
+def test_bad_env_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAJFORGE_LLM_MAX_RETRIES", "many")
+    with pytest.raises(ConfigError, match=r"environment: llm.max_retries \(env TRAJFORGE_LLM_MAX_RETRIES\)"):
+        load_settings()
+
+
+def test_secret_values_not_echoed_in_errors(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("db:\n  url: 12\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    assert "= ***" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgresql+psycopg://bob:pw@db:5432/x", "postgresql+psycopg://bob:***@db:5432/x"),
+        ("connect to redis://:topsecret@host/0 failed", "connect to redis://:***@host/0 failed"),
+        ("headers={'Authorization': 'Bearer sk-abc123'}", "headers={'Authorization': '***'}"),
+        ("Bearer sk-abc123 sent", "Bearer *** sent"),
+        ("api_key=sk-live-1 ok", "api_key=*** ok"),
+        ("sqlite:////tmp/x.db", "sqlite:////tmp/x.db"),
+    ],
+)
+def test_redact(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+def test_redact_url_and_log_filter(caplog: pytest.LogCaptureFixture) -> None:
+    assert redact_url("postgresql://u:p@h/d") == "postgresql://u:***@h/d"
+    logger = logging.getLogger("trajforge.test_redaction")
+    logger.addFilter(RedactingFilter())
+    with caplog.at_level(logging.INFO, logger="trajforge.test_redaction"):
+        logger.info("using %s", "postgresql://u:hunter2@h/d")
+    assert "hunter2" not in caplog.text and "postgresql://u:***@h/d" in caplog.text
+
+
+def test_misspelt_env_variable_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAJFORGE_LLM_MODLE", "x")
+    with pytest.raises(ConfigError, match="unknown variable TRAJFORGE_LLM_MODLE; did you mean TRAJFORGE_LLM_MODEL"):
+        load_settings()
+    monkeypatch.delenv("TRAJFORGE_LLM_MODLE")
+    monkeypatch.setenv("TRAJFORGE_TEST_ANYTHING", "1")  # reserved for tests and CI
+    load_settings()
