@@ -13,15 +13,20 @@ from trajforge.errors import ActionError, TrajforgeError
 from trajforge.logs import configure_logging, redact_url
 from trajforge.settings import Settings, load_settings
 
-app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
-                  help="trajforge: a self-evolving data engine for GUI agents.")
+app = typer.Typer(
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    help="trajforge: a self-evolving data engine for GUI agents.",
+)
 actions_app = typer.Typer(no_args_is_help=True, help="Parse and convert model action outputs.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
 app.add_typer(actions_app, name="actions")
 app.add_typer(db_app, name="db")
 
 ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML run config (sections db, store, s3, llm).")
+    Path | None,
+    typer.Option("--config", "-c", help="YAML run config (sections db, store, s3, llm)."),
 ]
 _FORMATS = ", ".join(CODECS)
 

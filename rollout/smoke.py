@@ -13,6 +13,7 @@ import hashlib
 import io
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 from sqlalchemy import func, select
@@ -30,7 +31,9 @@ NEXT_BUTTON = (140, 1900, 940, 2100)  # pixels: where "Next" sits on every scree
 CRITIC = ("screen_change", "0")
 
 
-def render_screen(title: str, width: int = DEFAULT_SCREEN.width, height: int = DEFAULT_SCREEN.height) -> bytes:
+def render_screen(
+    title: str, width: int = DEFAULT_SCREEN.width, height: int = DEFAULT_SCREEN.height
+) -> bytes:
     """A phone screen: status bar, title, body lines, a Next button; PNG bytes."""
     img = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(img)
@@ -50,10 +53,18 @@ def render_screen(title: str, width: int = DEFAULT_SCREEN.width, height: int = D
 
 def scripted_outputs(episode: int) -> list[str]:
     """What the scripted policy says; episodes differ so the round has failures to judge."""
-    tap = '<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[540,2000]}}</tool_call>'
-    miss = '<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[540,300]}}</tool_call>'
-    back = '<tool_call>{"name":"mobile_use","arguments":{"action":"system_button","button":"Back"}}</tool_call>'
-    done = '<tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"success"}}</tool_call>'
+    tap = (
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[540,2000]}}</tool_call>'
+    )
+    miss = (
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[540,300]}}</tool_call>'
+    )
+    back = (
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"system_button","button":"Back"}}</tool_call>'
+    )
+    done = (
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"success"}}</tool_call>'
+    )
     broken = '<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[540,'
     variants = [
         [tap, tap, tap, done],
@@ -124,19 +135,31 @@ def run_smoke_round(settings: Settings, episodes: int = 4) -> SmokeReport:
         quid = hashlib.sha256(b"demo:reach the cart").hexdigest()
         query = s.scalars(select(Query).where(Query.uid == quid)).first()
         if query is None:
-            query = Query(uid=quid, app_id=app.id, instruction="Open the cart", path=list(SCREENS),
-                          goal={"screen": SCREENS[-1]})
+            query = Query(
+                uid=quid,
+                app_id=app.id,
+                instruction="Open the cart",
+                path=list(SCREENS),
+                goal={"screen": SCREENS[-1]},
+            )
             s.add(query)
         s.flush()
         report.round_number = number
 
         for attempt in range(episodes):
             uid = hashlib.sha256(f"{number}:{quid}:{attempt}".encode()).hexdigest()
-            ep = Episode(uid=uid, round_id=rnd.id, query_id=query.id, policy_id=policy.id, attempt=attempt,
-                         device="smoke-0")
+            ep = Episode(
+                uid=uid,
+                round_id=rnd.id,
+                query_id=query.id,
+                policy_id=policy.id,
+                attempt=attempt,
+                device="smoke-0",
+            )
             s.add(ep)
             s.flush()
-            steps, screen, finished = [], 0, False
+            steps: list[dict[str, Any]] = []
+            screen, finished = 0, False
             for index, raw in enumerate(scripted_outputs(attempt)):
                 before, action, error = screen, None, None
                 try:
@@ -150,39 +173,77 @@ def run_smoke_round(settings: Settings, episodes: int = 4) -> SmokeReport:
                 elif action is not None and action.kind == ActionKind.PRESS and action.key == "back":
                     screen = max(screen - 1, 0)
                 finished = action is not None and action.kind == ActionKind.TERMINATE
-                steps.append({
-                    "episode_id": ep.id, "index": index, "screenshot": frames[before],
-                    "screenshot_after": frames[screen], "width": DEFAULT_SCREEN.width,
-                    "height": DEFAULT_SCREEN.height, "raw_output": raw, "parse_error": error,
-                    "action": action.model_dump(mode="json", exclude_none=True) if action else None,
-                })
+                steps.append(
+                    {
+                        "episode_id": ep.id,
+                        "index": index,
+                        "screenshot": frames[before],
+                        "screenshot_after": frames[screen],
+                        "width": DEFAULT_SCREEN.width,
+                        "height": DEFAULT_SCREEN.height,
+                        "raw_output": raw,
+                        "parse_error": error,
+                        "action": action.model_dump(mode="json", exclude_none=True) if action else None,
+                    }
+                )
             success = finished and screen == len(SCREENS) - 1
             ep.status, ep.num_steps = "done", len(steps)
             ep.outcome, ep.verifier_success = ("success" if success else "failure"), success
             insert_ignore(s, Step, steps, ["episode_id", "index"])
-            step_ids = dict(s.execute(select(Step.index, Step.id).where(Step.episode_id == ep.id)).tuples().all())
+            step_ids = {
+                i: sid for i, sid in s.execute(select(Step.index, Step.id).where(Step.episode_id == ep.id))
+            }
             judgments, exclusions = [], []
             for row in steps:
                 label = "NEUTRAL" if row["screenshot"] == row["screenshot_after"] else "GOOD"
                 if row["parse_error"]:
                     label = "HARMFUL"
-                    exclusions.append({"round_id": rnd.id, "stage": "rollout", "item_type": "step",
-                                       "item_key": f"{uid}:{row['index']}", "reason": row["parse_error"],
-                                       "detail": {"raw_output": row["raw_output"]}})
+                    exclusions.append(
+                        {
+                            "round_id": rnd.id,
+                            "stage": "rollout",
+                            "item_type": "step",
+                            "item_key": f"{uid}:{row['index']}",
+                            "reason": row["parse_error"],
+                            "detail": {"raw_output": row["raw_output"]},
+                        }
+                    )
                     report.reasons[row["parse_error"]] += 1
                 report.labels[label] += 1
-                judgments.append({"critic": CRITIC[0], "critic_version": CRITIC[1], "target": "step",
-                                  "target_id": step_ids[row["index"]], "label": label,
-                                  "summary": "screen changed" if label == "GOOD" else "no progress"})
+                judgments.append(
+                    {
+                        "critic": CRITIC[0],
+                        "critic_version": CRITIC[1],
+                        "target": "step",
+                        "target_id": step_ids[row["index"]],
+                        "label": label,
+                        "summary": "screen changed" if label == "GOOD" else "no progress",
+                    }
+                )
             insert_ignore(s, Judgment, judgments, ["critic", "critic_version", "target", "target_id"])
             insert_ignore(s, Exclusion, exclusions, ["stage", "item_type", "item_key", "reason"])
-            insert_ignore(s, Anchor, [{"episode_id": ep.id, "source": "verifier", "annotator": "",
-                                       "label": "success" if success else "failure", "confidence": 1.0}],
-                          ["episode_id", "source", "annotator"])
+            insert_ignore(
+                s,
+                Anchor,
+                [
+                    {
+                        "episode_id": ep.id,
+                        "source": "verifier",
+                        "annotator": "",
+                        "label": "success" if success else "failure",
+                        "confidence": 1.0,
+                    }
+                ],
+                ["episode_id", "source", "annotator"],
+            )
             report.episodes += 1
             report.successes += success
             report.steps += len(steps)
         rnd.status = "done"
-        rnd.stats = {"episodes": report.episodes, "successes": report.successes, "steps": report.steps,
-                     "dropped": dict(report.reasons)}
+        rnd.stats = {
+            "episodes": report.episodes,
+            "successes": report.successes,
+            "steps": report.steps,
+            "dropped": dict(report.reasons),
+        }
     return report

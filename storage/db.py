@@ -24,7 +24,9 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 _DIALECTS = ("sqlite", "postgresql")
 
 
-def create_db_engine(url: str, *, echo: bool = False, pool_size: int = 5, connect_timeout_s: int = 5) -> Engine:
+def create_db_engine(
+    url: str, *, echo: bool = False, pool_size: int = 5, connect_timeout_s: int = 5
+) -> Engine:
     """An engine for a SQLite or PostgreSQL URL.
 
     Raises:
@@ -50,8 +52,11 @@ def create_db_engine(url: str, *, echo: bool = False, pool_size: int = 5, connec
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
     else:
-        kwargs.update(pool_size=pool_size, pool_pre_ping=True,
-                      connect_args={"connect_timeout": connect_timeout_s})
+        kwargs.update(
+            pool_size=pool_size,
+            pool_pre_ping=True,
+            connect_args={"connect_timeout": connect_timeout_s},
+        )
     try:
         engine = create_engine(parsed, **kwargs)
     except NoSuchModuleError as exc:
@@ -70,8 +75,12 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def engine_from_settings(settings: Settings) -> Engine:
-    return create_db_engine(settings.db_url, echo=settings.db.echo, pool_size=settings.db.pool_size,
-                            connect_timeout_s=settings.db.connect_timeout_s)
+    return create_db_engine(
+        settings.db_url,
+        echo=settings.db.echo,
+        pool_size=settings.db.pool_size,
+        connect_timeout_s=settings.db.connect_timeout_s,
+    )
 
 
 def check_connection(engine: Engine) -> None:
@@ -118,8 +127,9 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
-def insert_ignore(session: Session, model: type[Base], rows: Sequence[dict[str, Any]],
-                  conflict: Sequence[str]) -> int:
+def insert_ignore(
+    session: Session, model: type[Base], rows: Sequence[dict[str, Any]], conflict: Sequence[str]
+) -> int:
     """Bulk INSERT … ON CONFLICT DO NOTHING; reruns add nothing twice.
 
     Returns:

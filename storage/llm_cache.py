@@ -24,8 +24,16 @@ class SqlResponseCache:
             if row is None:
                 return None
             return CachedCall(
-                row.request_hash, row.stage, row.model, row.response_text, row.prompt_tokens,
-                row.completion_tokens, row.cost_usd, row.latency_ms, row.attempts, row.round_id,
+                row.request_hash,
+                row.stage,
+                row.model,
+                row.response_text,
+                row.prompt_tokens,
+                row.completion_tokens,
+                row.cost_usd,
+                row.latency_ms,
+                row.attempts,
+                row.round_id,
             )
 
     def put(self, call: CachedCall) -> None:
@@ -36,14 +44,23 @@ class SqlResponseCache:
 def usage_by_stage(sessions: sessionmaker[Session], round_id: int | None = None) -> dict[str, StageUsage]:
     """Paid calls, tokens and cost per stage (optionally for one round), from the ledger."""
     stmt = select(
-        LLMCall.stage, func.count(), func.sum(LLMCall.prompt_tokens), func.sum(LLMCall.completion_tokens),
-        func.sum(LLMCall.cost_usd), func.sum(LLMCall.attempts - 1),
+        LLMCall.stage,
+        func.count(),
+        func.sum(LLMCall.prompt_tokens),
+        func.sum(LLMCall.completion_tokens),
+        func.sum(LLMCall.cost_usd),
+        func.sum(LLMCall.attempts - 1),
     ).group_by(LLMCall.stage)
     if round_id is not None:
         stmt = stmt.where(LLMCall.round_id == round_id)
     with sessions() as session:
         return {
-            stage: StageUsage(calls=n, prompt_tokens=int(p or 0), completion_tokens=int(c or 0),
-                              cost_usd=float(cost or 0.0), retries=int(r or 0))
+            stage: StageUsage(
+                calls=n,
+                prompt_tokens=int(p or 0),
+                completion_tokens=int(c or 0),
+                cost_usd=float(cost or 0.0),
+                retries=int(r or 0),
+            )
             for stage, n, p, c, cost, r in session.execute(stmt)
         }

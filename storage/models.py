@@ -7,7 +7,7 @@ unique keys on every table so reruns insert nothing twice.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -41,7 +41,7 @@ Id = BigInteger().with_variant(Integer(), "sqlite")
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: Json, list[Any]: Json}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: Json, list[Any]: Json}
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -43,8 +43,9 @@ class ObjectStore(Protocol):
         ...
 
 
-def put_blob(store: ObjectStore, data: bytes, ext: str = "png",
-             content_type: str = "image/png") -> tuple[str, bool]:
+def put_blob(
+    store: ObjectStore, data: bytes, ext: str = "png", content_type: str = "image/png"
+) -> tuple[str, bool]:
     """Store `data` under its sha256 unless already there.
 
     Returns:
@@ -139,8 +140,10 @@ class S3ObjectStore:
             http_client=http,
         )
         store = cls(client, settings.bucket, settings.endpoint)
-        store._call("check bucket", lambda: None if client.bucket_exists(settings.bucket)
-                    else client.make_bucket(settings.bucket))
+        store._call(
+            "check bucket",
+            lambda: None if client.bucket_exists(settings.bucket) else client.make_bucket(settings.bucket),
+        )
         return store
 
     def _call(self, what: str, fn):  # type: ignore[no-untyped-def]
@@ -148,8 +151,12 @@ class S3ObjectStore:
             return fn()
         except S3Error as exc:
             if exc.code in ("NoSuchKey", "NoSuchObject"):
-                raise ObjectNotFound(f"object {exc.object_name!r} not found in bucket {self.bucket!r}") from exc
-            raise StorageError(f"S3 {what} on {self.endpoint}/{self.bucket} failed: {exc.code}: {exc.message}") from exc
+                raise ObjectNotFound(
+                    f"object {exc.object_name!r} not found in bucket {self.bucket!r}"
+                ) from exc
+            raise StorageError(
+                f"S3 {what} on {self.endpoint}/{self.bucket} failed: {exc.code}: {exc.message}"
+            ) from exc
         except (urllib3.exceptions.HTTPError, MinioException, OSError) as exc:
             raise StorageError(
                 f"cannot reach S3 endpoint {self.endpoint} ({what}): {type(exc).__name__}; "
@@ -157,8 +164,12 @@ class S3ObjectStore:
             ) from exc
 
     def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
-        self._call("put", lambda: self.client.put_object(
-            self.bucket, _check_key(key), io.BytesIO(data), len(data), content_type=content_type))
+        self._call(
+            "put",
+            lambda: self.client.put_object(
+                self.bucket, _check_key(key), io.BytesIO(data), len(data), content_type=content_type
+            ),
+        )
 
     def get(self, key: str) -> bytes:
         def read() -> bytes:
@@ -180,13 +191,17 @@ class S3ObjectStore:
         return True
 
     def list(self, prefix: str = "") -> Iterator[str]:
-        objects = self._call("list", lambda: list(
-            self.client.list_objects(self.bucket, prefix=prefix, recursive=True)))
+        objects = self._call(
+            "list",
+            lambda: list(self.client.list_objects(self.bucket, prefix=prefix, recursive=True)),
+        )
         yield from sorted(o.object_name for o in objects if o.object_name)
 
     def presign(self, key: str, expires: timedelta = timedelta(hours=1)) -> str:
-        url: str = self._call("presign", lambda: self.client.presigned_get_object(
-            self.bucket, _check_key(key), expires=expires))
+        url: str = self._call(
+            "presign",
+            lambda: self.client.presigned_get_object(self.bucket, _check_key(key), expires=expires),
+        )
         return url
 
 

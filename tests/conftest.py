@@ -111,8 +111,13 @@ def moto_endpoint() -> Iterator[str]:
 @pytest.fixture
 def s3_settings(moto_endpoint: str) -> S3Settings:
     """S3 settings with a bucket of this test's own."""
-    return S3Settings(endpoint=moto_endpoint, access_key="testing", secret_key="testing",  # type: ignore[arg-type]
-                      bucket=f"tf-{uuid.uuid4().hex[:12]}", region="us-east-1")
+    return S3Settings(
+        endpoint=moto_endpoint,
+        access_key="testing",
+        secret_key="testing",
+        bucket=f"tf-{uuid.uuid4().hex[:12]}",
+        region="us-east-1",
+    )
 
 
 @pytest.fixture

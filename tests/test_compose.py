@@ -45,7 +45,16 @@ def test_images_pinned(compose: dict[str, Any]) -> None:
     assert compose["services"]["prefect-worker"]["build"] == "."
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "pip install torch==2.13.0" in dockerfile
-    for package in ("trajforge", "flows", "storage", "rollout", "critics", "curation", "querygen", "annotation"):
+    for package in (
+        "trajforge",
+        "flows",
+        "storage",
+        "rollout",
+        "critics",
+        "curation",
+        "querygen",
+        "annotation",
+    ):
         assert f"COPY {package} ./{package}" in dockerfile
 
 
@@ -55,7 +64,10 @@ def test_healthchecks_and_startup_order(compose: dict[str, Any]) -> None:
         assert svc["healthcheck"]["test"], f"{name} has no healthcheck"
     worker_deps = services["prefect-worker"]["depends_on"]
     assert {k for k, v in worker_deps.items() if v["condition"] == "service_healthy"} == {
-        "postgres", "minio", "prefect-server"}
+        "postgres",
+        "minio",
+        "prefect-server",
+    }
 
 
 def test_volumes_declared_and_used(compose: dict[str, Any]) -> None:
@@ -71,7 +83,9 @@ def test_volumes_declared_and_used(compose: dict[str, Any]) -> None:
     assert used == declared
 
 
-def test_worker_env_is_valid_trajforge_config(compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_env_is_valid_trajforge_config(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     services = compose["services"]
     env = services["prefect-worker"]["environment"]
     for key, value in env.items():
@@ -79,8 +93,10 @@ def test_worker_env_is_valid_trajforge_config(compose: dict[str, Any], monkeypat
     settings = load_settings()  # raises on any misspelt TRAJFORGE_ variable or bad value
     assert settings.store.backend == "s3"
     pg = services["postgres"]["environment"]
-    assert settings.db_url == (f"postgresql+psycopg://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}"
-                               f"@postgres:5432/{pg['POSTGRES_DB']}")
+    assert settings.db_url == (
+        f"postgresql+psycopg://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}"
+        f"@postgres:5432/{pg['POSTGRES_DB']}"
+    )
     minio = services["minio"]["environment"]
     assert settings.s3.endpoint == "minio:9000"
     assert settings.s3.access_key.get_secret_value() == minio["MINIO_ROOT_USER"]

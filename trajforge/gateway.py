@@ -207,19 +207,42 @@ class LLMGateway:
         text = response.choices[0].message.content or ""
         prompt = response.usage.prompt_tokens if response.usage else 0
         completion = response.usage.completion_tokens if response.usage else 0
-        cost = (prompt * self.settings.prompt_usd_per_1k + completion * self.settings.completion_usd_per_1k) / 1000
+        cost = (
+            prompt * self.settings.prompt_usd_per_1k + completion * self.settings.completion_usd_per_1k
+        ) / 1000
         usage.calls += 1
         usage.retries += attempts - 1
         usage.prompt_tokens += prompt
         usage.completion_tokens += completion
         usage.cost_usd += cost
         if self.cache is not None:
-            self.cache.put(CachedCall(key, stage, model, text, prompt, completion, cost, latency_ms, attempts, round_id))
+            self.cache.put(
+                CachedCall(
+                    key,
+                    stage,
+                    model,
+                    text,
+                    prompt,
+                    completion,
+                    cost,
+                    latency_ms,
+                    attempts,
+                    round_id,
+                )
+            )
         return self._result(text, key, prompt, completion, cost, False, attempts, json_mode)
 
     @staticmethod
-    def _result(text: str, key: str, prompt: int, completion: int, cost: float, cached: bool,
-                attempts: int, json_mode: bool) -> LLMResult:
+    def _result(
+        text: str,
+        key: str,
+        prompt: int,
+        completion: int,
+        cost: float,
+        cached: bool,
+        attempts: int,
+        json_mode: bool,
+    ) -> LLMResult:
         data, error = parse_json_output(text) if json_mode else (None, None)
         return LLMResult(text, key, prompt, completion, cost, cached, attempts, data, error)
 
@@ -237,7 +260,9 @@ class LLMGateway:
                 error, retry_after, final = exc, None, LLMTimeout
             except openai.APIStatusError as exc:
                 if exc.status_code < 500:
-                    raise LLMError(f"{stage}: endpoint refused the request ({exc.status_code}): {exc.message}") from exc
+                    raise LLMError(
+                        f"{stage}: endpoint refused the request ({exc.status_code}): {exc.message}"
+                    ) from exc
                 error, retry_after, final = exc, None, LLMError
             except openai.APIConnectionError as exc:
                 error, retry_after, final = exc, None, LLMError

@@ -9,12 +9,11 @@ the only place that reads the environment.
 
 from __future__ import annotations
 
-from pathlib import Path
-from collections.abc import Mapping
-from typing import Any, Literal
-
 import difflib
 import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
@@ -72,7 +71,10 @@ class S3Settings(BaseSettings):
     access_key: SecretStr = Field(SecretStr("minioadmin"), description="Access key id.")
     secret_key: SecretStr = Field(SecretStr("minioadmin"), description="Secret access key.")
     bucket: str = Field(
-        "trajforge", min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$",
+        "trajforge",
+        min_length=3,
+        max_length=63,
+        pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$",
         description="Bucket for all trajforge objects (created if missing).",
     )
     secure: bool = Field(False, description="Use HTTPS.")
@@ -161,7 +163,7 @@ def load_settings(config_file: Path | None = None) -> Settings:
     store: StoreSettings = parts["store"]  # type: ignore[assignment]
     if store.path is not None and not store.path.is_absolute():
         store = store.model_copy(update={"path": Path.cwd() / store.path})
-    return Settings(home=root, db=parts["db"], store=store, s3=parts["s3"], llm=parts["llm"])  # type: ignore[arg-type]
+    return Settings(home=root, db=parts["db"], store=store, s3=parts["s3"], llm=parts["llm"])
 
 
 # Reserved for the test suite and CI (e.g. TRAJFORGE_TEST_REQUIRE_SERVICES), never settings.
@@ -197,7 +199,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config {path}: top level must be a mapping of sections, got {type(data).__name__}")
+        raise ConfigError(
+            f"config {path}: top level must be a mapping of sections, got {type(data).__name__}"
+        )
     allowed = {"home", *_SECTIONS}
     for key, value in data.items():
         if key not in allowed:
@@ -216,7 +220,7 @@ def _describe(exc: ValidationError, source: str) -> str:
     section = next((n for n, c in _SECTIONS.items() if c.__name__ == model), "")
     field = ".".join(str(p) for p in err["loc"])
     where = f"{section}.{field}" if section else field
-    prefix = (_SECTIONS[section].model_config.get("env_prefix", "") if section else "TRAJFORGE_")
+    prefix = _SECTIONS[section].model_config.get("env_prefix", "") if section else "TRAJFORGE_"
     env_name = f"{prefix}{field}".upper()
     if err["type"] == "extra_forbidden":
         known = ", ".join(sorted(_SECTIONS[section].model_fields)) if section else ""

@@ -16,25 +16,50 @@ from trajforge.actions import CODECS, Screen, get_codec
 TRAJFORGE = shutil.which("trajforge", path=str(Path(sys.executable).parent)) or "trajforge"
 
 
-def cli(*args: str, stdin: str = "", env: dict[str, str] | None = None,
-        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, stdin: str = "", env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
     full_env.update(env or {})
-    return subprocess.run([TRAJFORGE, *args], input=stdin, capture_output=True, text=True, env=full_env,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [TRAJFORGE, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 SAMPLES = {
-    "agentcpm": ['{"POINT":[500,500]}', '{"POINT":[500,200],"to":"up"}', '{"TYPE":"你好"}', '{"PRESS":"BACK"}',
-                 '{"duration":1000}', '{"STATUS":"finish"}'],
-    "qwen": ['<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[540,1200]}}</tool_call>',
-             '<tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"success"}}</tool_call>'],
-    "uitars": ["click(start_box='(500,500)')", "scroll(start_box='(500,500)', direction='down')",
-               "type(content='hi')", "finished()"],
-    "mobiler1": ['<think>t</think><action>tap</action><tool_call>{"name":"mobile_use","arguments":'
-                 '{"action":"click","coordinate":[540,1200]}}</tool_call>'],
-    "androidworld": ['{"action_type":"click","x":540,"y":1200}', '{"action_type":"navigate_home"}',
-                     '{"action_type":"status","goal_status":"complete"}'],
+    "agentcpm": [
+        '{"POINT":[500,500]}',
+        '{"POINT":[500,200],"to":"up"}',
+        '{"TYPE":"你好"}',
+        '{"PRESS":"BACK"}',
+        '{"duration":1000}',
+        '{"STATUS":"finish"}',
+    ],
+    "qwen": [
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[540,1200]}}</tool_call>',
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"success"}}</tool_call>',
+    ],
+    "uitars": [
+        "click(start_box='(500,500)')",
+        "scroll(start_box='(500,500)', direction='down')",
+        "type(content='hi')",
+        "finished()",
+    ],
+    "mobiler1": [
+        '<think>t</think><action>tap</action><tool_call>{"name":"mobile_use","arguments":'
+        '{"action":"click","coordinate":[540,1200]}}</tool_call>'
+    ],
+    "androidworld": [
+        '{"action_type":"click","x":540,"y":1200}',
+        '{"action_type":"navigate_home"}',
+        '{"action_type":"status","goal_status":"complete"}',
+    ],
 }
 
 
@@ -42,8 +67,17 @@ SAMPLES = {
 @pytest.mark.parametrize("dst", sorted(CODECS))
 def test_convert_every_pair_matches_the_library(src: str, dst: str) -> None:
     lines = SAMPLES[src]
-    result = cli("actions", "convert", "--from", src, "--to", dst, "--screen", "1080x2400",
-                 stdin="\n".join(lines) + "\n")
+    result = cli(
+        "actions",
+        "convert",
+        "--from",
+        src,
+        "--to",
+        dst,
+        "--screen",
+        "1080x2400",
+        stdin="\n".join(lines) + "\n",
+    )
     out = result.stdout.splitlines()
     assert len(out) == len(lines)
     screen = Screen(1080, 2400)
@@ -72,8 +106,17 @@ def test_convert_malformed_lines_keep_their_place() -> None:
 
 
 def test_convert_to_canonical_uses_screen_for_pixels() -> None:
-    result = cli("actions", "convert", "--from", "androidworld", "--to", "canonical", "--screen", "720x1280",
-                 stdin='{"action_type":"click","x":719,"y":0}\n')
+    result = cli(
+        "actions",
+        "convert",
+        "--from",
+        "androidworld",
+        "--to",
+        "canonical",
+        "--screen",
+        "720x1280",
+        stdin='{"action_type":"click","x":719,"y":0}\n',
+    )
     assert result.returncode == 0
     assert json.loads(result.stdout) == {"kind": "click", "point": [1000, 0]}
 
@@ -81,7 +124,10 @@ def test_convert_to_canonical_uses_screen_for_pixels() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--from", "json", "--to", "qwen"], "error: unknown action format 'json'; known: agentcpm, qwen"),
+        (
+            ["--from", "json", "--to", "qwen"],
+            "error: unknown action format 'json'; known: agentcpm, qwen",
+        ),
         (["--from", "qwen", "--to", "qwen", "--screen", "big"], "error: screen 'big' is not WxH"),
     ],
 )
@@ -95,16 +141,31 @@ def test_convert_bad_arguments(args: list[str], message: str) -> None:
     ("env", "yaml_text", "message"),
     [
         ({}, "llm:\n  temprature: 0\n", "unknown key 'llm.temprature'"),
-        ({"TRAJFORGE_DB_URL": "postgres//nope"}, None, "database URL 'postgres//nope' is malformed"),
-        ({"TRAJFORGE_DB_URL": "postgresql+psycopg://u:s3cr3t@127.0.0.1:1/x"}, None,
-         "cannot connect to database postgresql+psycopg://u:***@127.0.0.1:1/x"),
-        ({"TRAJFORGE_STORE_BACKEND": "s3", "TRAJFORGE_S3_ENDPOINT": "127.0.0.1:1", "TRAJFORGE_S3_TIMEOUT_S": "1"},
-         None, "cannot reach S3 endpoint 127.0.0.1:1"),
+        (
+            {"TRAJFORGE_DB_URL": "postgres//nope"},
+            None,
+            "database URL 'postgres//nope' is malformed",
+        ),
+        (
+            {"TRAJFORGE_DB_URL": "postgresql+psycopg://u:s3cr3t@127.0.0.1:1/x"},
+            None,
+            "cannot connect to database postgresql+psycopg://u:***@127.0.0.1:1/x",
+        ),
+        (
+            {
+                "TRAJFORGE_STORE_BACKEND": "s3",
+                "TRAJFORGE_S3_ENDPOINT": "127.0.0.1:1",
+                "TRAJFORGE_S3_TIMEOUT_S": "1",
+            },
+            None,
+            "cannot reach S3 endpoint 127.0.0.1:1",
+        ),
     ],
 )
 @pytest.mark.parametrize("command", ["run", "check"])
-def test_bad_configuration_is_one_line_and_exit_1(tmp_path: Path, command: str, env: dict[str, str],
-                                                  yaml_text: str | None, message: str) -> None:
+def test_bad_configuration_is_one_line_and_exit_1(
+    tmp_path: Path, command: str, env: dict[str, str], yaml_text: str | None, message: str
+) -> None:
     args = [command]
     if yaml_text is not None:
         (tmp_path / "run.yaml").write_text(yaml_text)
@@ -137,8 +198,14 @@ def test_home_override(tmp_path: Path) -> None:
 
 
 def test_config_show_masks_secrets(tmp_path: Path) -> None:
-    result = cli("config", env={"TRAJFORGE_DB_URL": "postgresql://u:hunter2@h/d",
-                                "TRAJFORGE_LLM_API_KEY": "sk-secret"}, cwd=tmp_path)
+    result = cli(
+        "config",
+        env={
+            "TRAJFORGE_DB_URL": "postgresql://u:hunter2@h/d",
+            "TRAJFORGE_LLM_API_KEY": "sk-secret",
+        },
+        cwd=tmp_path,
+    )
     assert result.returncode == 0
     assert "db.url = postgresql://u:***@h/d" in result.stdout
     assert "hunter2" not in result.stdout and "sk-secret" not in result.stdout

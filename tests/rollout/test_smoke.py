@@ -28,8 +28,9 @@ def store_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     return str(request.param)
 
 
-def test_smoke_round_writes_the_spine(engine: Engine, db_url: str, store_env: str,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_smoke_round_writes_the_spine(
+    engine: Engine, db_url: str, store_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
     report = run_smoke_round(settings, episodes=4)

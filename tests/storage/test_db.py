@@ -32,8 +32,15 @@ def _episode(sessions: sessionmaker[Session]) -> int:
 
 def _steps(episode_id: int, n: int) -> list[dict]:
     return [
-        {"episode_id": episode_id, "index": i, "screenshot": f"{i:064x}", "width": 1080, "height": 2400,
-         "action": {"kind": "click", "point": [i % 1000, 5]}, "raw_output": f"out {i}"}
+        {
+            "episode_id": episode_id,
+            "index": i,
+            "screenshot": f"{i:064x}",
+            "width": 1080,
+            "height": 2400,
+            "action": {"kind": "click", "point": [i % 1000, 5]},
+            "raw_output": f"out {i}",
+        }
         for i in range(n)
     ]
 
@@ -44,8 +51,23 @@ def test_upgrade_is_idempotent_and_matches_models(engine: Engine) -> None:
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
         tables = set(inspect(conn).get_table_names())
-    expected = {"app", "query", "policy", "round", "episode", "step", "judgment", "anchor", "sample",
-                "dataset", "dataset_version", "shard", "version_shard", "llm_call", "exclusion"}
+    expected = {
+        "app",
+        "query",
+        "policy",
+        "round",
+        "episode",
+        "step",
+        "judgment",
+        "anchor",
+        "sample",
+        "dataset",
+        "dataset_version",
+        "shard",
+        "version_shard",
+        "llm_call",
+        "exclusion",
+    }
     assert expected <= tables
 
 
@@ -73,7 +95,13 @@ def test_bulk_insert_is_idempotent(sessions: sessionmaker[Session]) -> None:
 
 def test_unique_keys_protect_reruns(sessions: sessionmaker[Session]) -> None:
     ep = _episode(sessions)
-    judgment = {"critic": "step", "critic_version": "1", "target": "step", "target_id": ep, "label": "GOOD"}
+    judgment = {
+        "critic": "step",
+        "critic_version": "1",
+        "target": "step",
+        "target_id": ep,
+        "label": "GOOD",
+    }
     with transaction(sessions) as s:
         insert_ignore(s, Judgment, [judgment, judgment], ["critic", "critic_version", "target", "target_id"])
     with pytest.raises(IntegrityError), transaction(sessions) as s:

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from storage.keys import blob_key, sha256_hex
-from storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, open_object_store, put_blob
+from storage.objectstore import (
+    LocalObjectStore,
+    ObjectStore,
+    S3ObjectStore,
+    open_object_store,
+    put_blob,
+)
 from trajforge.errors import ObjectNotFound, StorageError
 from trajforge.settings import S3Settings, load_settings
 

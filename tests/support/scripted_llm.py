@@ -44,8 +44,12 @@ class Recorded:
 class ScriptedLLM:
     """Answers, in order of precedence: queued replies, substring rules, the responder, `default`."""
 
-    def __init__(self, default: Reply | None = None, latency_s: float = 0.0,
-                 responder: Callable[[Recorded], Reply | None] | None = None) -> None:
+    def __init__(
+        self,
+        default: Reply | None = None,
+        latency_s: float = 0.0,
+        responder: Callable[[Recorded], Reply | None] | None = None,
+    ) -> None:
         self.default = default or Reply()
         self.latency_s = latency_s
         self.responder = responder
@@ -141,7 +145,9 @@ def _record(body: dict[str, Any]) -> Recorded:
     images, texts = 0, []
     for msg in messages:
         content = msg.get("content")
-        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        parts: list[dict[str, Any]] = (
+            [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        )
         for part in parts:
             if part.get("type") == "text":
                 texts.append(part["text"])
@@ -164,8 +170,16 @@ def _completion(model: str, reply: Reply) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": reply.content}}],
-        "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                  "total_tokens": reply.prompt_tokens + reply.completion_tokens},
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": reply.content},
+            }
+        ],
+        "usage": {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        },
     }

@@ -16,43 +16,100 @@ K = ActionKind
 PARSES = [
     # AgentCPM-GUI compact JSON (seed 000 Table 1)
     ("agentcpm", '{"POINT":[480,320]}', A(kind=K.CLICK, point=(480, 320))),
-    ("agentcpm", ' { "POINT" : [480, 320], "duration": 1000 } ', A(kind=K.LONG_PRESS, point=(480, 320), duration_ms=1000)),
-    ("agentcpm", '{"POINT":[500,200],"to":"down"}', A(kind=K.SWIPE, point=(500, 200), direction="down")),
-    ("agentcpm", '{"POINT":[500,200],"to":[500,800]}', A(kind=K.SWIPE, point=(500, 200), to=(500, 800))),
+    (
+        "agentcpm",
+        ' { "POINT" : [480, 320], "duration": 1000 } ',
+        A(kind=K.LONG_PRESS, point=(480, 320), duration_ms=1000),
+    ),
+    (
+        "agentcpm",
+        '{"POINT":[500,200],"to":"down"}',
+        A(kind=K.SWIPE, point=(500, 200), direction="down"),
+    ),
+    (
+        "agentcpm",
+        '{"POINT":[500,200],"to":[500,800]}',
+        A(kind=K.SWIPE, point=(500, 200), to=(500, 800)),
+    ),
     ("agentcpm", '{"PRESS":"HOME"}', A(kind=K.PRESS, key="home")),
     ("agentcpm", '{"TYPE":"Hello,world!"}', A(kind=K.TYPE, text="Hello,world!")),
     ("agentcpm", '{"duration":500}', A(kind=K.WAIT, duration_ms=500)),
     ("agentcpm", '{"STATUS":"finish"}', A(kind=K.TERMINATE, status="success")),
     ("agentcpm", '{"STATUS":"impossible"}', A(kind=K.TERMINATE, status="failure")),
-    ("agentcpm", '{"thought":"点击搜索","POINT":[10,20],"STATUS":"continue"}',
-     A(kind=K.CLICK, point=(10, 20), thought="点击搜索")),
+    (
+        "agentcpm",
+        '{"thought":"点击搜索","POINT":[10,20],"STATUS":"continue"}',
+        A(kind=K.CLICK, point=(10, 20), thought="点击搜索"),
+    ),
     # GUI-Owl / Qwen mobile_use, pixels and seconds
-    ("qwen", '<tool_call>\n{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [1079, 0]}}\n</tool_call>',
-     A(kind=K.CLICK, point=(1000, 0))),
-    ("qwen", '{"name":"mobile_use","arguments":{"action":"long_press","coordinate":[540,1200],"time":2}}',
-     A(kind=K.LONG_PRESS, point=(500, 500), duration_ms=2000)),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"swipe","coordinate":[540,1800],"coordinate2":[540,600]}}</tool_call>',
-     A(kind=K.SWIPE, point=(500, 750), to=(500, 250))),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"system_button","button":"Menu"}}</tool_call>',
-     A(kind=K.PRESS, key="menu")),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"key","text":"KEYCODE_ENTER"}}</tool_call>',
-     A(kind=K.PRESS, key="enter")),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"open","text":"美团"}}</tool_call>',
-     A(kind=K.OPEN_APP, text="美团")),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"wait","time":1.5}}</tool_call>',
-     A(kind=K.WAIT, duration_ms=1500)),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"answer","text":"42"}}</tool_call>',
-     A(kind=K.ANSWER, text="42")),
-    ("qwen", '<thinking>done</thinking><tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"failure"}}</tool_call>',
-     A(kind=K.TERMINATE, status="failure", thought="done")),
+    (
+        "qwen",
+        '<tool_call>\n{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [1079, 0]}}\n</tool_call>',
+        A(kind=K.CLICK, point=(1000, 0)),
+    ),
+    (
+        "qwen",
+        '{"name":"mobile_use","arguments":{"action":"long_press","coordinate":[540,1200],"time":2}}',
+        A(kind=K.LONG_PRESS, point=(500, 500), duration_ms=2000),
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"swipe","coordinate":[540,1800],"coordinate2":[540,600]}}</tool_call>',
+        A(kind=K.SWIPE, point=(500, 750), to=(500, 250)),
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"system_button","button":"Menu"}}</tool_call>',
+        A(kind=K.PRESS, key="menu"),
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"key","text":"KEYCODE_ENTER"}}</tool_call>',
+        A(kind=K.PRESS, key="enter"),
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"open","text":"美团"}}</tool_call>',
+        A(kind=K.OPEN_APP, text="美团"),
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"wait","time":1.5}}</tool_call>',
+        A(kind=K.WAIT, duration_ms=1500),
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"answer","text":"42"}}</tool_call>',
+        A(kind=K.ANSWER, text="42"),
+    ),
+    (
+        "qwen",
+        '<thinking>done</thinking><tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"failure"}}</tool_call>',
+        A(kind=K.TERMINATE, status="failure", thought="done"),
+    ),
     # UI-TARS, 0-1000, scroll direction reversed
-    ("uitars", "Thought: tap search\nAction: click(start_box='<|box_start|>(100,200)<|box_end|>')",
-     A(kind=K.CLICK, point=(100, 200), thought="tap search")),
+    (
+        "uitars",
+        "Thought: tap search\nAction: click(start_box='<|box_start|>(100,200)<|box_end|>')",
+        A(kind=K.CLICK, point=(100, 200), thought="tap search"),
+    ),
     ("uitars", "click(start_box='(100,200,300,400)')", A(kind=K.CLICK, point=(200, 300))),
-    ("uitars", "long_press(start_box='(5,6)', time='1500')", A(kind=K.LONG_PRESS, point=(5, 6), duration_ms=1500)),
-    ("uitars", "scroll(start_box='(500,500)', direction='down')", A(kind=K.SWIPE, point=(500, 500), direction="up")),
+    (
+        "uitars",
+        "long_press(start_box='(5,6)', time='1500')",
+        A(kind=K.LONG_PRESS, point=(5, 6), duration_ms=1500),
+    ),
+    (
+        "uitars",
+        "scroll(start_box='(500,500)', direction='down')",
+        A(kind=K.SWIPE, point=(500, 500), direction="up"),
+    ),
     ("uitars", "scroll(direction='left')", A(kind=K.SWIPE, point=(500, 500), direction="right")),
-    ("uitars", "drag(start_box='(1,2)', end_box='(3,4)')", A(kind=K.SWIPE, point=(1, 2), to=(3, 4))),
+    (
+        "uitars",
+        "drag(start_box='(1,2)', end_box='(3,4)')",
+        A(kind=K.SWIPE, point=(1, 2), to=(3, 4)),
+    ),
     ("uitars", "type(content='it\\'s 5 o\\'clock')", A(kind=K.TYPE, text="it's 5 o'clock")),
     ("uitars", "press_back()", A(kind=K.PRESS, key="back")),
     ("uitars", "hotkey(key='enter')", A(kind=K.PRESS, key="enter")),
@@ -62,19 +119,41 @@ PARSES = [
     ("uitars", "finished(content='3 items')", A(kind=K.ANSWER, text="3 items")),
     ("uitars", "call_user()", A(kind=K.TERMINATE, status="failure")),
     # Mobile-R1 (the paper's own sample closes <think> with <think>)
-    ("mobiler1", '<think>On home screen.<think><action>Open Taobao</action><tool_call>{"name":"mobile_use","arguments":{"action":"open","text":"Taobao"}}</tool_call>',
-     A(kind=K.OPEN_APP, text="Taobao", thought="On home screen.", intent="Open Taobao")),
+    (
+        "mobiler1",
+        '<think>On home screen.<think><action>Open Taobao</action><tool_call>{"name":"mobile_use","arguments":{"action":"open","text":"Taobao"}}</tool_call>',
+        A(kind=K.OPEN_APP, text="Taobao", thought="On home screen.", intent="Open Taobao"),
+    ),
     # AndroidWorld JSONAction, pixels; scroll names content direction
     ("androidworld", '{"action_type":"click","x":540,"y":1200}', A(kind=K.CLICK, point=(500, 500))),
-    ("androidworld", '{"action_type":"scroll","direction":"down"}', A(kind=K.SWIPE, point=(500, 500), direction="up")),
-    ("androidworld", '{"action_type":"input_text","text":"hi","x":0,"y":0}', A(kind=K.TYPE, text="hi", point=(0, 0))),
+    (
+        "androidworld",
+        '{"action_type":"scroll","direction":"down"}',
+        A(kind=K.SWIPE, point=(500, 500), direction="up"),
+    ),
+    (
+        "androidworld",
+        '{"action_type":"input_text","text":"hi","x":0,"y":0}',
+        A(kind=K.TYPE, text="hi", point=(0, 0)),
+    ),
     ("androidworld", '{"action_type":"navigate_back"}', A(kind=K.PRESS, key="back")),
     ("androidworld", '{"action_type":"keyboard_enter"}', A(kind=K.PRESS, key="enter")),
-    ("androidworld", '{"action_type":"open_app","app_name":"Clock"}', A(kind=K.OPEN_APP, text="Clock")),
-    ("androidworld", '{"action_type":"status","goal_status":"infeasible"}', A(kind=K.TERMINATE, status="failure")),
+    (
+        "androidworld",
+        '{"action_type":"open_app","app_name":"Clock"}',
+        A(kind=K.OPEN_APP, text="Clock"),
+    ),
+    (
+        "androidworld",
+        '{"action_type":"status","goal_status":"infeasible"}',
+        A(kind=K.TERMINATE, status="failure"),
+    ),
     ("androidworld", '{"action_type":"answer","text":"yes"}', A(kind=K.ANSWER, text="yes")),
-    ("canonical", '{"kind":"swipe","point":[1,2],"direction":"left","duration_ms":300}',
-     A(kind=K.SWIPE, point=(1, 2), direction="left", duration_ms=300)),
+    (
+        "canonical",
+        '{"kind":"swipe","point":[1,2],"direction":"left","duration_ms":300}',
+        A(kind=K.SWIPE, point=(1, 2), direction="left", duration_ms=300),
+    ),
 ]
 
 
@@ -96,15 +175,41 @@ MALFORMED = [
     ("agentcpm", '{"STATUS":"need_feedback"}', "unsupported_status"),
     ("agentcpm", '{"to":"up"}', "missing_field"),
     ("agentcpm", "{}", "no_action"),
-    ("qwen", '<tool_call>{"name":"computer_use","arguments":{"action":"click"}}</tool_call>', "unknown_tool"),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"fly"}}</tool_call>', "unknown_action"),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"click"}}</tool_call>', "missing_field"),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[2000,10]}}</tool_call>',
-     "coordinate_out_of_screen"),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"type"}}</tool_call>', "missing_field"),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"wait","time":"soon"}}</tool_call>', "bad_value"),
-    ("qwen", '<tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"maybe"}}</tool_call>',
-     "bad_value"),
+    (
+        "qwen",
+        '<tool_call>{"name":"computer_use","arguments":{"action":"click"}}</tool_call>',
+        "unknown_tool",
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"fly"}}</tool_call>',
+        "unknown_action",
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"click"}}</tool_call>',
+        "missing_field",
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[2000,10]}}</tool_call>',
+        "coordinate_out_of_screen",
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"type"}}</tool_call>',
+        "missing_field",
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"wait","time":"soon"}}</tool_call>',
+        "bad_value",
+    ),
+    (
+        "qwen",
+        '<tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"maybe"}}</tool_call>',
+        "bad_value",
+    ),
     ("uitars", "click(start_box='(1,2)'", "invalid_call"),
     ("uitars", "Action: click()", "missing_field"),
     ("uitars", "click(start_box='(1)')", "bad_coordinate"),
@@ -166,7 +271,7 @@ def test_unknown_format_and_bad_screen() -> None:
 # --- round-trips -------------------------------------------------------------------
 
 coords = st.tuples(st.integers(0, 1000), st.integers(0, 1000))
-texts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
+texts = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=30)
 durations = st.one_of(st.none(), st.integers(0, 600_000))
 notes = st.one_of(st.none(), texts)
 

@@ -22,8 +22,9 @@ async def _no_sleep(_: float) -> None:
 
 
 def gateway(llm: ScriptedLLM, cache=None, **overrides) -> LLMGateway:
-    settings = LLMSettings(base_url=llm.url, api_key="sk-test", model="scripted", backoff_base_s=0.01,
-                           **overrides)
+    settings = LLMSettings(
+        base_url=llm.url, api_key="sk-test", model="scripted", backoff_base_s=0.01, **overrides
+    )
     return LLMGateway(settings, cache, sleep=_no_sleep)
 
 
@@ -63,8 +64,12 @@ async def test_json_mode_keeps_raw_and_reason(scripted_llm: ScriptedLLM, content
 
 
 async def test_retries_429_and_5xx_then_succeeds(scripted_llm: ScriptedLLM) -> None:
-    scripted_llm.enqueue(Reply(status=429, headers={"retry-after": "0"}), Reply(status=500), Reply(status=503),
-                         Reply(content="finally"))
+    scripted_llm.enqueue(
+        Reply(status=429, headers={"retry-after": "0"}),
+        Reply(status=500),
+        Reply(status=503),
+        Reply(content="finally"),
+    )
     gw = gateway(scripted_llm)
     result = await gw.chat(USER, stage="policy")
     assert (result.text, result.attempts) == ("finally", 4)
@@ -120,8 +125,9 @@ async def test_concurrency_is_bounded(scripted_llm: ScriptedLLM) -> None:
     assert peak == 4
 
 
-async def test_cache_means_a_rerun_never_pays_twice(scripted_llm: ScriptedLLM,
-                                                    sessions: sessionmaker[Session]) -> None:
+async def test_cache_means_a_rerun_never_pays_twice(
+    scripted_llm: ScriptedLLM, sessions: sessionmaker[Session]
+) -> None:
     scripted_llm.enqueue(Reply(content='{"a": 1}', prompt_tokens=7, completion_tokens=2))
     cache = SqlResponseCache(sessions)
     first = await gateway(scripted_llm, cache).chat(USER, stage="judge", json_mode=True)

@@ -45,9 +45,18 @@ def test_yaml_overrides_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     ("yaml_text", "message"),
     [
         ("llm:\n  modle: x\n", "unknown key 'llm.modle'; known keys: api_key, backoff_base_s"),
-        ("databse:\n  url: x\n", "unknown section 'databse'; known sections: db, home, llm, s3, store"),
-        ("llm:\n  concurrency: 0\n", "llm.concurrency (env TRAJFORGE_LLM_CONCURRENCY) = 0: Input should be greater"),
-        ("store:\n  backend: gcs\n", "store.backend (env TRAJFORGE_STORE_BACKEND) = 'gcs': Input should be 'local' or 's3'"),
+        (
+            "databse:\n  url: x\n",
+            "unknown section 'databse'; known sections: db, home, llm, s3, store",
+        ),
+        (
+            "llm:\n  concurrency: 0\n",
+            "llm.concurrency (env TRAJFORGE_LLM_CONCURRENCY) = 0: Input should be greater",
+        ),
+        (
+            "store:\n  backend: gcs\n",
+            "store.backend (env TRAJFORGE_STORE_BACKEND) = 'gcs': Input should be 'local' or 's3'",
+        ),
         ("s3:\n  endpoint: http://minio:9000\n", "give host:port without a scheme"),
         ("s3:\n  bucket: A\n", "s3.bucket"),
         ("llm: 3\n", "section 'llm' must be a mapping"),
@@ -109,7 +118,9 @@ def test_redact_url_and_log_filter(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_misspelt_env_variable_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAJFORGE_LLM_MODLE", "x")
-    with pytest.raises(ConfigError, match="unknown variable TRAJFORGE_LLM_MODLE; did you mean TRAJFORGE_LLM_MODEL"):
+    with pytest.raises(
+        ConfigError, match="unknown variable TRAJFORGE_LLM_MODLE; did you mean TRAJFORGE_LLM_MODEL"
+    ):
         load_settings()
     monkeypatch.delenv("TRAJFORGE_LLM_MODLE")
     monkeypatch.setenv("TRAJFORGE_TEST_ANYTHING", "1")  # reserved for tests and CI

@@ -24,7 +24,12 @@ from trajforge.errors import ParseError, UnsupportedAction
 _KEYS = {"POINT", "to", "TYPE", "PRESS", "STATUS", "duration", "thought"}
 _PRESS = {"HOME": "home", "BACK": "back", "ENTER": "enter"}
 # STATUS values of §3.2 that end the task, and how.
-_STATUS = {"finish": "success", "satisfied": "success", "impossible": "failure", "interrupt": "failure"}
+_STATUS = {
+    "finish": "success",
+    "satisfied": "success",
+    "impossible": "failure",
+    "interrupt": "failure",
+}
 
 
 class AgentCPMCodec:
@@ -34,7 +39,9 @@ class AgentCPMCodec:
         data = load_json_object(text, text)
         unknown = set(data) - _KEYS
         if unknown:
-            raise ParseError("unknown_field", f"unknown key(s) {sorted(unknown)}; known: {sorted(_KEYS)}", text)
+            raise ParseError(
+                "unknown_field", f"unknown key(s) {sorted(unknown)}; known: {sorted(_KEYS)}", text
+            )
         thought = data.get("thought")
         if thought is not None and not isinstance(thought, str):
             raise ParseError("bad_value", f"'thought' must be a string, got {thought!r}", text)
@@ -69,7 +76,9 @@ class AgentCPMCodec:
         elif "PRESS" in data:
             key = _PRESS.get(str(data["PRESS"]).upper())
             if key is None:
-                raise ParseError("unsupported_key", f"PRESS {data['PRESS']!r}; known: HOME, BACK, ENTER", text)
+                raise ParseError(
+                    "unsupported_key", f"PRESS {data['PRESS']!r}; known: HOME, BACK, ENTER", text
+                )
             fields.update(kind=ActionKind.PRESS, key=key)
         elif duration is not None:
             fields.update(kind=ActionKind.WAIT, duration_ms=duration)
@@ -81,7 +90,9 @@ class AgentCPMCodec:
     def _to(value: Any, raw: str) -> dict[str, Any]:
         if isinstance(value, str):
             if value not in DIRECTIONS:
-                raise ParseError("bad_value", f"'to' direction {value!r}; known: {', '.join(DIRECTIONS)}", raw)
+                raise ParseError(
+                    "bad_value", f"'to' direction {value!r}; known: {', '.join(DIRECTIONS)}", raw
+                )
             return {"direction": value}
         return {"to": norm_point(value, raw, "to")}
 

@@ -58,7 +58,7 @@ class AndroidWorldCodec:
             direction = str(data.get("direction", "")).lower()
             if direction not in OPPOSITE:
                 raise ParseError("bad_value", f"{kind} direction {data.get('direction')!r}", text)
-            finger: Direction = OPPOSITE[direction] if kind == "scroll" else direction  # type: ignore[assignment,index]
+            finger: Direction = OPPOSITE[direction] if kind == "scroll" else direction
             f.update(kind=ActionKind.SWIPE, point=xy(required=False) or (500, 500), direction=finger)
         elif kind == "input_text":
             f.update(kind=ActionKind.TYPE, text=require_str(data, "text", text), point=xy(required=False))
@@ -73,7 +73,11 @@ class AndroidWorldCodec:
         elif kind == "status":
             goal = _GOAL.get(str(data.get("goal_status", "")).lower())
             if goal is None:
-                raise ParseError("bad_value", f"goal_status {data.get('goal_status')!r}; known: complete, infeasible", text)
+                raise ParseError(
+                    "bad_value",
+                    f"goal_status {data.get('goal_status')!r}; known: complete, infeasible",
+                    text,
+                )
             f.update(kind=ActionKind.TERMINATE, status=goal)
         else:
             raise ParseError("unknown_action", f"JSONAction action_type {kind!r}", text)
@@ -99,7 +103,10 @@ class AndroidWorldCodec:
         elif kind == ActionKind.ANSWER:
             out.update(action_type="answer", text=action.text)
         else:
-            out.update(action_type="status", goal_status="complete" if action.status == "success" else "infeasible")
+            out.update(
+                action_type="status",
+                goal_status="complete" if action.status == "success" else "infeasible",
+            )
         if action.point is not None:
             out["x"], out["y"] = screen.to_px(action.point)
         return json.dumps(out, ensure_ascii=False, separators=(",", ":"))

@@ -18,7 +18,12 @@ Status = Literal["success", "failure"]
 Point = tuple[int, int]
 
 DIRECTIONS: tuple[Direction, ...] = ("up", "down", "left", "right")
-OPPOSITE: dict[Direction, Direction] = {"up": "down", "down": "up", "left": "right", "right": "left"}
+OPPOSITE: dict[Direction, Direction] = {
+    "up": "down",
+    "down": "up",
+    "left": "right",
+    "right": "left",
+}
 # A swipe given only by direction is drawn this far (in 0-1000 units) when a format needs
 # two points; about a third of the screen, the distance android_world's scroll uses.
 SWIPE_DISTANCE = 300
@@ -119,8 +124,11 @@ class Action(BaseModel):
 
     def to_json(self) -> str:
         """Compact canonical JSON (the `canonical` format)."""
-        return json.dumps(self.model_dump(mode="json", exclude_none=True), ensure_ascii=False,
-                          separators=(",", ":"))
+        return json.dumps(
+            self.model_dump(mode="json", exclude_none=True),
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
 
 
 def _clamp(value: int) -> int:
@@ -133,8 +141,7 @@ def survives_markup(note: str | None) -> bool:
     Parsers strip surrounding whitespace and stop at the next tag, so a note with
     either does not round-trip exactly.
     """
-    return note is None or (note != "" and note == note.strip() and "<" not in note
-                            and "Action:" not in note)
+    return note is None or (note != "" and note == note.strip() and "<" not in note and "Action:" not in note)
 
 
 def build_action(raw: str, **fields: Any) -> Action:
@@ -180,7 +187,10 @@ class Screen:
                 f"pixel ({x:g}, {y:g}) is outside the {self.width}x{self.height} screen",
                 raw,
             )
-        return (_clamp(round(x * NORM / (self.width - 1))), _clamp(round(y * NORM / (self.height - 1))))
+        return (
+            _clamp(round(x * NORM / (self.width - 1))),
+            _clamp(round(y * NORM / (self.height - 1))),
+        )
 
 
 DEFAULT_SCREEN = Screen(1080, 2400)

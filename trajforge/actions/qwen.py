@@ -26,7 +26,12 @@ from trajforge.errors import ParseError
 TOOL_NAME = "mobile_use"
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 _BUTTONS = {"back": "back", "home": "home", "menu": "menu", "enter": "enter"}
-_KEYCODES = {"KEYCODE_BACK": "back", "KEYCODE_HOME": "home", "KEYCODE_MENU": "menu", "KEYCODE_ENTER": "enter"}
+_KEYCODES = {
+    "KEYCODE_BACK": "back",
+    "KEYCODE_HOME": "home",
+    "KEYCODE_MENU": "menu",
+    "KEYCODE_ENTER": "enter",
+}
 _STATUSES = {"success": "success", "failure": "failure", "fail": "failure"}
 
 
@@ -65,8 +70,11 @@ def parse_tool_call(body: str, screen: Screen, raw: str, **extra: str | None) ->
     if action == "click":
         fields.update(kind=ActionKind.CLICK, point=point("coordinate"))
     elif action == "long_press":
-        fields.update(kind=ActionKind.LONG_PRESS, point=point("coordinate"),
-                      duration_ms=_seconds_to_ms(args.get("time"), raw))
+        fields.update(
+            kind=ActionKind.LONG_PRESS,
+            point=point("coordinate"),
+            duration_ms=_seconds_to_ms(args.get("time"), raw),
+        )
     elif action == "swipe":
         fields.update(kind=ActionKind.SWIPE, point=point("coordinate"), to=point("coordinate2"))
     elif action == "type":
@@ -74,7 +82,9 @@ def parse_tool_call(body: str, screen: Screen, raw: str, **extra: str | None) ->
     elif action == "system_button":
         button = _BUTTONS.get(require_str(args, "button", raw).lower())
         if button is None:
-            raise ParseError("unsupported_key", f"button {args['button']!r}; known: Back, Home, Menu, Enter", raw)
+            raise ParseError(
+                "unsupported_key", f"button {args['button']!r}; known: Back, Home, Menu, Enter", raw
+            )
         fields.update(kind=ActionKind.PRESS, key=button)
     elif action == "key":
         key = _KEYCODES.get(require_str(args, "text", raw).upper())
@@ -90,7 +100,9 @@ def parse_tool_call(body: str, screen: Screen, raw: str, **extra: str | None) ->
     elif action == "terminate":
         status = _STATUSES.get(require_str(args, "status", raw).lower())
         if status is None:
-            raise ParseError("bad_value", f"terminate status {args['status']!r}; known: success, failure", raw)
+            raise ParseError(
+                "bad_value", f"terminate status {args['status']!r}; known: success, failure", raw
+            )
         fields.update(kind=ActionKind.TERMINATE, status=status)
     else:
         raise ParseError("unknown_action", f"mobile_use action {action!r}", raw)
@@ -166,7 +178,9 @@ class MobileR1Codec:
             raise ParseError("missing_tag", "no <tool_call>…</tool_call> block", text)
         think, intent = self._THINK.search(text), self._ACTION.search(text)
         return parse_tool_call(
-            match[1], screen, text,
+            match[1],
+            screen,
+            text,
             thought=think[1].strip() if think else None,
             intent=intent[1].strip() if intent else None,
         )

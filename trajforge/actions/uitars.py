@@ -93,7 +93,7 @@ class UITarsCodec:
             if content_dir not in OPPOSITE:
                 raise ParseError("bad_value", f"scroll direction {args.get('direction')!r}", raw)
             start = box("start_box") if "start_box" in args else (500, 500)
-            finger: Direction = OPPOSITE[content_dir]  # type: ignore[index]
+            finger: Direction = OPPOSITE[content_dir]
             f.update(kind=ActionKind.SWIPE, point=start, direction=finger)
         elif name == "drag":
             f.update(kind=ActionKind.SWIPE, point=box("start_box"), to=box("end_box"))

@@ -35,9 +35,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_app")),
         sa.UniqueConstraint("name", name=op.f("uq_app_name")),
     )
@@ -51,9 +49,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_dataset")),
         sa.UniqueConstraint("name", name=op.f("uq_dataset_name")),
     )
@@ -77,9 +73,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_judgment")),
         sa.UniqueConstraint(
             "critic",
@@ -110,12 +104,8 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
-        sa.ForeignKeyConstraint(
-            ["parent_id"], ["policy.id"], name=op.f("fk_policy_parent_id_policy")
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.ForeignKeyConstraint(["parent_id"], ["policy.id"], name=op.f("fk_policy_parent_id_policy")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_policy")),
         sa.UniqueConstraint("name", "version", name=op.f("uq_policy_name_version")),
     )
@@ -132,17 +122,13 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_shard")),
         sa.UniqueConstraint("sha256", name=op.f("uq_shard_sha256")),
     )
     op.create_table(
         "dataset_version",
-        sa.Column(
-            "dataset_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("dataset_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
         sa.Column("parent_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
@@ -161,9 +147,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.ForeignKeyConstraint(
             ["dataset_id"], ["dataset.id"], name=op.f("fk_dataset_version_dataset_id_dataset")
         ),
@@ -173,16 +157,12 @@ def upgrade() -> None:
             name=op.f("fk_dataset_version_parent_id_dataset_version"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_dataset_version")),
-        sa.UniqueConstraint(
-            "dataset_id", "version", name=op.f("uq_dataset_version_dataset_id_version")
-        ),
+        sa.UniqueConstraint("dataset_id", "version", name=op.f("uq_dataset_version_dataset_id_version")),
     )
     op.create_table(
         "round",
         sa.Column("number", sa.Integer(), nullable=False),
-        sa.Column(
-            "policy_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("policy_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("status", sa.String(length=32), nullable=False),
         sa.Column("seed", sa.BigInteger(), nullable=False),
         sa.Column("config_hash", sa.String(length=64), nullable=False),
@@ -198,12 +178,8 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
-        sa.ForeignKeyConstraint(
-            ["policy_id"], ["policy.id"], name=op.f("fk_round_policy_id_policy")
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.ForeignKeyConstraint(["policy_id"], ["policy.id"], name=op.f("fk_round_policy_id_policy")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_round")),
         sa.UniqueConstraint("number", name=op.f("uq_round_number")),
     )
@@ -225,12 +201,8 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
-        sa.ForeignKeyConstraint(
-            ["round_id"], ["round.id"], name=op.f("fk_exclusion_round_id_round")
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.ForeignKeyConstraint(["round_id"], ["round.id"], name=op.f("fk_exclusion_round_id_round")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_exclusion")),
         sa.UniqueConstraint(
             "stage",
@@ -262,12 +234,8 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
-        sa.ForeignKeyConstraint(
-            ["round_id"], ["round.id"], name=op.f("fk_llm_call_round_id_round")
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.ForeignKeyConstraint(["round_id"], ["round.id"], name=op.f("fk_llm_call_round_id_round")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_llm_call")),
         sa.UniqueConstraint("request_hash", name=op.f("uq_llm_call_request_hash")),
     )
@@ -306,9 +274,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.ForeignKeyConstraint(["app_id"], ["app.id"], name=op.f("fk_query_app_id_app")),
         sa.ForeignKeyConstraint(["round_id"], ["round.id"], name=op.f("fk_query_round_id_round")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_query")),
@@ -320,9 +286,7 @@ def upgrade() -> None:
 
     op.create_table(
         "version_shard",
-        sa.Column(
-            "version_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("version_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("shard_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column(
             "id",
@@ -330,12 +294,8 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
-        sa.ForeignKeyConstraint(
-            ["shard_id"], ["shard.id"], name=op.f("fk_version_shard_shard_id_shard")
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.ForeignKeyConstraint(["shard_id"], ["shard.id"], name=op.f("fk_version_shard_shard_id_shard")),
         sa.ForeignKeyConstraint(
             ["version_id"],
             ["dataset_version.id"],
@@ -343,18 +303,14 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_version_shard")),
-        sa.UniqueConstraint(
-            "version_id", "shard_id", name=op.f("uq_version_shard_version_id_shard_id")
-        ),
+        sa.UniqueConstraint("version_id", "shard_id", name=op.f("uq_version_shard_version_id_shard_id")),
     )
     op.create_table(
         "episode",
         sa.Column("uid", sa.String(length=64), nullable=False),
         sa.Column("round_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("query_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column(
-            "policy_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("policy_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("device", sa.String(length=128), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
@@ -373,12 +329,8 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
-        sa.ForeignKeyConstraint(
-            ["policy_id"], ["policy.id"], name=op.f("fk_episode_policy_id_policy")
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.ForeignKeyConstraint(["policy_id"], ["policy.id"], name=op.f("fk_episode_policy_id_policy")),
         sa.ForeignKeyConstraint(["query_id"], ["query.id"], name=op.f("fk_episode_query_id_query")),
         sa.ForeignKeyConstraint(["round_id"], ["round.id"], name=op.f("fk_episode_round_id_round")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_episode")),
@@ -393,9 +345,7 @@ def upgrade() -> None:
 
     op.create_table(
         "anchor",
-        sa.Column(
-            "episode_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("episode_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("source", sa.String(length=16), nullable=False),
         sa.Column("annotator", sa.String(length=128), nullable=False),
         sa.Column("label", sa.String(length=16), nullable=False),
@@ -411,9 +361,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.ForeignKeyConstraint(
             ["episode_id"],
             ["episode.id"],
@@ -429,9 +377,7 @@ def upgrade() -> None:
         "sample",
         sa.Column("uid", sa.String(length=64), nullable=False),
         sa.Column("round_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
-        sa.Column(
-            "episode_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
-        ),
+        sa.Column("episode_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("step_index", sa.Integer(), nullable=True),
         sa.Column("category", sa.String(length=64), nullable=False),
         sa.Column(
@@ -452,12 +398,8 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
-        sa.ForeignKeyConstraint(
-            ["episode_id"], ["episode.id"], name=op.f("fk_sample_episode_id_episode")
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.ForeignKeyConstraint(["episode_id"], ["episode.id"], name=op.f("fk_sample_episode_id_episode")),
         sa.ForeignKeyConstraint(["round_id"], ["round.id"], name=op.f("fk_sample_round_id_round")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_sample")),
         sa.UniqueConstraint("uid", name=op.f("uq_sample_uid")),
@@ -469,9 +411,7 @@ def upgrade() -> None:
 
     op.create_table(
         "step",
-        sa.Column(
-            "episode_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("episode_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("index", sa.Integer(), nullable=False),
         sa.Column("screenshot", sa.String(length=64), nullable=False),
         sa.Column("screenshot_after", sa.String(length=64), nullable=True),
@@ -491,9 +431,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column(
-            "created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
-        ),
+        sa.Column("created", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.ForeignKeyConstraint(
             ["episode_id"],
             ["episode.id"],
