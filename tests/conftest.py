@@ -6,6 +6,7 @@ when TRAJFORGE_TEST_REQUIRE_SERVICES=1 (set by .ci/run), where the skip becomes 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -101,6 +102,7 @@ def moto_endpoint() -> Iterator[str]:
         from moto.server import ThreadedMotoServer
     except ImportError:
         service_missing("moto[server] is not installed")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

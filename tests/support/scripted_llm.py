@@ -24,6 +24,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # the default backlog of 5 resets bursts of concurrent connects
+
+
 @dataclass
 class Reply:
     content: str = "ok"
@@ -57,8 +62,7 @@ class ScriptedLLM:
         self.rules: list[tuple[str, Reply]] = []
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
 
     @property
@@ -183,3 +187,21 @@ def _completion(model: str, reply: Reply) -> dict[str, Any]:
             "total_tokens": reply.prompt_tokens + reply.completion_tokens,
         },
     }
+
+
+def main() -> None:
+    """Serve a fixed reply from its own process: `python -m tests.support.scripted_llm`."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--content", default='{"label": "GOOD"}')
+    args = parser.parse_args()
+    with ScriptedLLM(default=Reply(content=args.content), latency_s=args.latency_ms / 1000) as server:
+        print(server.url, flush=True)
+        sys.stdin.read()  # serve until the parent closes our stdin
+
+
+if __name__ == "__main__":
+    main()

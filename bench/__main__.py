@@ -1,0 +1,17 @@
+"""Run every benchmark: `python -m bench` (or `make bench`). Figures only; nothing asserted."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import bench_gateway, bench_objectstore, bench_steps
+
+
+def main() -> None:
+    for module in (bench_steps, bench_objectstore, bench_gateway):
+        sys.argv = [module.__name__]
+        module.main()
+
+
+if __name__ == "__main__":
+    main()

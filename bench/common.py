@@ -1,0 +1,52 @@
+"""Helpers shared by the benchmarks: timing, tables, and the services they need."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from sqlalchemy import text
+
+from storage.db import create_db_engine
+
+T = TypeVar("T")
+PG_ADMIN_URL = os.environ.get("TRAJFORGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    body = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join([f"== {title}", line, "-" * len(line), *body, ""])
+
+
+@contextmanager
+def scratch_postgres() -> Iterator[str | None]:
+    """A throwaway PostgreSQL database, or None when no server answers."""
+    try:
+        admin = create_db_engine(PG_ADMIN_URL, connect_timeout_s=3).execution_options(
+            isolation_level="AUTOCOMMIT"
+        )
+        name = f"trajforge_bench_{uuid.uuid4().hex[:8]}"
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        print(f"(PostgreSQL not reachable at {PG_ADMIN_URL}: {type(exc).__name__}; skipped)")
+        yield None
+        return
+    try:
+        yield admin.url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
