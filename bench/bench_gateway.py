@@ -24,7 +24,7 @@ from trajforge.settings import LLMSettings
 
 
 def run(url: str, calls: int, concurrency: int, cache: ResponseCache | None, tag: str) -> float:
-    settings = LLMSettings(base_url=url, model="bench", concurrency=concurrency, max_retries=0)  # type: ignore[call-arg]
+    settings = LLMSettings(base_url=url, model="bench", concurrency=concurrency, max_retries=0)
 
     async def go() -> None:
         gateway = LLMGateway(settings, cache)

@@ -89,7 +89,7 @@ def main() -> None:
     server.start()
     try:
         s3 = S3ObjectStore.connect(
-            S3Settings(endpoint=f"127.0.0.1:{port}", access_key="bench", secret_key="bench", bucket="bench")  # type: ignore[arg-type]
+            S3Settings(endpoint=f"127.0.0.1:{port}", access_key="bench", secret_key="bench", bucket="bench")
         )
         rows.append(["s3 (moto)", *run(s3, shots)])
     finally:

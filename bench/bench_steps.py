@@ -49,7 +49,7 @@ def _rows(episode_id: int, n: int) -> list[dict[str, Any]]:
             "width": 1080,
             "height": 2400,
             "action": {"kind": "click", "point": [i % 1000, (7 * i) % 1000]},
-            "raw_output": '{"POINT":[%d,%d]}' % (i % 1000, (7 * i) % 1000),
+            "raw_output": f'{{"POINT":[{i % 1000},{(7 * i) % 1000}]}}',
         }
         for i in range(n)
     ]
