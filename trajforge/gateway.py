@@ -91,10 +91,12 @@ class StageUsage:
 
 
 @dataclass
-class _RateLimiter:
-    """Spaces request starts at least 1/rps apart (0 disables)."""
+class RateLimiter:
+    """Spaces request starts at least 1/rps apart across all callers (rps 0 disables)."""
 
     rps: float
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
     _next: float = 0.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -102,11 +104,11 @@ class _RateLimiter:
         if self.rps <= 0:
             return
         async with self._lock:
-            now = time.monotonic()
+            now = self.clock()
             start = max(now, self._next)
             self._next = start + 1.0 / self.rps
         if start > now:
-            await asyncio.sleep(start - now)
+            await self.sleep(start - now)
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
@@ -163,7 +165,7 @@ class LLMGateway:
         )
         self._sleep = sleep
         self._semaphore = asyncio.Semaphore(settings.concurrency)
-        self._limiter = _RateLimiter(settings.requests_per_second)
+        self._limiter = RateLimiter(settings.requests_per_second, sleep)
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
 
     async def chat(

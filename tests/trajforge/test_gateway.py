@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from storage.llm_cache import SqlResponseCache, usage_by_stage
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
 from trajforge.errors import LLMError, LLMRateLimited, LLMTimeout
-from trajforge.gateway import LLMGateway, image_part, parse_json_output, text_part
+from trajforge.gateway import LLMGateway, RateLimiter, image_part, parse_json_output, text_part
 from trajforge.settings import LLMSettings
 
 USER = [{"role": "user", "content": "hello"}]
@@ -157,3 +157,32 @@ def test_offline_settings_refuse_to_build_a_gateway() -> None:
 def test_parse_json_output_table() -> None:
     assert parse_json_output(" [1, 2] ") == ([1, 2], None)
     assert parse_json_output("nope")[1] == "invalid_json: Expecting value at char 0"
+
+
+async def test_rate_limiter_spaces_request_starts() -> None:
+    now, waits = 100.0, []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(round(seconds, 6))
+
+    limiter = RateLimiter(rps=4, sleep=sleep, clock=lambda: now)
+    for _ in range(4):
+        await limiter.wait()
+    assert waits == [0.25, 0.5, 0.75]  # the first starts at once, then every 1/rps
+    now = 200.0  # long idle: no debt carried over
+    await limiter.wait()
+    assert waits == [0.25, 0.5, 0.75]
+    await RateLimiter(rps=0, sleep=sleep).wait()  # disabled
+
+
+async def test_gateway_applies_the_rate_limit(scripted_llm: ScriptedLLM) -> None:
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    settings = LLMSettings(base_url=scripted_llm.url, requests_per_second=10)
+    gw = LLMGateway(settings, sleep=sleep)
+    await asyncio.gather(*(gw.chat([{"role": "user", "content": str(i)}], stage="s") for i in range(5)))
+    assert len(scripted_llm.requests) == 5
+    assert len(waits) == 4 and waits[-1] > 0.3  # five starts, each 1/10 s after the one before
