@@ -167,6 +167,8 @@ class LLMGateway:
         self._semaphore = asyncio.Semaphore(settings.concurrency)
         self._limiter = RateLimiter(settings.requests_per_second, sleep)
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
+        # Identical requests in flight share one call: the cache only helps once it has landed.
+        self._inflight: dict[str, asyncio.Future[LLMResult]] = {}
 
     async def chat(
         self,
@@ -194,11 +196,37 @@ class LLMGateway:
         key = request_hash(params)
         usage = self.usage[stage]
         hit = self.cache.get(key) if self.cache is not None else None
-        if hit is not None:
+        known = hit.response_text if hit is not None else None
+        if known is None and key in self._inflight:
+            known = (await asyncio.shield(self._inflight[key])).text
+        if known is not None:
             usage.calls += 1
             usage.cached += 1
-            return self._result(hit.response_text, key, 0, 0, 0.0, True, 0, json_mode)
+            return self._result(known, key, 0, 0, 0.0, True, 0, json_mode)
 
+        future: asyncio.Future[LLMResult] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            result = await self._call(params, key, stage, json_mode, round_id)
+        except BaseException as exc:
+            shared_exc = (
+                exc if isinstance(exc, Exception) else LLMError(f"{stage}: shared request was cancelled")
+            )
+            future.set_exception(shared_exc)
+            future.exception()  # mark retrieved: only waiters re-raise it
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            del self._inflight[key]
+
+    async def _call(
+        self, params: dict[str, Any], key: str, stage: str, json_mode: bool, round_id: int | None
+    ) -> LLMResult:
+        """Pay for one request: limits, retries, accounting, cache write."""
+        model = params["model"]
+        usage = self.usage[stage]
         async with self._semaphore:
             await self._limiter.wait()
             started = time.monotonic()
@@ -219,18 +247,7 @@ class LLMGateway:
         usage.cost_usd += cost
         if self.cache is not None:
             self.cache.put(
-                CachedCall(
-                    key,
-                    stage,
-                    model,
-                    text,
-                    prompt,
-                    completion,
-                    cost,
-                    latency_ms,
-                    attempts,
-                    round_id,
-                )
+                CachedCall(key, stage, model, text, prompt, completion, cost, latency_ms, attempts, round_id)
             )
         return self._result(text, key, prompt, completion, cost, False, attempts, json_mode)
 

@@ -186,3 +186,20 @@ async def test_gateway_applies_the_rate_limit(scripted_llm: ScriptedLLM) -> None
     await asyncio.gather(*(gw.chat([{"role": "user", "content": str(i)}], stage="s") for i in range(5)))
     assert len(scripted_llm.requests) == 5
     assert len(waits) == 4 and waits[-1] > 0.3  # five starts, each 1/10 s after the one before
+
+
+async def test_identical_requests_in_flight_share_one_call(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.default = Reply(content='{"x": 1}', delay_s=0.1)
+    gw = gateway(scripted_llm)
+    results = await asyncio.gather(*(gw.chat(USER, stage="s", json_mode=True) for _ in range(5)))
+    assert len(scripted_llm.requests) == 1
+    assert [r.data for r in results] == [{"x": 1}] * 5
+    assert sorted(r.cached for r in results) == [False, True, True, True, True]
+
+
+async def test_in_flight_failure_reaches_every_waiter(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.default = Reply(status=400, delay_s=0.05)
+    gw = gateway(scripted_llm)
+    outcomes = await asyncio.gather(*(gw.chat(USER, stage="s") for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(o, LLMError) for o in outcomes)
+    assert len(scripted_llm.requests) == 1
