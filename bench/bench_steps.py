@@ -9,55 +9,27 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from bench.common import scratch_postgres, table, timed
 from storage.db import create_db_engine, insert_ignore, session_factory, transaction, upgrade
-from storage.models import App, Episode, Policy, Query, Round, Step
+from storage.models import Step
+from tests.support.spine import seed_episodes, step_rows
 
 
-def _setup(url: str) -> tuple[Any, int]:
+def _setup(url: str) -> tuple[sessionmaker[Session], int, int]:
     engine = create_db_engine(url)
     upgrade(engine)
     sessions = session_factory(engine)
-    with transaction(sessions) as s:
-        app, policy = App(name="bench", spec={}, spec_sha256="0" * 64), Policy(name="bench", version=0)
-        s.add_all([app, policy])
-        s.flush()
-        rnd = Round(number=1, policy_id=policy.id)
-        query = Query(uid="q", app_id=app.id, instruction="bench")
-        s.add_all([rnd, query])
-        s.flush()
-        episodes = [
-            Episode(uid=f"e{i}", round_id=rnd.id, query_id=query.id, policy_id=policy.id, attempt=i)
-            for i in range(2)
-        ]
-        s.add_all(episodes)
-        s.flush()
-        return sessions, episodes[0].id, episodes[1].id  # type: ignore[return-value]
-
-
-def _rows(episode_id: int, n: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "episode_id": episode_id,
-            "index": i,
-            "screenshot": f"{i:064x}",
-            "screenshot_after": f"{i + 1:064x}",
-            "width": 1080,
-            "height": 2400,
-            "action": {"kind": "click", "point": [i % 1000, (7 * i) % 1000]},
-            "raw_output": f'{{"POINT":[{i % 1000},{(7 * i) % 1000}]}}',
-        }
-        for i in range(n)
-    ]
+    bulk_episode, naive_episode = seed_episodes(sessions, 2)
+    return sessions, bulk_episode, naive_episode
 
 
 def run(url: str, rows: int) -> list[str]:
-    sessions, bulk_ep, naive_ep = _setup(url)  # type: ignore[misc]
-    bulk_rows, naive_rows = _rows(bulk_ep, rows), _rows(naive_ep, rows)
+    sessions, bulk_ep, naive_ep = _setup(url)
+    bulk_rows, naive_rows = step_rows(bulk_ep, rows), step_rows(naive_ep, rows)
 
     def bulk() -> None:
         with transaction(sessions) as s:

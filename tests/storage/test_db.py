@@ -10,39 +10,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import create_db_engine, current_revision, insert_ignore, transaction, upgrade
-from storage.models import App, Base, Episode, Exclusion, Judgment, Policy, Query, Round, Step
+from storage.models import Base, Exclusion, Judgment, Step
+from tests.support.spine import seed_episodes, step_rows
 from trajforge.errors import ConfigError, StorageError
-
-
-def _episode(sessions: sessionmaker[Session]) -> int:
-    with transaction(sessions) as s:
-        app = App(name="takeout", spec={"screens": []}, spec_sha256="0" * 64)
-        policy = Policy(name="builtin", version=1)
-        s.add_all([app, policy])
-        s.flush()
-        rnd = Round(number=1, policy_id=policy.id)
-        query = Query(uid="q1", app_id=app.id, instruction="Order me takeout")
-        s.add_all([rnd, query])
-        s.flush()
-        ep = Episode(uid="e1", round_id=rnd.id, query_id=query.id, policy_id=policy.id)
-        s.add(ep)
-        s.flush()
-        return ep.id
-
-
-def _steps(episode_id: int, n: int) -> list[dict]:
-    return [
-        {
-            "episode_id": episode_id,
-            "index": i,
-            "screenshot": f"{i:064x}",
-            "width": 1080,
-            "height": 2400,
-            "action": {"kind": "click", "point": [i % 1000, 5]},
-            "raw_output": f"out {i}",
-        }
-        for i in range(n)
-    ]
 
 
 def test_upgrade_is_idempotent_and_matches_models(engine: Engine) -> None:
@@ -81,13 +51,13 @@ def test_naming_convention_applied(engine: Engine) -> None:
 
 
 def test_bulk_insert_is_idempotent(sessions: sessionmaker[Session]) -> None:
-    ep = _episode(sessions)
-    rows = _steps(ep, 500)
+    ep = seed_episodes(sessions)[0]
+    rows = step_rows(ep, 500)
     with transaction(sessions) as s:
         assert insert_ignore(s, Step, rows, ["episode_id", "index"], count=True) == 500
     with transaction(sessions) as s:
         assert (
-            insert_ignore(s, Step, rows[:10] + _steps(ep, 510)[500:], ["episode_id", "index"], count=True)
+            insert_ignore(s, Step, rows[:10] + step_rows(ep, 510)[500:], ["episode_id", "index"], count=True)
             == 10
         )
     with transaction(sessions) as s:  # the fast path writes the same, and reports nothing
@@ -95,11 +65,11 @@ def test_bulk_insert_is_idempotent(sessions: sessionmaker[Session]) -> None:
     with sessions() as s:
         assert s.scalar(select(func.count()).select_from(Step)) == 510
         step = s.scalars(select(Step).where(Step.index == 7)).one()
-        assert step.action == {"kind": "click", "point": [7, 5]}
+        assert step.action == {"kind": "click", "point": [7, 49]}
 
 
 def test_unique_keys_protect_reruns(sessions: sessionmaker[Session]) -> None:
-    ep = _episode(sessions)
+    ep = seed_episodes(sessions)[0]
     judgment = {
         "critic": "step",
         "critic_version": "1",
