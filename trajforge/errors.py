@@ -16,7 +16,11 @@ class ConfigError(TrajforgeError, ValueError):
 
 
 class SpecError(TrajforgeError, ValueError):
-    """An app spec (navigation DAG) is malformed."""
+    """An app spec (navigation DAG) is malformed; `problems` lists every one found."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [message]
 
 
 class StorageError(TrajforgeError):

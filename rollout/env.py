@@ -1,0 +1,26 @@
+"""The one protocol every environment backend implements (sim today; web and android next)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from trajforge.actions import Action
+from trajforge.domain import Observation, Query
+
+
+class Environment(Protocol):
+    """A device an episode runs on."""
+
+    def reset(self, task: Query) -> Observation:
+        """Bring the device to the task's starting state (the launcher) and observe it."""
+        ...
+
+    def step(self, action: Action) -> Observation:
+        """Apply one action and observe the result.
+
+        Raises:
+            rollout.errors.DeviceError: the device crashed or hung.
+        """
+        ...
+
+    def close(self) -> None: ...

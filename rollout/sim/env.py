@@ -1,0 +1,66 @@
+"""`SimEnv`: the simulated device behind the `Environment` protocol, with screenshots."""
+
+from __future__ import annotations
+
+from rollout.sim.device import FaultConfig, SimDevice
+from rollout.sim.render import FrameRenderer
+from rollout.sim.verify import Goal, VerifierResult, verify
+from storage.objectstore import ObjectStore, put_blob
+from trajforge.actions import DEFAULT_SCREEN, Action, Screen
+from trajforge.appspec import AppSpec
+from trajforge.domain import Observation, Query
+
+
+class SimEnv:
+    """Simulated phone with the given apps; frames go to `store` (content-addressed) if given.
+
+    The observation carries the screenshot hash, the element tree and the screen size,
+    nothing of the simulator's hidden state: critics see what they would see on a farm.
+    """
+
+    def __init__(
+        self,
+        apps: list[AppSpec],
+        store: ObjectStore | None = None,
+        screen: Screen = DEFAULT_SCREEN,
+        faults: FaultConfig | None = None,
+        renderer: FrameRenderer | None = None,
+    ) -> None:
+        self.device = SimDevice(apps, screen, faults)
+        self.store = store
+        self.renderer = renderer or FrameRenderer()
+        self.last_frame = b""
+        self._stored: set[str] = set()
+        self._task: Query | None = None
+
+    def reset(self, task: Query) -> Observation:
+        self._task = task
+        self.device.reset()
+        return self._observe()
+
+    def step(self, action: Action) -> Observation:
+        self.device.act(action)
+        return self._observe()
+
+    def close(self) -> None:
+        self._task = None
+
+    def verify(self) -> VerifierResult:
+        """The task's verifier on the current state."""
+        if self._task is None:
+            raise RuntimeError("reset() the environment with a task before verifying")
+        return verify(Goal.model_validate(self._task.goal), self.device)
+
+    def _observe(self) -> Observation:
+        png, digest = self.renderer.frame(self.device)
+        self.last_frame = png
+        if self.store is not None and digest not in self._stored:
+            put_blob(self.store, png)
+            self._stored.add(digest)
+        return Observation(
+            screenshot=digest,
+            width=self.device.size.width,
+            height=self.device.size.height,
+            elements=[e.to_json() for e in self.device.elements()],
+            meta={"backend": "sim"},
+        )

@@ -1,0 +1,54 @@
+"""Programmatic verifiers: did the final state meet the task's constraints?
+
+Like android_world's `is_successful`, they read the device state, never screenshots,
+and name the first constraint that failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollout.sim.device import LAUNCHER, SimDevice
+
+
+class Goal(BaseModel):
+    """What a task requires of the final state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    app: str
+    screen: str
+    state: dict[str, str] = Field(default_factory=dict, description="Slot values the task set.")
+
+    def constraints(self) -> int:
+        return 1 + len(self.state)
+
+
+@dataclass(frozen=True)
+class VerifierResult:
+    success: bool
+    failed: str | None = None  # which constraint: "app", "screen" or "slot:<name>"
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"success": self.success, "failed": self.failed, "detail": self.detail}
+
+
+def verify(goal: Goal, device: SimDevice) -> VerifierResult:
+    """Check the device's current state against the goal, constraint by constraint."""
+    state = device.state
+    if state.app != goal.app:
+        return VerifierResult(
+            False, "app", f"expected app {goal.app!r}, device shows {state.app or LAUNCHER!r}"
+        )
+    if state.screen != goal.screen:
+        return VerifierResult(False, "screen", f"expected screen {goal.screen!r}, got {state.screen!r}")
+    values = device.slot_values()
+    for slot, want in sorted(goal.state.items()):
+        got = values.get(slot)
+        if got != want:
+            return VerifierResult(False, f"slot:{slot}", f"expected {slot}={want!r}, got {got!r}")
+    return VerifierResult(True)

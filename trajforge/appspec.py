@@ -1,0 +1,277 @@
+"""App specs: an app's navigation graph (GUI-Owl §6.2) as YAML, loaded and validated.
+
+Screens carry a description, widgets and the slots they use; widgets move between
+screens (`goto`) or change state (`set`, toggles, inputs); slots have value sets.
+A path that ends on a `terminal` screen is a task, and the state it set is what the
+verifier checks. The format is documented in docs/app-spec.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trajforge.errors import SpecError
+
+WidgetKind = Literal["button", "list", "toggle", "input", "text"]
+ROW_VALUE = "value"  # in a list's label or phrase, {value} is the row's own value
+_SLOT_REF = re.compile(r"\{(\w+)\}")
+
+
+class Widget(BaseModel):
+    """One element of a screen. Lists, toggles and inputs act on `slot`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Unique within its screen.")
+    kind: WidgetKind
+    label: str = Field("", description="Text shown; {slot} shows the slot's current value.")
+    slot: str | None = Field(
+        None, description="list: rows are the slot's values; toggle/input: the slot set."
+    )
+    goto: str | None = Field(
+        None, description="Screen shown after a tap (button, list row) or submit (input)."
+    )
+    sets: dict[str, str] = Field(
+        default_factory=dict, alias="set", description="button: slot values set by a tap (YAML key `set`)."
+    )
+    phrase: str | None = Field(None, description="How an instruction says this step, e.g. 'choose {dish}'.")
+    bounds: tuple[int, int, int, int] | None = Field(
+        None, description="Fixed box x1,y1,x2,y2 in 0-1000 screen units; default: stacked layout."
+    )
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Widget:
+        if self.kind in ("list", "toggle", "input") and self.slot is None:
+            raise ValueError(f"a {self.kind} widget needs 'slot'")
+        if self.kind in ("toggle", "text") and self.goto is not None:
+            raise ValueError(f"a {self.kind} widget cannot have 'goto'")
+        if self.sets and self.kind != "button":
+            raise ValueError("only a button can 'set' slots")
+        if self.bounds is not None:
+            x1, y1, x2, y2 = self.bounds
+            if not (0 <= x1 < x2 <= 1000 and 0 <= y1 < y2 <= 1000):
+                raise ValueError(
+                    f"bounds {self.bounds} must satisfy 0 <= x1 < x2 <= 1000, 0 <= y1 < y2 <= 1000"
+                )
+        return self
+
+    def slot_refs(self) -> set[str]:
+        """Slots this widget reads or writes; `{value}` (a list row's own value) is not a slot."""
+        refs = set(_SLOT_REF.findall(self.label)) | set(_SLOT_REF.findall(self.phrase or ""))
+        return (refs - {ROW_VALUE}) | set(self.sets) | ({self.slot} if self.slot else set())
+
+
+class Screen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    title: str = Field(min_length=1)
+    description: str = Field(min_length=1, description="What the screen shows and is for.")
+    widgets: list[Widget] = Field(default_factory=list)
+    terminal: bool = Field(False, description="A task may end here; the verifier checks this screen.")
+    intents: list[str] = Field(
+        default_factory=list, description="Instruction templates for paths ending here, e.g. 'Order {dish}'."
+    )
+
+
+class AppSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    title: str = Field(min_length=1, description="Name on the launcher; what open_app matches.")
+    locale: Literal["en", "zh"] = "en"
+    graph: Literal["dag", "cyclic"] = Field("dag", description="dag: goto edges must not form a cycle.")
+    start: str
+    slots: dict[str, list[str]] = Field(default_factory=dict)
+    initial: dict[str, str] = Field(
+        default_factory=dict,
+        description="Slot values on a fresh device (toggles default to their first value).",
+    )
+    screens: dict[str, Screen]
+
+    def edges(self) -> list[tuple[str, str, str]]:
+        """(from screen, widget id, to screen) for every goto."""
+        return [(sid, w.id, w.goto) for sid, s in self.screens.items() for w in s.widgets if w.goto]
+
+    def widget(self, screen: str, widget_id: str) -> Widget:
+        return next(w for w in self.screens[screen].widgets if w.id == widget_id)
+
+
+def validate_spec(spec: AppSpec, source: str) -> list[str]:
+    """Every problem of a parsed spec, each naming the file, the element and the fix."""
+    problems: list[str] = []
+    names = ", ".join(spec.screens)
+
+    def bad(where: str, what: str) -> None:
+        problems.append(f"app spec {source}: {where}: {what}")
+
+    if spec.start not in spec.screens:
+        bad("start", f"'{spec.start}' is not a screen (screens: {names}); set start to one of them")
+    for slot, value in spec.initial.items():
+        if slot not in spec.slots:
+            bad(f"initial.{slot}", "is not a declared slot; add it under slots: or remove it")
+        elif value not in spec.slots[slot]:
+            bad(f"initial.{slot}", f"{value!r} is not among its values {spec.slots[slot]}")
+    for slot, values in spec.slots.items():
+        if slot == ROW_VALUE:
+            bad(f"slots.{slot}", "'value' is reserved for a list row's own value; rename the slot")
+        if not values:
+            bad(f"slots.{slot}", "has no values; give at least one value or remove the slot")
+        elif len(set(values)) != len(values):
+            bad(f"slots.{slot}", "repeats a value; list each value once")
+    for sid, screen in spec.screens.items():
+        seen: set[str] = set()
+        for widget in screen.widgets:
+            where = f"screens.{sid}.widgets.{widget.id}"
+            if widget.id in seen:
+                bad(where, "id is used twice on this screen; give each widget its own id")
+            seen.add(widget.id)
+            if widget.goto is not None and widget.goto not in spec.screens:
+                bad(
+                    where,
+                    f"goto '{widget.goto}' is not a screen (screens: {names}); fix it or add the screen",
+                )
+            for ref in sorted(widget.slot_refs() - set(spec.slots)):
+                bad(
+                    where,
+                    f"references slot '{ref}', which is not declared; add it under slots: or fix the name",
+                )
+            if widget.kind == "toggle" and widget.slot in spec.slots and len(spec.slots[widget.slot]) != 2:
+                bad(where, f"toggles slot '{widget.slot}', which needs exactly 2 values (e.g. [on, off])")
+            for slot, value in widget.sets.items():
+                if slot in spec.slots and value not in spec.slots[slot]:
+                    bad(where, f"sets {slot}={value!r}, which is not among its values {spec.slots[slot]}")
+        for intent in screen.intents:
+            for ref in sorted(set(_SLOT_REF.findall(intent)) - set(spec.slots)):
+                bad(f"screens.{sid}.intents", f"references slot '{ref}', which is not declared")
+    if problems:
+        return problems
+    if spec.graph == "dag":
+        cycle = _find_cycle(spec)
+        if cycle:
+            bad(
+                "screens",
+                f"goto edges form a cycle {' -> '.join(cycle)}; remove one edge or set graph: cyclic",
+            )
+    reachable = _reachable(spec)
+    for sid in spec.screens:
+        if sid not in reachable:
+            bad(f"screens.{sid}", f"is unreachable from start '{spec.start}'; add a goto to it or remove it")
+    if not any(s.terminal for s in spec.screens.values()):
+        bad("screens", "no screen is terminal, so no task can end; mark at least one screen terminal: true")
+    return problems
+
+
+def _reachable(spec: AppSpec) -> set[str]:
+    seen, todo = {spec.start}, deque([spec.start])
+    while todo:
+        for w in spec.screens[todo.popleft()].widgets:
+            if w.goto and w.goto not in seen:
+                seen.add(w.goto)
+                todo.append(w.goto)
+    return seen
+
+
+def _find_cycle(spec: AppSpec) -> list[str]:
+    graph: dict[str, list[str]] = {
+        sid: [w.goto for w in s.widgets if w.goto] for sid, s in spec.screens.items()
+    }
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for sid in graph:
+        if sid not in state and (found := visit(sid)):
+            return found
+    return []
+
+
+def load_spec(path: Path) -> AppSpec:
+    """Load and validate an app spec file.
+
+    Raises:
+        SpecError: unreadable YAML, unknown fields, or any validation problem (all listed).
+    """
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise SpecError(f"app spec {path}: file not found") from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"app spec {path}: not valid YAML ({exc}); fix the syntax") from exc
+    return parse_spec(data, str(path))
+
+
+def parse_spec(data: Any, source: str) -> AppSpec:
+    """Validate already-parsed YAML; `source` names the file in messages."""
+    if not isinstance(data, dict):
+        raise SpecError(f"app spec {source}: top level must be a mapping with name, title, start, screens")
+    try:
+        spec = AppSpec.model_validate(_with_widget_ids(data))
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "top level"
+            msg = err["msg"].removeprefix("Value error, ")
+            fix = " (remove it or check the spelling)" if err["type"] == "extra_forbidden" else ""
+            lines.append(f"app spec {source}: {where}: {msg}{fix}")
+        raise SpecError("\n".join(lines), problems=lines) from exc
+    problems = validate_spec(spec, source)
+    if problems:
+        raise SpecError("\n".join(problems), problems=problems)
+    return spec
+
+
+def _with_widget_ids(data: dict[str, Any]) -> dict[str, Any]:
+    """Widgets without an id get one from their kind and position (button_2), for short specs."""
+    screens = data.get("screens")
+    if not isinstance(screens, dict):
+        return data
+    out = dict(data)
+    out["screens"] = {}
+    for sid, screen in screens.items():
+        if isinstance(screen, dict) and isinstance(screen.get("widgets"), list):
+            screen = dict(screen)
+            screen["widgets"] = [
+                {"id": f"{w.get('kind', 'widget')}_{i}", **w} if isinstance(w, dict) and "id" not in w else w
+                for i, w in enumerate(screen["widgets"])
+            ]
+        out["screens"][sid] = screen
+    return out
+
+
+def builtin_app_names() -> list[str]:
+    return sorted(
+        p.name.removesuffix(".yaml")
+        for p in resources.files("trajforge.apps").iterdir()
+        if p.name.endswith(".yaml")
+    )
+
+
+def load_app(name_or_path: str) -> AppSpec:
+    """A built-in app by name, or a spec file by path."""
+    if name_or_path in builtin_app_names():
+        ref = resources.files("trajforge.apps") / f"{name_or_path}.yaml"
+        return parse_spec(yaml.safe_load(ref.read_text(encoding="utf-8")), f"{name_or_path}.yaml")
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return load_spec(path)
+    raise SpecError(
+        f"no built-in app {name_or_path!r} and no such file; built-in apps: {', '.join(builtin_app_names())}"
+    )
