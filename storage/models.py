@@ -89,6 +89,8 @@ class Query(Base):
     source: Mapped[str] = mapped_column(String(32), default="template")
     status: Mapped[str] = mapped_column(String(16), default="kept")
     reason: Mapped[str | None] = mapped_column(String(64))
+    difficulty: Mapped[str] = mapped_column(String(16), default="medium", server_default="medium")
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
 
 
 class Episode(Base):

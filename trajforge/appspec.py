@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trajforge.errors import SpecError
 
@@ -95,12 +95,38 @@ class AppSpec(BaseModel):
     )
     screens: dict[str, Screen]
 
+    @field_validator("slots", mode="before")
+    @classmethod
+    def _slot_values_as_text(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: [_as_text(v, f"slots.{k}") for v in vs] if isinstance(vs, list) else vs
+                for k, vs in value.items()
+            }
+        return value
+
+    @field_validator("initial", mode="before")
+    @classmethod
+    def _initial_as_text(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _as_text(v, f"initial.{k}") for k, v in value.items()}
+        return value
+
     def edges(self) -> list[tuple[str, str, str]]:
         """(from screen, widget id, to screen) for every goto."""
         return [(sid, w.id, w.goto) for sid, s in self.screens.items() for w in s.widgets if w.goto]
 
     def widget(self, screen: str, widget_id: str) -> Widget:
         return next(w for w in self.screens[screen].widgets if w.id == widget_id)
+
+
+def _as_text(value: Any, where: str) -> Any:
+    """Slot values are text; YAML numbers become text, YAML booleans are refused with the fix."""
+    if isinstance(value, bool):
+        raise ValueError(
+            f'{where}: {value!r} was read as a boolean (YAML reads on/off/yes/no so); quote it, e.g. "on"'
+        )
+    return str(value) if isinstance(value, int | float) else value
 
 
 def validate_spec(spec: AppSpec, source: str) -> list[str]:

@@ -40,9 +40,14 @@ class Query(BaseModel):
     app: str
     instruction: str = Field(min_length=1)
     slots: dict[str, str] = Field(default_factory=dict)
-    path: list[str] = Field(default_factory=list, description="Screen ids of the ground-truth path.")
-    goal: dict[str, Any] = Field(default_factory=dict, description="What the verifier checks.")
-    source: str = Field("template", description="template | llm | refined | human")
+    path: list[dict[str, Any]] = Field(
+        default_factory=list, description="Ground-truth moves: {screen, widget, value} from the app's start."
+    )
+    goal: dict[str, Any] = Field(
+        default_factory=dict, description="What the verifier checks: app, screen, state."
+    )
+    source: str = Field("template", description="intent | template | llm | human")
+    difficulty: str = Field("medium", pattern="^(easy|medium|hard)$")
 
 
 class Observation(BaseModel):

@@ -1,0 +1,242 @@
+"""The query generation stage: sample → synthesise → refine → validate → dedup → store.
+
+`generate_queries` is plain Python (no database); `store_generation` writes its result;
+`load_history` reads what earlier rounds generated, for coverage weighting and dedup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from querygen.dedup import QueryDeduper
+from querygen.sampling import Coverage, SampledPath, difficulty, finishing_screens, sample_path
+from querygen.synthesis import Draft, llm_draft, template_draft
+from querygen.validation import InterfaceValidator
+from rollout.sim.device import Move, SimDevice
+from rollout.sim.verify import Goal
+from storage.db import insert_ignore, transaction
+from storage.models import App, Exclusion
+from storage.models import Query as QueryRow
+from trajforge.appspec import AppSpec
+from trajforge.domain import Query
+from trajforge.gateway import LLMGateway
+
+STAGE = "querygen"
+MAX_TRIES_PER_QUERY = 20  # sampling attempts per requested query before giving up
+
+
+@dataclass
+class Dropped:
+    uid: str
+    reason: str
+    detail: dict[str, Any]
+
+
+@dataclass
+class GenerationReport:
+    app: str
+    requested: int
+    kept: list[Query] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+    dead_end_samples: int = 0
+    coverage: Coverage = field(default_factory=Coverage)
+
+    def reasons(self) -> Counter[str]:
+        return Counter(d.reason for d in self.dropped)
+
+    def render(self, spec: AppSpec) -> str:
+        kept = len(self.kept)
+        by_difficulty = Counter(q.difficulty for q in self.kept)
+        sources = Counter(q.source for q in self.kept)
+        edges = {f"{s}.{w}" for s, w, _ in spec.edges()}
+        covered = {e for e in self.coverage.edges if e in edges}
+        lines = [
+            f"{spec.name}: {kept} queries kept of {self.requested} requested, {len(self.dropped)} dropped",
+            "dropped: " + (", ".join(f"{r}={n}" for r, n in sorted(self.reasons().items())) or "none"),
+            "difficulty: " + ", ".join(f"{d}={by_difficulty[d]}" for d in ("easy", "medium", "hard")),
+            "source: " + ", ".join(f"{s}={n}" for s, n in sorted(sources.items())),
+            f"coverage: {len(set(self.coverage.screens) & set(spec.screens))}/{len(spec.screens)} screens, "
+            f"{len(covered)}/{len(edges)} navigation edges",
+        ]
+        return "\n".join(lines)
+
+
+def query_uid(app: str, instruction: str, moves: tuple[Move, ...]) -> str:
+    payload = json.dumps([app, instruction, [m.to_json() for m in moves]], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def generate_queries(
+    spec: AppSpec,
+    n: int,
+    seed: int,
+    *,
+    gateway: LLMGateway | None = None,
+    coverage: Coverage | None = None,
+    deduper: QueryDeduper | None = None,
+    batch: int = 32,
+) -> GenerationReport:
+    """Generate up to `n` validated, deduplicated queries for one app.
+
+    Args:
+        gateway: synthesise and refine with an LLM; None uses the offline templates.
+        coverage: what earlier rounds covered (sampling prefers the rest); updated in place.
+        deduper: queries kept earlier, so this run does not repeat them.
+    """
+    rng = random.Random(seed)
+    report = GenerationReport(spec.name, n, coverage=coverage or Coverage())
+    dedup = deduper or QueryDeduper()
+    validator = InterfaceValidator(spec)
+    initial = _initial_values(spec)
+    finishing = finishing_screens(spec)
+    tries = 0
+    while len(report.kept) < n and tries < n * MAX_TRIES_PER_QUERY:
+        paths: list[SampledPath] = []
+        while len(paths) < min(batch, n - len(report.kept)) and tries < n * MAX_TRIES_PER_QUERY:
+            tries += 1
+            path = sample_path(spec, rng, report.coverage, initial, finishing)
+            if path is None:
+                report.dead_end_samples += 1
+                continue
+            report.coverage.add(path)
+            paths.append(path)
+        drafts = _drafts(spec, paths, rng, gateway)
+        for draft in drafts:
+            _admit(spec, draft, validator, dedup, report)
+    return report
+
+
+def _initial_values(spec: AppSpec) -> dict[str, str]:
+    device = SimDevice([spec])
+    return device.state.slots[spec.name]
+
+
+def _drafts(
+    spec: AppSpec, paths: list[SampledPath], rng: random.Random, gateway: LLMGateway | None
+) -> list[Draft]:
+    if gateway is None:
+        return [template_draft(spec, p, rng) for p in paths]
+
+    async def run() -> list[Draft]:
+        return list(await asyncio.gather(*(llm_draft(spec, p, gateway) for p in paths)))
+
+    return asyncio.run(run())
+
+
+def _admit(
+    spec: AppSpec, draft: Draft, validator: InterfaceValidator, dedup: QueryDeduper, report: GenerationReport
+) -> None:
+    uid = query_uid(spec.name, draft.instruction or draft.constrained, draft.path.moves)
+    detail: dict[str, Any] = {
+        "instruction": draft.instruction,
+        "moves": [m.to_json() for m in draft.path.moves],
+        "source": draft.source,
+        **({"raw": draft.raw} if draft.raw else {}),
+    }
+    if draft.reason is not None:
+        report.dropped.append(Dropped(uid, draft.reason, {**detail, "why": draft.detail}))
+        return
+    check = validator.check(draft)
+    if not check.ok:
+        assert check.reason is not None
+        report.dropped.append(Dropped(uid, check.reason, {**detail, "why": check.detail}))
+        return
+    duplicate = dedup.check(uid, draft.instruction, draft.goal)
+    if duplicate is not None:
+        report.dropped.append(
+            Dropped(
+                uid,
+                duplicate.reason,
+                {**detail, "duplicate_of": duplicate.of, "similarity": duplicate.similarity},
+            )
+        )
+        return
+    actions = len(check.actions)
+    report.kept.append(
+        Query(
+            uid=uid,
+            app=spec.name,
+            instruction=draft.instruction,
+            slots=dict(draft.goal.state),
+            path=[m.to_json() for m in draft.path.moves],
+            goal=draft.goal.model_dump(),
+            source=draft.source,
+            difficulty=difficulty(actions, draft.goal.constraints()),
+        )
+    )
+
+
+def load_history(sessions: sessionmaker[Session], app: str) -> tuple[Coverage, QueryDeduper]:
+    """Coverage and dedup memory from the queries earlier runs kept for this app."""
+    coverage, dedup = Coverage(), QueryDeduper()
+    stmt = (
+        select(QueryRow)
+        .join(App, App.id == QueryRow.app_id)
+        .where(App.name == app, QueryRow.status == "kept")
+    )
+    with sessions() as session:
+        for row in session.scalars(stmt.order_by(QueryRow.id)):
+            moves = tuple(Move.from_json(m) for m in row.path)
+            coverage.add(SampledPath(app, moves, dict(row.slots), str(row.goal.get("screen", ""))))
+            dedup.check(row.uid, row.instruction, Goal.model_validate(row.goal))
+    return coverage, dedup
+
+
+def store_generation(
+    sessions: sessionmaker[Session], spec: AppSpec, report: GenerationReport, round_id: int | None = None
+) -> None:
+    """Kept queries into `query`, drops into `exclusion`, in one transaction; reruns add nothing twice."""
+    spec_json = spec.model_dump(mode="json", by_alias=True)
+    spec_hash = hashlib.sha256(json.dumps(spec_json, sort_keys=True).encode()).hexdigest()
+    with transaction(sessions) as session:
+        insert_ignore(
+            session, App, [{"name": spec.name, "spec": spec_json, "spec_sha256": spec_hash}], ["name"]
+        )
+        app_id = session.scalars(select(App.id).where(App.name == spec.name)).one()
+        insert_ignore(
+            session,
+            QueryRow,
+            [
+                {
+                    "uid": q.uid,
+                    "app_id": app_id,
+                    "round_id": round_id,
+                    "instruction": q.instruction,
+                    "template": None,
+                    "slots": q.slots,
+                    "path": q.path,
+                    "goal": q.goal,
+                    "source": q.source,
+                    "status": "kept",
+                    "difficulty": q.difficulty,
+                    "meta": {},
+                }
+                for q in report.kept
+            ],
+            ["uid"],
+        )
+        insert_ignore(
+            session,
+            Exclusion,
+            [
+                {
+                    "round_id": round_id,
+                    "stage": STAGE,
+                    "item_type": "query",
+                    "item_key": d.uid,
+                    "reason": d.reason,
+                    "detail": d.detail,
+                }
+                for d in report.dropped
+            ],
+            ["stage", "item_type", "item_key", "reason"],
+        )

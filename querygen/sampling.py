@@ -1,0 +1,148 @@
+"""Path sampling on an app's navigation graph (GUI-Owl §6.2 step 1) and its metadata (step 2).
+
+A path is a list of moves from the app's start screen to a terminal screen. Choices
+are weighted toward screens and edges that earlier rounds covered least, so coverage
+grows round over round. The path's goal is what the verifier will check.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rollout.sim.device import Move
+from rollout.sim.verify import Goal
+from trajforge.appspec import AppSpec
+
+Difficulty = Literal["easy", "medium", "hard"]
+MIN_ACTIONS, MAX_ACTIONS = 3, 12
+STOP_AT_TERMINAL = 0.5  # chance to stop at a terminal screen that still offers moves
+
+
+@dataclass(frozen=True)
+class SampledPath:
+    app: str
+    moves: tuple[Move, ...]
+    state: dict[str, str]  # slot values the path set, in order of setting
+    end: str
+
+    def screens(self) -> list[str]:
+        return [m.screen for m in self.moves] + [self.end]
+
+
+@dataclass
+class Coverage:
+    """How often earlier paths used each screen and edge; rarer ones are preferred."""
+
+    screens: Counter[str] = field(default_factory=Counter)
+    edges: Counter[str] = field(default_factory=Counter)
+
+    def add(self, path: SampledPath) -> None:
+        for move in path.moves:
+            self.screens[move.screen] += 1
+            self.edges[f"{move.screen}.{move.widget}"] += 1
+        self.screens[path.end] += 1
+
+    def weight(self, move: Move, target: str) -> float:
+        return 1.0 / (1 + self.edges[f"{move.screen}.{move.widget}"]) + 1.0 / (1 + self.screens[target])
+
+
+def finishing_screens(spec: AppSpec) -> set[str]:
+    """Screens from which some terminal screen can still be reached."""
+    finishing = {sid for sid, s in spec.screens.items() if s.terminal}
+    changed = True
+    while changed:
+        before = len(finishing)
+        finishing |= {src for src, _, dst in spec.edges() if dst in finishing}
+        changed = len(finishing) != before
+    return finishing
+
+
+def _options(
+    spec: AppSpec, screen: str, done: set[tuple[str, str]], visited: set[str], finishing: set[str]
+) -> list[tuple[Move, str]]:
+    """(move, screen after it) for every move on `screen` that can still end on a terminal screen."""
+    out: list[tuple[Move, str]] = []
+    for w in spec.screens[screen].widgets:
+        if (screen, w.id) in done or w.kind == "text" or (w.goto and w.goto not in finishing):
+            continue
+        target = w.goto or screen
+        if w.goto and spec.graph == "cyclic" and w.goto in visited:
+            continue
+        if w.kind in ("list", "input"):
+            assert w.slot is not None
+            if w.kind == "input" and not w.goto:
+                continue
+            out.extend((Move(screen, w.id, v), target) for v in spec.slots[w.slot])
+        elif w.kind == "toggle" or w.goto or w.sets:
+            out.append((Move(screen, w.id), target))
+    return out
+
+
+def sample_path(
+    spec: AppSpec,
+    rng: random.Random,
+    coverage: Coverage,
+    initial: dict[str, str],
+    finishing: set[str] | None = None,
+) -> SampledPath | None:
+    """One random walk to a terminal screen, or None if it dead-ends or runs too long."""
+    finishing = finishing if finishing is not None else finishing_screens(spec)
+    screen, moves, state = spec.start, [], {}
+    done: set[tuple[str, str]] = set()
+    visited = {screen}
+    current = dict(initial)
+    cost = 1  # opening the app
+    while cost < MAX_ACTIONS:
+        options = _options(spec, screen, done, visited, finishing)
+        terminal = spec.screens[screen].terminal and cost >= MIN_ACTIONS
+        if terminal and (not options or rng.random() < STOP_AT_TERMINAL):
+            break
+        if not options:
+            return None
+        weights = [coverage.weight(m, t) for m, t in options]
+        move, target = rng.choices(options, weights=weights, k=1)[0]
+        widget = spec.widget(move.screen, move.widget)
+        if widget.kind == "toggle":
+            assert widget.slot is not None
+            on, off = spec.slots[widget.slot]
+            value = off if current.get(widget.slot) == on else on
+            move = Move(move.screen, move.widget, value)
+            state[widget.slot] = current[widget.slot] = value
+        elif widget.kind in ("list", "input"):
+            assert widget.slot is not None and move.value is not None
+            state[widget.slot] = current[widget.slot] = move.value
+        for slot, value in widget.sets.items():
+            state[slot] = current[slot] = value
+        moves.append(move)
+        cost += 3 if widget.kind == "input" else 1
+        if widget.goto is None or widget.kind == "list":
+            done.add((move.screen, move.widget))  # one pick per radio list or toggle
+        screen = target
+        visited.add(screen)
+    else:
+        return None
+    path = SampledPath(spec.name, tuple(moves), state, screen)
+    if not spec.screens[screen].terminal or not MIN_ACTIONS <= path_cost(spec, path) <= MAX_ACTIONS:
+        return None
+    return path
+
+
+def path_cost(spec: AppSpec, path: SampledPath) -> int:
+    """Actions before any scrolling: open the app, a tap per move, tap + type + enter per input."""
+    inputs = sum(1 for m in path.moves if spec.widget(m.screen, m.widget).kind == "input")
+    return 1 + len(path.moves) + 2 * inputs
+
+
+def goal_of(path: SampledPath, slots: list[str]) -> Goal:
+    """The verifier's goal: end on the path's last screen with these of its slot values."""
+    return Goal(app=path.app, screen=path.end, state={s: path.state[s] for s in slots if s in path.state})
+
+
+def difficulty(actions: int, constraints: int) -> Difficulty:
+    """easy: at most 4 actions and 2 constraints; hard: 9+ actions or 5+ constraints."""
+    if actions >= 9 or constraints >= 5:
+        return "hard"
+    return "easy" if actions <= 4 and constraints <= 2 else "medium"
