@@ -21,8 +21,12 @@ app = typer.Typer(
 )
 actions_app = typer.Typer(no_args_is_help=True, help="Parse and convert model action outputs.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+apps_app = typer.Typer(no_args_is_help=True, help="App specs (navigation graphs).")
+queries_app = typer.Typer(no_args_is_help=True, help="Task queries sampled from app graphs.")
 app.add_typer(actions_app, name="actions")
 app.add_typer(db_app, name="db")
+app.add_typer(apps_app, name="apps")
+app.add_typer(queries_app, name="queries")
 
 ConfigOpt = Annotated[
     Path | None,
@@ -68,6 +72,75 @@ def db_upgrade(config: ConfigOpt = None) -> None:
     engine = engine_from_settings(settings)
     upgrade(engine)
     typer.echo(f"database {redact_url(settings.db_url)} at revision {current_revision(engine)}")
+
+
+@apps_app.command("validate")
+def apps_validate(paths: Annotated[list[Path], typer.Argument(help="App spec YAML files.")]) -> None:
+    """Check app specs; print every problem (file, element, fix) and exit 1 if any. Writes nothing."""
+    from trajforge.appspec import load_spec
+    from trajforge.errors import SpecError
+
+    failed = False
+    for path in paths:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            failed = True
+            for problem in exc.problems:
+                typer.echo(f"error: {problem}", err=True)
+            continue
+        typer.echo(f"{path}: ok ({spec.name}: {len(spec.screens)} screens, {len(spec.edges())} edges)")
+    if failed:
+        raise typer.Exit(1)
+
+
+@apps_app.command("list")
+def apps_list() -> None:
+    """The built-in apps."""
+    from trajforge.appspec import builtin_app_names, load_app
+
+    for name in builtin_app_names():
+        spec = load_app(name)
+        typer.echo(
+            f"{name:10} {spec.title:10} {spec.locale}  {len(spec.screens)} screens, "
+            f"{len(spec.edges())} edges, {len(spec.slots)} slots"
+        )
+
+
+@queries_app.command("generate")
+def queries_generate(
+    app_ref: Annotated[str, typer.Option("--app", help="Built-in app name or path to an app spec.")],
+    n: Annotated[int, typer.Option("--n", min=1, max=1_000_000, help="Queries to keep.")] = 100,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    config: ConfigOpt = None,
+) -> None:
+    """Sample, synthesise, validate and dedup queries for one app; store them and print a summary."""
+    import asyncio
+
+    from querygen.pipeline import GenerationReport, agenerate_queries, load_history, store_generation
+    from storage.db import engine_from_settings, session_factory, upgrade
+    from storage.llm_cache import SqlResponseCache
+    from trajforge.appspec import load_app
+    from trajforge.gateway import LLMGateway
+
+    settings = _settings(config)
+    spec = load_app(app_ref)
+    engine = engine_from_settings(settings)
+    upgrade(engine)
+    sessions = session_factory(engine)
+    coverage, dedup = load_history(sessions, spec.name)
+
+    async def generate() -> GenerationReport:
+        gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
+        try:
+            return await agenerate_queries(spec, n, seed, gateway=gateway, coverage=coverage, deduper=dedup)
+        finally:
+            if gateway is not None:
+                await gateway.aclose()
+
+    report = asyncio.run(generate())
+    store_generation(sessions, spec, report)
+    typer.echo(report.render(spec))
 
 
 @app.command("check")

@@ -75,7 +75,12 @@ def query_uid(app: str, instruction: str, moves: tuple[Move, ...]) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def generate_queries(
+def generate_queries(spec: AppSpec, n: int, seed: int, **kwargs: Any) -> GenerationReport:
+    """`agenerate_queries` for synchronous callers (not from inside a running event loop)."""
+    return asyncio.run(agenerate_queries(spec, n, seed, **kwargs))
+
+
+async def agenerate_queries(
     spec: AppSpec,
     n: int,
     seed: int,
@@ -109,7 +114,7 @@ def generate_queries(
                 continue
             report.coverage.add(path)
             paths.append(path)
-        drafts = _drafts(spec, paths, rng, gateway)
+        drafts = await _drafts(spec, paths, rng, gateway)
         for draft in drafts:
             _admit(spec, draft, validator, dedup, report)
     return report
@@ -120,16 +125,12 @@ def _initial_values(spec: AppSpec) -> dict[str, str]:
     return device.state.slots[spec.name]
 
 
-def _drafts(
+async def _drafts(
     spec: AppSpec, paths: list[SampledPath], rng: random.Random, gateway: LLMGateway | None
 ) -> list[Draft]:
     if gateway is None:
         return [template_draft(spec, p, rng) for p in paths]
-
-    async def run() -> list[Draft]:
-        return list(await asyncio.gather(*(llm_draft(spec, p, gateway) for p in paths)))
-
-    return asyncio.run(run())
+    return list(await asyncio.gather(*(llm_draft(spec, p, gateway) for p in paths)))
 
 
 def _admit(

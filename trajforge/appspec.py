@@ -256,7 +256,10 @@ def parse_spec(data: Any, source: str) -> AppSpec:
             where = ".".join(str(p) for p in err["loc"]) or "top level"
             msg = err["msg"].removeprefix("Value error, ")
             fix = " (remove it or check the spelling)" if err["type"] == "extra_forbidden" else ""
-            lines.append(f"app spec {source}: {where}: {msg}{fix}")
+            located = (
+                msg if msg.startswith(f"{where}.") else f"{where}: {msg}"
+            )  # message names a deeper element
+            lines.append(f"app spec {source}: {located}{fix}")
         raise SpecError("\n".join(lines), problems=lines) from exc
     problems = validate_spec(spec, source)
     if problems:

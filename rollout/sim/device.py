@@ -132,9 +132,13 @@ class SimDevice:
         self.reset()
 
     # --- state ---------------------------------------------------------------------------
-    def reset(self) -> None:
-        """Launcher, every app with its initial slot values; the fault RNG restarts."""
-        self._rng = random.Random(self.faults.seed)
+    def reset(self, episode_seed: int | str = 0) -> None:
+        """Launcher, every app with its initial slot values.
+
+        Faults are drawn from (faults.seed, episode_seed): an episode replays with the same
+        faults, and different episodes see different ones.
+        """
+        self._rng = random.Random(f"{self.faults.seed}:{episode_seed}")
         self.state = SimState(slots={name: self._initial(app) for name, app in self.apps.items()})
 
     @staticmethod

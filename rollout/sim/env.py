@@ -35,7 +35,7 @@ class SimEnv:
 
     def reset(self, task: Query) -> Observation:
         self._task = task
-        self.device.reset()
+        self.device.reset(episode_seed=task.uid)
         return self._observe()
 
     def step(self, action: Action) -> Observation:

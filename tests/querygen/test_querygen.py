@@ -1,0 +1,168 @@
+"""Query generation: sampling, synthesis, validation, dedup, storage, and the LLM path."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from querygen.dedup import QueryDeduper
+from querygen.pipeline import generate_queries, load_history, store_generation
+from querygen.sampling import MAX_ACTIONS, MIN_ACTIONS, Coverage, finishing_screens, sample_path
+from querygen.synthesis import missing_values
+from rollout.sim import Goal, Move, SimDevice, verify
+from rollout.sim.oracle import replay
+from storage.models import Exclusion
+from storage.models import Query as QueryRow
+from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from trajforge.appspec import builtin_app_names, load_app
+from trajforge.gateway import LLMGateway
+from trajforge.settings import LLMSettings
+
+APPS = builtin_app_names()
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict:
+    return {name: generate_queries(load_app(name), 500, seed=11) for name in APPS}
+
+
+@pytest.mark.parametrize("name", APPS)
+def test_500_queries_replay_to_verifier_success(generated: dict, name: str) -> None:
+    spec, report = load_app(name), generated[name]
+    assert len(report.kept) == 500
+    device = SimDevice([spec])
+    for query in report.kept:
+        actions = replay(device, name, [Move.from_json(m) for m in query.path])
+        assert MIN_ACTIONS <= len(actions) <= MAX_ACTIONS
+        result = verify(Goal.model_validate(query.goal), device)
+        assert result.success, (query.instruction, result)
+        assert missing_values(query.instruction, Goal.model_validate(query.goal)) == []
+    assert len({q.uid for q in report.kept}) == 500
+    assert {q.difficulty for q in report.kept} <= {"easy", "medium", "hard"}
+    assert all(d.reason in ("duplicate_exact", "duplicate_near") for d in report.dropped)
+
+
+@pytest.mark.parametrize("name", APPS)
+def test_wrong_paths_fail_with_the_constraint_named(generated: dict, name: str) -> None:
+    spec, kept = load_app(name), generated[name].kept
+    device = SimDevice([spec])
+    rng = random.Random(5)
+    failures = set()
+    for query in rng.sample(kept, 40):
+        other = rng.choice([q for q in kept if q.goal != query.goal])
+        replay(device, name, [Move.from_json(m) for m in other.path])
+        result = verify(Goal.model_validate(query.goal), device)
+        assert not result.success and result.failed is not None and result.detail
+        assert re.fullmatch(r"screen|slot:\w+", result.failed)
+        failures.add(result.failed.split(":")[0])
+    assert "slot" in failures
+    # a random tapper from the launcher never satisfies a multi-constraint goal
+    device.reset()
+    for _ in range(8):
+        device.act(
+            __import__("trajforge.actions", fromlist=["Action"]).Action(
+                kind="click", point=(rng.randrange(1001), rng.randrange(1001))
+            )
+        )
+    hard = next(q for q in kept if len(q.goal["state"]) >= 2)
+    assert not verify(Goal.model_validate(hard.goal), device).success
+
+
+def test_sampling_is_seeded_and_prefers_uncovered_edges() -> None:
+    spec = load_app("shopping")
+    finishing = finishing_screens(spec)
+    assert "cart" not in finishing  # a dead end: the sampler never walks into it
+
+    def paths(seed: int, coverage: Coverage) -> list:
+        rng = random.Random(seed)
+        return [sample_path(spec, rng, coverage, {"cart": "empty"}, finishing) for _ in range(50)]
+
+    assert paths(1, Coverage()) == paths(1, Coverage())
+    biased = Coverage()
+    for _ in range(200):
+        biased.edges["home.categories"] += 1  # earlier rounds browsed categories a lot
+    first = [p.moves[0].widget for p in paths(2, biased) if p]
+    assert first.count("search_box") > first.count("categories")
+
+
+def test_dedup_exact_near_and_different_values() -> None:
+    goal = Goal(app="a", screen="s", state={"dish": "Fries"})
+    dedup = QueryDeduper()
+    assert dedup.check("1", "Order Fries from Burger Barn", goal) is None
+    exact = dedup.check("2", "order fries, from burger barn!", goal)
+    assert exact is not None and (exact.reason, exact.of) == ("duplicate_exact", "1")
+    near = dedup.check("3", "Order Fries from Burger Barn now", goal)
+    assert near is not None and near.reason == "duplicate_near" and near.similarity >= 0.8
+    other_goal = Goal(app="a", screen="s", state={"dish": "Salad"})
+    assert dedup.check("4", "Order Fries from Burger Barns", other_goal) is None  # another task
+
+
+def test_store_and_rerun_add_nothing_twice(sessions: sessionmaker[Session]) -> None:
+    spec = load_app("ridehail")
+    report = generate_queries(spec, 60, seed=4)
+    store_generation(sessions, spec, report)
+    store_generation(sessions, spec, report)  # a rerun after a crash
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(QueryRow)) == 60
+        dropped = s.scalar(select(func.count()).select_from(Exclusion).where(Exclusion.stage == "querygen"))
+        assert dropped == len({(d.uid, d.reason) for d in report.dropped})
+        row = s.scalars(select(QueryRow)).first()
+        assert row is not None and row.path and row.goal["app"] == "ridehail" and row.difficulty
+    coverage, dedup = load_history(sessions, "ridehail")
+    assert sum(coverage.edges.values()) > 0
+    again = generate_queries(spec, 60, seed=4, coverage=coverage, deduper=dedup)
+    assert not {q.uid for q in again.kept} & {q.uid for q in report.kept}
+    store_generation(sessions, spec, again)
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(QueryRow)) == 120
+
+
+def _llm_responder(mode: dict[str, str]):
+    def respond(rec: Recorded) -> Reply:
+        text = rec.text
+        if 'Answer with JSON only:\n{"instruction"' in text:
+            if mode.get("synth") == "malformed":
+                return Reply(content='{"instruction": "Open the app and')
+            steps = re.findall(r"^- (.+)$", text.split("Values the task fixes")[0], re.M)
+            return Reply(content=json.dumps({"instruction": "Open it, then " + ", then ".join(steps)}))
+        values = text.split("Values to keep: ")[1].split("\n")[0].split(", ")
+        if mode.get("refine") == "lossy":
+            return Reply(content=json.dumps({"query": "Do the usual"}))
+        return Reply(content=json.dumps({"query": "Please: " + "; ".join(values)}))
+
+    return respond
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ({}, None),
+        ({"synth": "malformed"}, "synthesis_malformed"),
+        ({"refine": "lossy"}, "refinement_lost_constraint"),
+    ],
+)
+def test_llm_synthesis_and_refinement(mode: dict[str, str], reason: str | None) -> None:
+    spec = load_app("takeout")
+    with ScriptedLLM(responder=_llm_responder(mode)) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="scripted"))
+        report = generate_queries(spec, 5, seed=2, gateway=gateway, batch=5)
+        prompts = [r.text for r in llm.requests]
+    assert any("Menu of the chosen restaurant" in p for p in prompts)  # screen descriptions reach the model
+    assert any("Order me takeout" in p for p in prompts) == (mode.get("synth") != "malformed")  # few-shot
+    if reason is None:
+        assert len(report.kept) == 5 and {q.source for q in report.kept} == {"llm"}
+        assert all(q.instruction.startswith("Please: ") for q in report.kept)
+        return
+    # a path that fixes no value (takeout's "reorder") loses nothing, whatever the wording
+    assert all(q.goal["state"] == {} for q in report.kept)
+    assert reason in {d.reason for d in report.dropped}
+    assert {d.reason for d in report.dropped} <= {reason, "duplicate_exact"}
+    raw = report.dropped[0].detail["raw"]
+    assert raw["synthesize"]  # the model's own words are kept with the drop
+    if reason == "synthesis_malformed":
+        assert report.dropped[0].detail["why"].startswith("invalid_json")

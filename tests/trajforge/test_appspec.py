@@ -1,0 +1,150 @@
+"""App specs: every built-in app validates; each rejection rule has its own clear message."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trajforge.appspec import builtin_app_names, load_app, load_spec, parse_spec
+from trajforge.errors import SpecError
+
+BASE: dict[str, Any] = {
+    "name": "mini",
+    "title": "Mini",
+    "start": "home",
+    "slots": {"dish": ["Fries", "Salad"], "wifi": ["on", "off"]},
+    "screens": {
+        "home": {
+            "title": "Home",
+            "description": "start",
+            "widgets": [{"id": "dishes", "kind": "list", "slot": "dish", "goto": "cart"}],
+        },
+        "cart": {
+            "title": "Cart",
+            "description": "the cart",
+            "widgets": [{"id": "pay", "kind": "button", "label": "Pay {dish}", "goto": "done"}],
+        },
+        "done": {
+            "title": "Done",
+            "description": "paid",
+            "terminal": True,
+            "widgets": [{"id": "wifi", "kind": "toggle", "slot": "wifi", "label": "Wi-Fi"}],
+        },
+    },
+}
+
+
+def spec_with(edit) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    edit(data)
+    return data
+
+
+def test_builtin_apps_validate() -> None:
+    names = builtin_app_names()
+    assert names == ["ridehail", "settings", "shopping", "takeout"]
+    locales = {load_app(n).locale for n in names}
+    assert locales == {"en", "zh"}
+
+
+def test_base_spec_is_valid() -> None:
+    spec = parse_spec(BASE, "mini.yaml")
+    assert spec.edges() == [("home", "dishes", "cart"), ("cart", "pay", "done")]
+
+
+RULES = [
+    (
+        "cycle",
+        lambda d: d["screens"]["done"]["widgets"].append({"id": "again", "kind": "button", "goto": "home"}),
+        "app spec mini.yaml: screens: goto edges form a cycle home -> cart -> done -> home; "
+        "remove one edge or set graph: cyclic",
+    ),
+    (
+        "unknown screen",
+        lambda d: d["screens"]["cart"]["widgets"][0].update(goto="pay"),
+        "app spec mini.yaml: screens.cart.widgets.pay: goto 'pay' is not a screen (screens: home, cart, done); "
+        "fix it or add the screen",
+    ),
+    (
+        "unreachable",
+        lambda d: d["screens"].update(orphan={"title": "Orphan", "description": "x"}),
+        "app spec mini.yaml: screens.orphan: is unreachable from start 'home'; add a goto to it or remove it",
+    ),
+    (
+        "missing slot in label",
+        lambda d: d["screens"]["cart"]["widgets"][0].update(label="Pay {drink}"),
+        "app spec mini.yaml: screens.cart.widgets.pay: references slot 'drink', which is not declared; "
+        "add it under slots: or fix the name",
+    ),
+    (
+        "empty slot set",
+        lambda d: d["slots"].update(dish=[]),
+        "app spec mini.yaml: slots.dish: has no values; give at least one value or remove the slot",
+    ),
+    (
+        "unknown start",
+        lambda d: d.update(start="main"),
+        "app spec mini.yaml: start: 'main' is not a screen (screens: home, cart, done); set start to one of them",
+    ),
+    (
+        "no terminal",
+        lambda d: d["screens"]["done"].update(terminal=False),
+        "app spec mini.yaml: screens: no screen is terminal, so no task can end; mark at least one screen terminal: true",
+    ),
+    (
+        "toggle arity",
+        lambda d: d["slots"].update(wifi=["on", "off", "auto"]),
+        "app spec mini.yaml: screens.done.widgets.wifi: toggles slot 'wifi', which needs exactly 2 values (e.g. [on, off])",
+    ),
+    (
+        "unknown field",
+        lambda d: d["screens"]["home"].update(colour="red"),
+        "app spec mini.yaml: screens.home.colour: Extra inputs are not permitted (remove it or check the spelling)",
+    ),
+    (
+        "yaml boolean",
+        lambda d: d["slots"].update(wifi=[True, False]),
+        "app spec mini.yaml: slots.wifi: True was read as a boolean (YAML reads on/off/yes/no so); quote it",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "edit", "message"), RULES, ids=[r[0] for r in RULES])
+def test_each_rule_has_its_own_message(name: str, edit, message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec(spec_with(edit), "mini.yaml")
+    assert any(p.startswith(message) for p in info.value.problems), info.value.problems
+
+
+def test_cyclic_graph_allowed_when_declared() -> None:
+    data = spec_with(
+        lambda d: d["screens"]["done"]["widgets"].append({"id": "again", "kind": "button", "goto": "home"})
+    )
+    data["graph"] = "cyclic"
+    assert parse_spec(data, "mini.yaml").graph == "cyclic"
+
+
+def test_all_problems_listed_together() -> None:
+    def two(d: dict[str, Any]) -> None:
+        d["slots"]["dish"] = []
+        d["screens"]["cart"]["widgets"][0]["goto"] = "nowhere"
+
+    with pytest.raises(SpecError) as info:
+        parse_spec(spec_with(two), "mini.yaml")
+    assert len(info.value.problems) == 2
+
+
+def test_numbers_become_text(tmp_path: Path) -> None:
+    data = spec_with(lambda d: d["slots"].update(dish=[1, 2.5]))
+    path = tmp_path / "n.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_spec(path).slots["dish"] == ["1", "2.5"]
+
+
+def test_unknown_app_reference() -> None:
+    with pytest.raises(SpecError, match="no built-in app 'nope' and no such file; built-in apps: ridehail"):
+        load_app("nope")
