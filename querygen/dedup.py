@@ -53,16 +53,30 @@ class QueryDeduper:
         self._exact: dict[str, str] = {}
         self._by_goal: dict[str, list[tuple[str, frozenset[str]]]] = defaultdict(list)
 
-    def check(self, uid: str, text: str, goal: Goal) -> Duplicate | None:
-        """None (and the query is remembered as kept) or the duplicate it matches."""
+    @property
+    def size(self) -> int:
+        return len(self._exact)
+
+    def find(self, text: str, goal: Goal) -> Duplicate | None:
+        """The kept query this one duplicates, if any (nothing is remembered)."""
         norm = normalize(text)
         if norm in self._exact:
             return Duplicate("duplicate_exact", self._exact[norm], 1.0)
-        grams, key = trigrams(text), goal_key(goal)
-        for other, other_grams in self._by_goal[key]:
+        grams = trigrams(text)
+        for other, other_grams in self._by_goal[goal_key(goal)]:
             sim = jaccard(grams, other_grams)
             if sim >= self.threshold:
                 return Duplicate("duplicate_near", other, round(sim, 4))
-        self._exact[norm] = uid
-        self._by_goal[key].append((uid, grams))
         return None
+
+    def add(self, uid: str, text: str, goal: Goal) -> None:
+        """Remember a kept query."""
+        self._exact[normalize(text)] = uid
+        self._by_goal[goal_key(goal)].append((uid, trigrams(text)))
+
+    def check(self, uid: str, text: str, goal: Goal) -> Duplicate | None:
+        """`find`, then `add` when it is new."""
+        duplicate = self.find(text, goal)
+        if duplicate is None:
+            self.add(uid, text, goal)
+        return duplicate

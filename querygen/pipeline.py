@@ -32,6 +32,9 @@ from trajforge.gateway import LLMGateway
 
 STAGE = "querygen"
 MAX_TRIES_PER_QUERY = 20  # sampling attempts per requested query before giving up
+# An app's task space is finite: after this many candidates in a row without a new query,
+# sampling has found (nearly) every task the app offers, and generation stops.
+EXHAUSTED_AFTER = 2000
 
 
 @dataclass
@@ -48,6 +51,8 @@ class GenerationReport:
     kept: list[Query] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
     dead_end_samples: int = 0
+    exhausted: bool = False
+    already_known: int = 0  # kept by earlier runs (from load_history)
     coverage: Coverage = field(default_factory=Coverage)
 
     def reasons(self) -> Counter[str]:
@@ -67,6 +72,11 @@ class GenerationReport:
             f"coverage: {len(set(self.coverage.screens) & set(spec.screens))}/{len(spec.screens)} screens, "
             f"{len(covered)}/{len(edges)} navigation edges",
         ]
+        if self.exhausted:
+            lines.append(
+                f"stopped early: no new task in the last {EXHAUSTED_AFTER} candidates "
+                f"(the app offers about {kept + self.already_known} distinct queries)"
+            )
         return "\n".join(lines)
 
 
@@ -103,7 +113,8 @@ async def agenerate_queries(
     validator = InterfaceValidator(spec)
     initial = _initial_values(spec)
     finishing = finishing_screens(spec)
-    tries = 0
+    report.already_known = dedup.size
+    tries = stale = 0
     while len(report.kept) < n and tries < n * MAX_TRIES_PER_QUERY:
         paths: list[SampledPath] = []
         while len(paths) < min(batch, n - len(report.kept)) and tries < n * MAX_TRIES_PER_QUERY:
@@ -116,7 +127,12 @@ async def agenerate_queries(
             paths.append(path)
         drafts = await _drafts(spec, paths, rng, gateway)
         for draft in drafts:
+            before = len(report.kept)
             _admit(spec, draft, validator, dedup, report)
+            stale = 0 if len(report.kept) > before else stale + 1
+        if stale >= EXHAUSTED_AFTER:
+            report.exhausted = True
+            break
     return report
 
 
@@ -146,12 +162,7 @@ def _admit(
     if draft.reason is not None:
         report.dropped.append(Dropped(uid, draft.reason, {**detail, "why": draft.detail}))
         return
-    check = validator.check(draft)
-    if not check.ok:
-        assert check.reason is not None
-        report.dropped.append(Dropped(uid, check.reason, {**detail, "why": check.detail}))
-        return
-    duplicate = dedup.check(uid, draft.instruction, draft.goal)
+    duplicate = dedup.find(draft.instruction, draft.goal)  # cheap, so before the replay
     if duplicate is not None:
         report.dropped.append(
             Dropped(
@@ -161,6 +172,12 @@ def _admit(
             )
         )
         return
+    check = validator.check(draft)
+    if not check.ok:
+        assert check.reason is not None
+        report.dropped.append(Dropped(uid, check.reason, {**detail, "why": check.detail}))
+        return
+    dedup.add(uid, draft.instruction, draft.goal)
     actions = len(check.actions)
     report.kept.append(
         Query(

@@ -215,3 +215,38 @@ def test_usage_errors_are_not_tracebacks() -> None:
     result = cli("actions", "convert", "--from", "qwen")
     assert result.returncode == 2 and "Missing option '--to'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_apps_validate_reports_every_problem_and_writes_nothing(tmp_path: Path) -> None:
+    good = cli(
+        "apps",
+        "validate",
+        str(Path(__file__).resolve().parents[2] / "trajforge/apps/takeout.yaml"),
+        cwd=tmp_path,
+    )
+    assert good.returncode == 0 and good.stdout.strip().endswith("ok (takeout: 9 screens, 10 edges)")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        "name: broken\ntitle: Broken\nstart: home\nslots: {dish: []}\nscreens:\n"
+        "  home: {title: Home, description: x, terminal: true, widgets: [{id: go, kind: button, goto: pay}]}\n"
+    )
+    result = cli("apps", "validate", str(broken), cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: app spec {broken}: slots.dish: has no values; give at least one value or remove the slot",
+        f"error: app spec {broken}: screens.home.widgets.go: goto 'pay' is not a screen (screens: home); "
+        "fix it or add the screen",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.yaml"]  # nothing written
+
+
+def test_queries_generate_stores_and_summarises(tmp_path: Path) -> None:
+    result = cli("queries", "generate", "--app", "settings", "--n", "40", "--seed", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("settings: 40 queries kept of 40 requested")
+    assert lines[1].startswith("dropped: ") and lines[4].startswith("coverage: ")
+    again = cli("queries", "generate", "--app", "settings", "--n", "40", "--seed", "3", cwd=tmp_path)
+    assert again.stdout.startswith("settings: 40 queries kept")  # 40 more, none repeated
+    missing = cli("queries", "generate", "--app", "nope.yaml", cwd=tmp_path)
+    assert missing.returncode == 1 and missing.stderr.startswith("error: app spec nope.yaml: file not found")
