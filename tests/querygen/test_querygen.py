@@ -166,3 +166,10 @@ def test_llm_synthesis_and_refinement(mode: dict[str, str], reason: str | None) 
     assert raw["synthesize"]  # the model's own words are kept with the drop
     if reason == "synthesis_malformed":
         assert report.dropped[0].detail["why"].startswith("invalid_json")
+
+
+def test_generation_stops_when_the_task_space_is_exhausted() -> None:
+    spec = load_app("ridehail")  # about a thousand distinct queries
+    report = generate_queries(spec, 5000, seed=1)
+    assert report.exhausted and 500 < len(report.kept) < 5000
+    assert "stopped early: no new task in the last 2000 candidates" in report.render(spec)
