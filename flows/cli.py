@@ -175,7 +175,7 @@ def show_config(config: ConfigOpt = None) -> None:
 @app.command("run")
 def run(
     config: ConfigOpt = None,
-    episodes: Annotated[int, typer.Option(min=1, max=1000, help="Episodes in the smoke round.")] = 4,
+    episodes: Annotated[int, typer.Option(min=1, max=1000, help="Episodes per built-in app.")] = 3,
 ) -> None:
     """Run the main job on the configured spine (embedded default: SQLite + local store, offline).
 
@@ -186,7 +186,7 @@ def run(
     from rollout.smoke import run_smoke_round
 
     configure_logging()
-    report = run_smoke_round(_settings(config), episodes=episodes)
+    report = run_smoke_round(_settings(config), episodes_per_app=episodes)
     typer.echo(report.render())
 
 

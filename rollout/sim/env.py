@@ -30,6 +30,7 @@ class SimEnv:
         self.store = store
         self.renderer = renderer or FrameRenderer()
         self.last_frame = b""
+        self.frames_written = self.frames_deduped = 0
         self._stored: set[str] = set()
         self._task: Query | None = None
 
@@ -55,7 +56,9 @@ class SimEnv:
         png, digest = self.renderer.frame(self.device)
         self.last_frame = png
         if self.store is not None and digest not in self._stored:
-            put_blob(self.store, png)
+            _, written = put_blob(self.store, png)
+            self.frames_written += written
+            self.frames_deduped += not written
             self._stored.add(digest)
         return Observation(
             screenshot=digest,
