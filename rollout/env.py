@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from rollout.sim.verify import VerifierResult
 from trajforge.actions import Action
 from trajforge.domain import Observation, Query
 
@@ -21,6 +22,10 @@ class Environment(Protocol):
         Raises:
             rollout.errors.DeviceError: the device crashed or hung.
         """
+        ...
+
+    def verify(self) -> VerifierResult:
+        """The task's programmatic verifier on the current state (the episode's anchor)."""
         ...
 
     def close(self) -> None: ...

@@ -221,6 +221,31 @@ class VersionShard(Base):
     shard_id: Mapped[int] = mapped_column(ForeignKey("shard.id"))
 
 
+class Device(Base):
+    """An environment rollouts can lease: an emulator, a phone, a browser, a simulated device."""
+
+    __tablename__ = "device"
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    backend: Mapped[str] = mapped_column(String(16))  # sim | web | android
+    address: Mapped[str] = mapped_column(String(256), default="")
+    capacity: Mapped[int] = mapped_column(Integer, default=1)
+    health: Mapped[str] = mapped_column(String(16), default="healthy")  # healthy | unhealthy | retired
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class DeviceLease(Base):
+    """One of a device's `capacity` slots; free when `holder` is empty or the lease expired."""
+
+    __tablename__ = "device_lease"
+    __table_args__ = (UniqueConstraint("device_id", "slot"),)
+    device_id: Mapped[int] = mapped_column(ForeignKey("device.id", ondelete="CASCADE"))
+    slot: Mapped[int] = mapped_column(Integer)
+    holder: Mapped[str | None] = mapped_column(String(128))
+    expires: Mapped[datetime | None] = mapped_column(DateTime(timezone=False))  # naive UTC
+    heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=False))
+
+
 class LLMCall(Base):
     """One paid model call: the response cache (by request hash) and the cost ledger."""
 

@@ -180,8 +180,12 @@ class LLMGateway:
         temperature: float = 0.0,
         max_tokens: int | None = None,
         round_id: int | None = None,
+        seed: int | None = None,
     ) -> LLMResult:
         """One chat completion, from the cache when this exact request was paid for before.
+
+        `seed` is sent to the endpoint and is part of the cache key: K rollouts of one prompt
+        at temperature > 0 are K different requests, while rerunning rollout k hits the cache.
 
         Raises:
             LLMRateLimited / LLMTimeout: still failing after `max_retries` retries.
@@ -193,6 +197,8 @@ class LLMGateway:
             params["max_tokens"] = max_tokens
         if json_mode:
             params["response_format"] = {"type": "json_object"}
+        if seed is not None:
+            params["seed"] = seed
         key = request_hash(params)
         usage = self.usage[stage]
         hit = self.cache.get(key) if self.cache is not None else None

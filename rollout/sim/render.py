@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import threading
 from collections import OrderedDict
 from functools import cache
 from pathlib import Path
@@ -48,22 +49,26 @@ class FrameRenderer:
     def __init__(self, cache_size: int = 512) -> None:
         self.cache_size = cache_size
         self._frames: OrderedDict[tuple[Any, ...], tuple[bytes, str]] = OrderedDict()
+        self._lock = threading.Lock()  # rollout workers share one renderer across threads
         self.hits = self.misses = 0
 
     def frame(self, device: SimDevice) -> tuple[bytes, str]:
         """(PNG bytes, sha256) of what the device shows now."""
         key = device.render_key()
-        if self.cache_size and key in self._frames:
-            self._frames.move_to_end(key)
-            self.hits += 1
-            return self._frames[key]
-        self.misses += 1
-        png = encode(draw(device))
+        with self._lock:
+            cached = self._frames.get(key) if self.cache_size else None
+            if cached is not None:
+                self._frames.move_to_end(key)
+                self.hits += 1
+                return cached
+            self.misses += 1
+        png = encode(draw(device))  # outside the lock: two threads may draw one state, harmlessly
         entry = (png, hashlib.sha256(png).hexdigest())
         if self.cache_size:
-            self._frames[key] = entry
-            if len(self._frames) > self.cache_size:
-                self._frames.popitem(last=False)
+            with self._lock:
+                self._frames[key] = entry
+                if len(self._frames) > self.cache_size:
+                    self._frames.popitem(last=False)
         return entry
 
 

@@ -1,0 +1,31 @@
+"""The policy protocol: given the task and what the device shows, say the next action as text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from trajforge.domain import Observation, Query
+
+
+@dataclass(frozen=True)
+class PolicyOutput:
+    """The model's raw words; the runner parses them with `format` and keeps both."""
+
+    text: str
+    format: str  # a codec name: qwen, agentcpm, uitars, mobiler1, androidworld, canonical
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Policy(Protocol):
+    """A versioned policy. `start` begins an episode; `act` is called once per step."""
+
+    name: str
+    version: int
+
+    def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
+        """Begin an episode: `seed` makes its randomness repeatable, `rollout` is k of K for the query."""
+        ...
+
+    async def act(self, observation: Observation) -> PolicyOutput: ...

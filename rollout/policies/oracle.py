@@ -1,0 +1,167 @@
+"""Built-in offline policies: a noisy oracle that follows the ground-truth path, and a random explorer.
+
+Both see only what a real agent sees: the observation's element tree. The oracle looks
+for the next move's element, scrolls when it is not visible, and presses back when it
+has wandered off; its mistakes are seeded per episode.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from rollout.policies.base import PolicyOutput
+from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen, get_codec
+from trajforge.domain import Observation, Query
+
+SCROLL_PROBES = 6  # swipes up before searching the other way, then giving up on the screen
+
+
+class OracleNoise(BaseModel):
+    """Per-step error rates of the noisy oracle (all 0: the oracle is perfect)."""
+
+    mis_tap: float = Field(0.0, ge=0, le=1, description="Tap a point near, but off, the target.")
+    wrong_value: float = Field(0.0, ge=0, le=1, description="Pick another visible row of the same list.")
+    premature_terminate: float = Field(0.0, ge=0, le=1, description="Declare success before the end.")
+    wander: float = Field(0.0, ge=0, le=1, description="Tap some other clickable element.")
+    malformed: float = Field(0.0, ge=0, le=1, description="Cut the output off mid-way (a format error).")
+
+
+def _bounds(element: dict[str, Any]) -> tuple[int, int, int, int]:
+    x1, y1, x2, y2 = (int(v) for v in element["bounds"])
+    return (x1, y1, x2, y2)
+
+
+def _element_center(element: dict[str, Any]) -> tuple[int, int]:
+    x1, y1, x2, y2 = _bounds(element)
+    return ((x1 + x2) // 2, (y1 + y2) // 2)
+
+
+class NoisyOracle:
+    """Follows the query's ground-truth moves through the element tree, with seeded errors."""
+
+    def __init__(
+        self,
+        noise: OracleNoise | None = None,
+        fmt: str = "qwen",
+        version: int = 0,
+        screen: Screen = DEFAULT_SCREEN,
+    ) -> None:
+        self.name, self.version = "noisy-oracle", version
+        self.noise = noise or OracleNoise()
+        self.codec = get_codec(fmt)
+        self.screen = screen
+        self._plan: deque[dict[str, Any]] = deque()
+        self._queued: deque[Action] = deque()
+        self._rng = random.Random(0)
+        self._probes = 0
+        self._query: Query | None = None
+
+    def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
+        self._query = query
+        self._plan = deque([{"widget": "__open__", "value": query.app}, *query.path])
+        self._queued.clear()
+        self._rng = random.Random(seed)
+        self._probes = 0
+
+    async def act(self, observation: Observation) -> PolicyOutput:
+        action = self._next(observation)
+        text = self.codec.format(action, self.screen)
+        if self._rng.random() < self.noise.malformed:
+            self._queued.appendleft(action)  # it meant this; it will say it properly next step
+            text = text[: max(1, len(text) // 2)]
+        return PolicyOutput(text, self.codec.name)
+
+    def _next(self, obs: Observation) -> Action:
+        if self._queued:
+            return self._queued.popleft()
+        if not self._plan:
+            return Action(kind=ActionKind.TERMINATE, status="success")
+        rng, noise = self._rng, self.noise
+        if rng.random() < noise.premature_terminate:
+            self._plan.clear()
+            return Action(kind=ActionKind.TERMINATE, status="success")
+        elements = obs.elements or []
+        move = self._plan[0]
+        target = self._find(elements, move)
+        if target is None:
+            return self._search()
+        self._probes = 0
+        clickable = [e for e in elements if e.get("kind") != "text"]
+        if rng.random() < noise.wander and len(clickable) > 1:
+            target = rng.choice([e for e in clickable if e is not target])
+        elif target.get("kind") == "list_item" and rng.random() < noise.wrong_value:
+            rows = [e for e in elements if e.get("widget") == target.get("widget") and e is not target]
+            target = rng.choice(rows) if rows else target
+        self._plan.popleft()
+        x, y = _element_center(target)
+        if rng.random() < noise.mis_tap:
+            _, top, _, bottom = _bounds(target)
+            y += rng.choice((-1, 1)) * (bottom - top)
+            y = max(0, min(obs.height - 1, y))
+        tap = Action(kind=ActionKind.CLICK, point=self.screen.from_px(x, y))
+        if target.get("kind") == "input":
+            self._queued.extend(
+                [
+                    Action(kind=ActionKind.TYPE, text=str(move.get("value") or "")),
+                    Action(kind=ActionKind.PRESS, key="enter"),
+                ]
+            )
+        return tap
+
+    @staticmethod
+    def _find(elements: list[dict[str, Any]], move: dict[str, Any]) -> dict[str, Any] | None:
+        if move["widget"] == "__open__":
+            return next((e for e in elements if e.get("id") == f"app:{move['value']}"), None)
+        for e in elements:
+            if e.get("widget") == move["widget"] and (
+                e.get("kind") != "list_item" or e.get("value") == move["value"]
+            ):
+                return e
+        return None
+
+    def _search(self) -> Action:
+        """Not on screen: scroll down the content, then up, then go back a screen."""
+        self._probes += 1
+        if self._probes <= SCROLL_PROBES:
+            return Action(kind=ActionKind.SWIPE, point=(500, 600), direction="up")
+        if self._probes <= 2 * SCROLL_PROBES:
+            return Action(kind=ActionKind.SWIPE, point=(500, 600), direction="down")
+        self._probes = 0
+        return Action(kind=ActionKind.PRESS, key="back")
+
+
+class RandomExplorer:
+    """Taps random clickable elements, sometimes scrolls or goes back; stops after `max_actions`."""
+
+    def __init__(
+        self, fmt: str = "qwen", max_actions: int = 15, version: int = 0, screen: Screen = DEFAULT_SCREEN
+    ) -> None:
+        self.name, self.version = "random-explorer", version
+        self.codec = get_codec(fmt)
+        self.screen = screen
+        self.max_actions = max_actions
+        self._rng = random.Random(0)
+        self._taken = 0
+
+    def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
+        self._rng, self._taken = random.Random(seed), 0
+
+    async def act(self, observation: Observation) -> PolicyOutput:
+        self._taken += 1
+        rng = self._rng
+        clickable = [e for e in observation.elements or [] if e.get("kind") != "text"]
+        roll = rng.random()
+        if self._taken > self.max_actions:
+            action = Action(kind=ActionKind.TERMINATE, status="success")
+        elif roll < 0.1:
+            action = Action(kind=ActionKind.PRESS, key="back")
+        elif roll < 0.25 or not clickable:
+            action = Action(kind=ActionKind.SWIPE, point=(500, 600), direction=rng.choice(["up", "down"]))
+        else:
+            x, y = _element_center(rng.choice(clickable))
+            action = Action(kind=ActionKind.CLICK, point=self.screen.from_px(x, y))
+        return PolicyOutput(self.codec.format(action, self.screen), self.codec.name)

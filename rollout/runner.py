@@ -1,0 +1,367 @@
+"""The episode runner: K rollouts per query over the device pool, resumable, never losing an episode.
+
+Every episode has a stable uid (round, query, rollout index). It is written, with its
+steps and verifier anchor, in one transaction when it ends, so a crash loses only the
+episodes in flight and a rerun skips every episode already stored. A device that crashes,
+hangs or times out is reported to the pool (restarted or retired), the failed attempt is
+recorded with its reason, and the episode starts again on another device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from rollout.env import Environment
+from rollout.errors import DeviceCrashed, DeviceError, DeviceHung
+from rollout.policies.base import Policy
+from rollout.pool import DevicePool, Lease
+from storage.db import insert_ignore, transaction
+from storage.models import Anchor, Episode, Exclusion, Step
+from storage.models import Query as QueryRow
+from trajforge.actions import ActionKind, Screen, get_codec
+from trajforge.domain import Query
+from trajforge.errors import LLMError, ParseError
+
+
+class RolloutConfig(BaseModel):
+    rollouts_per_query: int = Field(1, ge=1, le=64, description="K rollouts per query (group statistics).")
+    max_steps: int = Field(30, ge=1, le=500)
+    step_timeout_s: float = Field(
+        60.0, gt=0, description="A device step or policy call slower than this fails."
+    )
+    episode_timeout_s: float = Field(900.0, gt=0)
+    workers: int = Field(1, ge=1, le=256, description="Episodes in flight at once (bounded by free devices).")
+    max_attempts: int = Field(4, ge=1, le=20, description="Tries of one episode across devices.")
+    on_parse_error: Literal["continue", "end"] = Field(
+        "continue", description="continue: record the step with its reason and go on; end: end the episode."
+    )
+    lease_wait_s: float = Field(30.0, gt=0, description="How long to wait for a free device.")
+
+
+@dataclass
+class RolloutReport:
+    requested: int = 0
+    completed: int = 0
+    skipped: int = 0  # stored by an earlier run: not redone
+    successes: int = 0
+    steps: int = 0
+    retries: int = 0
+    seconds: float = 0.0
+    outcomes: Counter[str] = field(default_factory=Counter)  # failure reasons of completed episodes
+    attempt_failures: Counter[str] = field(default_factory=Counter)  # device failures that were retried
+
+    def render(self) -> str:
+        done = self.completed + self.skipped
+        rate = self.successes / max(self.completed, 1)
+        secs = max(self.seconds, 1e-9)
+        lines = [
+            f"episodes: {done}/{self.requested} accounted for "
+            f"({self.completed} run now, {self.skipped} already stored)",
+            f"success rate: {self.successes}/{self.completed} = {rate:.0%}",
+            "failures: " + (", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "none"),
+            "device failures retried: "
+            + (", ".join(f"{k}={v}" for k, v in sorted(self.attempt_failures.items())) or "none"),
+            f"steps: {self.steps} in {self.seconds:.1f}s = {self.steps / secs:.1f} steps/s, "
+            f"{60 * self.completed / secs:.0f} episodes/min",
+        ]
+        return "\n".join(lines)
+
+
+class _Retry(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def episode_uid(round_id: int, query_uid: str, rollout: int) -> str:
+    return hashlib.sha256(f"{round_id}:{query_uid}:{rollout}".encode()).hexdigest()
+
+
+class EpisodeRunner:
+    """Args:
+    envs: builds (or rebuilds, after a crash) the environment for a leased device slot.
+    policies: a fresh policy per episode (policies keep per-episode state).
+    guidance: optional query-specific guidance by query uid (GUI-Owl §6.4).
+    on_episode: called after each stored episode (progress bars).
+    """
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        pool: DevicePool,
+        envs: Callable[[Lease], Environment],
+        policies: Callable[[], Policy],
+        config: RolloutConfig | None = None,
+        guidance: dict[str, str] | None = None,
+        on_episode: Callable[[], None] | None = None,
+    ) -> None:
+        self.sessions, self.pool, self.envs, self.policies = sessions, pool, envs, policies
+        self.config = config or RolloutConfig()
+        self.guidance = guidance or {}
+        self.on_episode = on_episode
+        self._envs: dict[str, Environment] = {}
+
+    async def run(self, queries: list[Query], round_id: int, policy_id: int) -> RolloutReport:
+        report = RolloutReport(requested=len(queries) * self.config.rollouts_per_query)
+        started = time.monotonic()
+        todo = [(q, k) for q in queries for k in range(self.config.rollouts_per_query)]
+        with self.sessions() as s:
+            stored = set(s.scalars(select(Episode.uid).where(Episode.round_id == round_id)))
+            query_ids = dict(
+                s.execute(
+                    select(QueryRow.uid, QueryRow.id).where(QueryRow.uid.in_([q.uid for q in queries]))
+                ).all()
+            )
+        pending = [(q, k) for q, k in todo if episode_uid(round_id, q.uid, k) not in stored]
+        report.skipped = len(todo) - len(pending)
+        gate = asyncio.Semaphore(self.config.workers)
+
+        async def one(query: Query, k: int) -> None:
+            async with gate:
+                await self._episode(query, k, round_id, policy_id, query_ids[query.uid], report)
+
+        await asyncio.gather(*(one(q, k) for q, k in pending))
+        report.seconds = time.monotonic() - started
+        return report
+
+    async def _lease(self, holder: str) -> Lease:
+        deadline = time.monotonic() + self.config.lease_wait_s
+        while (lease := await asyncio.to_thread(self.pool.lease, holder)) is None:
+            if time.monotonic() > deadline:
+                raise DeviceError(f"no healthy device free within {self.config.lease_wait_s}s")
+            await asyncio.sleep(0.05)
+        return lease
+
+    async def _episode(
+        self, query: Query, k: int, round_id: int, policy_id: int, query_id: int, report: RolloutReport
+    ) -> None:
+        uid = episode_uid(round_id, query.uid, k)
+        failures: list[dict[str, Any]] = []
+        for attempt in range(self.config.max_attempts):
+            try:
+                lease = await self._lease(uid[:16])
+            except DeviceError as exc:
+                failures.append(
+                    {"attempt": attempt, "device": None, "reason": "no_device", "error": str(exc)}
+                )
+                break
+            try:
+                result = await asyncio.wait_for(
+                    self._play(query, k, uid, lease), self.config.episode_timeout_s
+                )
+            except _Retry as retry:
+                report.retries += 1
+                report.attempt_failures[retry.reason] += 1
+                failures.append({"attempt": attempt, "device": lease.key, "reason": retry.reason})
+                await self._recover(lease)
+                continue
+            except TimeoutError:
+                report.retries += 1
+                report.attempt_failures["episode_timeout"] += 1
+                failures.append({"attempt": attempt, "device": lease.key, "reason": "episode_timeout"})
+                await self._recover(lease)
+                continue
+            await asyncio.to_thread(self.pool.release, lease)
+            self._store(uid, round_id, policy_id, query_id, k, lease.key, result, failures, report)
+            return
+        self._store(
+            uid,
+            round_id,
+            policy_id,
+            query_id,
+            k,
+            None,
+            {"steps": [], "outcome": "failure", "reason": "device_retries_exhausted", "verdict": None},
+            failures,
+            report,
+        )
+
+    async def _recover(self, lease: Lease) -> None:
+        """Report the device, rebuild its environment, and put it back unless retired."""
+        health = await asyncio.to_thread(self.pool.report_failure, lease)
+        old = self._envs.pop(lease.key, None)
+        if old is not None:
+            await asyncio.to_thread(old.close)
+        if health != "retired":
+            await asyncio.to_thread(self.pool.mark_healthy, lease.device)
+
+    def _env(self, lease: Lease) -> Environment:
+        if lease.key not in self._envs:
+            self._envs[lease.key] = self.envs(lease)
+        return self._envs[lease.key]
+
+    async def _play(self, query: Query, k: int, uid: str, lease: Lease) -> dict[str, Any]:
+        cfg = self.config
+        env = self._env(lease)
+        policy = self.policies()
+        policy.start(query, seed=uid, guidance=self.guidance.get(query.uid), rollout=k)
+        obs = await self._device(env.reset, query)
+        steps: list[dict[str, Any]] = []
+        status, reason = None, None
+        for index in range(cfg.max_steps):
+            t0 = time.monotonic()
+            try:
+                out = await asyncio.wait_for(policy.act(obs), cfg.step_timeout_s)
+            except (LLMError, TimeoutError) as exc:
+                reason = "policy_error" if isinstance(exc, LLMError) else "policy_timeout"
+                break
+            codec = get_codec(out.format)
+            action, error = None, None
+            try:
+                action = codec.parse(out.text, Screen(obs.width, obs.height))
+            except ParseError as exc:
+                error = exc.reason
+            after = await self._device(env.step, action) if action is not None else obs
+            steps.append(
+                {
+                    "index": index,
+                    "screenshot": obs.screenshot,
+                    "screenshot_after": after.screenshot,
+                    "width": obs.width,
+                    "height": obs.height,
+                    "raw_output": out.text,
+                    "parse_error": error,
+                    "latency_ms": int((time.monotonic() - t0) * 1000),
+                    "action": action.model_dump(mode="json", exclude_none=True) if action else None,
+                }
+            )
+            obs = after
+            await asyncio.to_thread(self.pool.heartbeat, lease)
+            if error is not None and cfg.on_parse_error == "end":
+                reason = f"unparseable_output:{error}"
+                break
+            if action is not None and action.kind == ActionKind.TERMINATE:
+                status = action.status
+                break
+        else:
+            reason = "max_steps"
+        verdict = env.verify()
+        success = verdict.success and status == "success"
+        if not success and reason is None:
+            reason = "gave_up" if status == "failure" else (verdict.failed or "terminated_early")
+            if verdict.success and status is None:
+                reason = "no_terminate"
+        return {
+            "steps": steps,
+            "outcome": "success" if success else "failure",
+            "reason": None if success else reason,
+            "verdict": verdict,
+        }
+
+    async def _device(self, fn: Callable[..., Any], arg: Any) -> Any:
+        """A device call in a thread, bounded by the step timeout; failures become retries."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(fn, arg), self.config.step_timeout_s)
+        except DeviceCrashed as exc:
+            raise _Retry("device_crashed") from exc
+        except DeviceHung as exc:
+            raise _Retry("device_hung") from exc
+        except TimeoutError as exc:
+            raise _Retry("step_timeout") from exc
+
+    def _store(
+        self,
+        uid: str,
+        round_id: int,
+        policy_id: int,
+        query_id: int,
+        k: int,
+        device: str | None,
+        result: dict[str, Any],
+        failures: list[dict[str, Any]],
+        report: RolloutReport,
+    ) -> None:
+        verdict = result["verdict"]
+        with transaction(self.sessions) as s:
+            inserted = insert_ignore(
+                s,
+                Episode,
+                [
+                    {
+                        "uid": uid,
+                        "round_id": round_id,
+                        "query_id": query_id,
+                        "policy_id": policy_id,
+                        "attempt": k,
+                        "device": device,
+                        "status": "done" if device else "failed",
+                        "outcome": result["outcome"],
+                        "verifier_success": verdict.success if verdict else None,
+                        "num_steps": len(result["steps"]),
+                        "reason": result["reason"],
+                        "meta": {"device_failures": failures},
+                    }
+                ],
+                ["uid"],
+                count=True,
+            )
+            if not inserted:
+                return  # another worker stored it: count it once
+            episode_id = s.scalars(select(Episode.id).where(Episode.uid == uid)).one()
+            insert_ignore(
+                s,
+                Step,
+                [{"episode_id": episode_id, **row} for row in result["steps"]],
+                ["episode_id", "index"],
+            )
+            if verdict is not None:
+                insert_ignore(
+                    s,
+                    Anchor,
+                    [
+                        {
+                            "episode_id": episode_id,
+                            "source": "verifier",
+                            "annotator": "",
+                            "label": "success" if verdict.success else "failure",
+                            "confidence": 1.0,
+                            "meta": verdict.to_json(),
+                        }
+                    ],
+                    ["episode_id", "source", "annotator"],
+                )
+            insert_ignore(
+                s,
+                Exclusion,
+                [
+                    {
+                        "round_id": round_id,
+                        "stage": "rollout",
+                        "item_type": "episode_attempt",
+                        "item_key": f"{uid}:{f['attempt']}",
+                        "reason": f["reason"],
+                        "detail": f,
+                    }
+                    for f in failures
+                ]
+                + [
+                    {
+                        "round_id": round_id,
+                        "stage": "rollout",
+                        "item_type": "step",
+                        "item_key": f"{uid}:{row['index']}",
+                        "reason": row["parse_error"],
+                        "detail": {"raw_output": row["raw_output"]},
+                    }
+                    for row in result["steps"]
+                    if row["parse_error"]
+                ],
+                ["stage", "item_type", "item_key", "reason"],
+            )
+        report.completed += 1
+        report.successes += result["outcome"] == "success"
+        report.steps += len(result["steps"])
+        if result["reason"]:
+            report.outcomes[result["reason"].split(":")[0]] += 1
+        if self.on_episode is not None:
+            self.on_episode()

@@ -1,0 +1,194 @@
+"""The episode runner on the simulated farm: every episode accounted for exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from querygen.pipeline import generate_queries, store_generation
+from rollout.policies import NoisyOracle, OracleNoise, RandomExplorer, VLMPolicy, VLMPolicyConfig
+from rollout.pool import DevicePool
+from rollout.runner import EpisodeRunner, RolloutConfig
+from rollout.sim.device import FaultConfig
+from rollout.sim.farm import SimFarm
+from storage.db import transaction
+from storage.keys import blob_key
+from storage.models import Anchor, Episode, Exclusion, Policy, Round, Step
+from storage.objectstore import LocalObjectStore
+from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from trajforge.appspec import load_app
+from trajforge.domain import Query
+from trajforge.gateway import LLMGateway
+from trajforge.settings import LLMSettings
+
+
+def _setup(
+    sessions: sessionmaker[Session], app: str = "settings", n: int = 6
+) -> tuple[list[Query], int, int]:
+    spec = load_app(app)
+    report = generate_queries(spec, n, seed=3)
+    store_generation(sessions, spec, report)
+    with transaction(sessions) as s:
+        policy = Policy(name="test", version=0)
+        s.add(policy)
+        s.flush()
+        rnd = Round(number=1, policy_id=policy.id)
+        s.add(rnd)
+        s.flush()
+        return report.kept, rnd.id, policy.id
+
+
+def _runner(sessions, farm: SimFarm, devices: int, policy, max_failures: int = 3, **config) -> EpisodeRunner:
+    pool = DevicePool(sessions, max_failures=max_failures)
+    farm.register(pool, devices)
+    return EpisodeRunner(sessions, pool, farm, policy, RolloutConfig(**config))
+
+
+def _count(sessions, model) -> int:
+    with sessions() as s:
+        return int(s.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_perfect_oracle_succeeds_and_stores_everything(
+    sessions: sessionmaker[Session], tmp_path: Path
+) -> None:
+    queries, round_id, policy_id = _setup(sessions)
+    store = LocalObjectStore(tmp_path / "objects")
+    runner = _runner(sessions, SimFarm(store=store), 2, NoisyOracle, rollouts_per_query=2, workers=2)
+    report = asyncio.run(runner.run(queries, round_id, policy_id))
+    assert (report.requested, report.completed, report.successes) == (12, 12, 12)
+    assert _count(sessions, Episode) == _count(sessions, Anchor) == 12
+    with sessions() as s:
+        steps = s.scalars(select(Step)).all()
+        assert len(steps) == report.steps and all(store.exists(blob_key(st.screenshot)) for st in steps)
+        assert all(st.raw_output.startswith("<tool_call>") and st.action for st in steps)
+        assert {e.device for e in s.scalars(select(Episode))} <= {"sim-0#0", "sim-1#0"}
+    again = asyncio.run(runner.run(queries, round_id, policy_id))  # a rerun redoes nothing
+    assert (again.completed, again.skipped) == (0, 12) and _count(sessions, Episode) == 12
+
+
+def test_crashes_and_hangs_lose_and_duplicate_nothing(sessions: sessionmaker[Session]) -> None:
+    queries, round_id, policy_id = _setup(sessions, "takeout", 8)
+    # 3% crashes + 3% hangs per action: about half the episodes meet at least one
+    farm = SimFarm(faults=FaultConfig(seed=9, crash_rate=0.03, hang_rate=0.03))
+    runner = _runner(
+        sessions,
+        farm,
+        3,
+        NoisyOracle,
+        max_failures=8,
+        rollouts_per_query=2,
+        workers=3,
+        max_attempts=10,
+        lease_wait_s=5,
+    )
+    report = asyncio.run(runner.run(queries, round_id, policy_id))
+    assert report.completed == 16 and _count(sessions, Episode) == 16
+    assert report.successes == 16  # the perfect oracle: every episode eventually ran clean
+    assert report.retries > 0 and set(report.attempt_failures) <= {"device_crashed", "device_hung"}
+    with sessions() as s:
+        recorded = s.scalars(select(Exclusion.reason).where(Exclusion.item_type == "episode_attempt")).all()
+        assert len(recorded) == report.retries
+        uids = s.scalars(select(Episode.uid)).all()
+        assert len(set(uids)) == 16
+        assert all(e.status == "done" for e in s.scalars(select(Episode)))
+
+
+def test_noise_and_random_policies_fail_with_reasons(sessions: sessionmaker[Session]) -> None:
+    queries, round_id, policy_id = _setup(sessions, "takeout", 6)
+    noisy = lambda: NoisyOracle(OracleNoise(wrong_value=0.3, malformed=0.2, premature_terminate=0.05))  # noqa: E731
+    runner = _runner(sessions, SimFarm(), 2, noisy, rollouts_per_query=2, workers=2, max_steps=25)
+    report = asyncio.run(runner.run(queries, round_id, policy_id))
+    assert report.completed == 12 and report.successes < 12
+    assert set(report.outcomes) <= {
+        "screen",
+        "slot",
+        "max_steps",
+        "terminated_early",
+        "no_terminate",
+        "gave_up",
+    }
+    with sessions() as s:
+        parse_errors = s.scalars(select(Exclusion.reason).where(Exclusion.item_type == "step")).all()
+        assert parse_errors and set(parse_errors) == {"invalid_json"}
+        failed = s.scalars(select(Episode).where(Episode.outcome == "failure")).all()
+        assert failed and all(e.reason for e in failed)
+    with transaction(sessions) as s:
+        rnd = Round(number=2, policy_id=policy_id)
+        s.add(rnd)
+        s.flush()
+        round2 = rnd.id
+    explorer = _runner(sessions, SimFarm(), 1, RandomExplorer, max_steps=10)
+    assert asyncio.run(explorer.run(queries[:3], round2, policy_id)).completed == 3
+
+
+def _vlm_responder(rec: Recorded) -> Reply:
+    step = rec.text.count("Step ")
+    if step == 0:
+        return Reply(content="<tool_call>{not json</tool_call>")
+    if step == 1:
+        return Reply(
+            content='<tool_call>{"name":"mobile_use","arguments":{"action":"open","text":"Settings"}}</tool_call>'
+        )
+    return Reply(
+        content='<tool_call>{"name":"mobile_use","arguments":{"action":"terminate","status":"success"}}</tool_call>'
+    )
+
+
+@pytest.mark.parametrize("on_parse_error", ["continue", "end"])
+def test_vlm_policy_through_the_gateway(
+    sessions: sessionmaker[Session], tmp_path: Path, on_parse_error: str
+) -> None:
+    queries, round_id, policy_id = _setup(sessions, "settings", 2)
+    store = LocalObjectStore(tmp_path / "objects")
+    farm = SimFarm(store=store)
+    guidance = {queries[0].uid: "Open Settings first, then the right category."}
+    with ScriptedLLM(responder=_vlm_responder) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="gui-owl"))
+        config = VLMPolicyConfig(history_images=2, temperatures=[0.0, 0.7])
+
+        def policy() -> VLMPolicy:
+            return VLMPolicy(config, gateway, lambda sha: store.get(blob_key(sha)))
+
+        pool = DevicePool(sessions)
+        farm.register(pool, 1)
+        runner = EpisodeRunner(
+            sessions,
+            pool,
+            farm,
+            policy,
+            RolloutConfig(rollouts_per_query=2, on_parse_error=on_parse_error),
+            guidance=guidance,
+        )
+        report = asyncio.run(runner.run(queries, round_id, policy_id))
+        bodies = [r.body for r in llm.requests]
+        texts = [r.text for r in llm.requests]
+        images = [r.images for r in llm.requests]
+    assert report.completed == 4
+    assert any("Open Settings first" in t for t in texts) and not all(
+        "Open Settings first" in t for t in texts
+    )
+    assert {b["temperature"] for b in bodies} == {0.0, 0.7} and {b["seed"] for b in bodies} == {0, 1}
+    assert min(images) == 1 and max(images) == (1 if on_parse_error == "end" else 2)  # the last k screenshots
+    assert "mobile_use" in json.dumps(bodies[0]["messages"][0])
+    with sessions() as s:
+        episodes = s.scalars(select(Episode)).all()
+        first_steps = s.scalars(select(Step).where(Step.index == 0)).all()
+    assert all(
+        st.parse_error == "invalid_json" and st.raw_output == "<tool_call>{not json</tool_call>"
+        for st in first_steps
+    )
+    if on_parse_error == "end":
+        assert {e.reason for e in episodes} == {"unparseable_output:invalid_json"}
+        assert all(e.num_steps == 1 for e in episodes)
+    else:
+        assert all(e.num_steps == 3 for e in episodes)
+        assert {re.sub(r":.*", "", e.reason or "") for e in episodes} == {
+            "screen"
+        }  # opened, then stopped early
