@@ -195,6 +195,10 @@ class EpisodeRunner:
         if health != "retired":
             await asyncio.to_thread(self.pool.mark_healthy, lease.device)
 
+    def environments(self) -> list[Environment]:
+        """The environments this runner built and still holds (for their statistics)."""
+        return list(self._envs.values())
+
     def _env(self, lease: Lease) -> Environment:
         if lease.key not in self._envs:
             self._envs[lease.key] = self.envs(lease)

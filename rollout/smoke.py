@@ -1,68 +1,39 @@
 """The smoke round: the smallest real thing the engine does end to end, until the round flow lands.
 
 For every built-in app it samples new task queries on the app's navigation graph, then
-rolls out a scripted policy on the simulated emulator: the oracle's ground-truth actions,
-spoken as GUI-Owl `mobile_use` tool calls, with seeded format errors (kept as data with
-their reason) and seeded early give-ups (so some episodes fail). Screenshots are stored
-once by hash; steps, placeholder screen-change judgments, verifier anchors and every
-dropped item are written in bulk.
+rolls them out with the noisy oracle on a small farm of simulated devices through the
+episode runner. The oracle's mistakes are seeded: format errors (kept as data with their
+reason), wrong list picks, mis-taps and early stops, so some episodes fail. Screenshots
+are stored once by hash; steps, placeholder screen-change judgments, verifier anchors and
+every dropped item are written in bulk.
 """
 
 from __future__ import annotations
 
-import hashlib
-import random
+import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from querygen.pipeline import generate_queries, load_history, store_generation
-from rollout.sim.device import Move
-from rollout.sim.env import SimEnv
-from rollout.sim.oracle import actions_for
+from rollout.policies import NoisyOracle, OracleNoise
+from rollout.pool import DevicePool
+from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
+from rollout.sim.farm import SimFarm
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
-from storage.models import Anchor, Episode, Exclusion, Judgment, Policy, Round, Step
+from storage.models import App, Episode, Judgment, Policy, Round, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import open_object_store
-from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
-from trajforge.errors import ParseError
 from trajforge.logs import redact_url
 from trajforge.settings import Settings
 
-POLICY = ("scripted-oracle", 0)
+NOISE = OracleNoise(malformed=0.08, wrong_value=0.05, mis_tap=0.03, premature_terminate=0.03)
 CRITIC = ("screen_change", "0")  # a placeholder until the critics issue lands
-MALFORMED_RATE = 0.08  # per step: the policy's output is cut off mid-JSON
-GIVE_UP_RATE = 0.2  # per episode: the policy stops half-way and reports failure
-
-
-class ScriptedPolicy:
-    """The oracle's next action as a `mobile_use` tool call, with seeded mistakes."""
-
-    def __init__(self, env: SimEnv, query: Query, seed: str) -> None:
-        self.codec = get_codec("qwen")
-        self.env = env
-        self.rng = random.Random(seed)
-        self.plan = actions_for(env.device, query.app, [Move.from_json(m) for m in query.path])
-        self.give_up_after = len(query.path) // 2 + 1 if self.rng.random() < GIVE_UP_RATE else None
-        self.pending: Action | None = None
-        self.taken = 0
-
-    def next_output(self) -> str:
-        if self.pending is None:
-            if self.give_up_after is not None and self.taken >= self.give_up_after:
-                self.pending = Action(kind=ActionKind.TERMINATE, status="failure")
-            else:
-                self.pending = next(self.plan, Action(kind=ActionKind.TERMINATE, status="success"))
-        text = self.codec.format(self.pending, self.env.device.size)
-        if self.rng.random() < MALFORMED_RATE:
-            return text[: len(text) // 2]  # cut off: the action is tried again next step
-        self.pending, self.taken = None, self.taken + 1
-        return text
+DEVICES = 2
 
 
 @dataclass
@@ -73,7 +44,7 @@ class SmokeReport:
     queries: Counter[str] = field(default_factory=Counter)
     episodes: Counter[str] = field(default_factory=Counter)
     successes: Counter[str] = field(default_factory=Counter)
-    steps: int = 0
+    rollout: RolloutReport = field(default_factory=RolloutReport)
     frames_written: int = 0
     frames_deduped: int = 0
     labels: Counter[str] = field(default_factory=Counter)
@@ -85,7 +56,7 @@ class SmokeReport:
         return "\n".join(
             [
                 f"round {self.round_number}: {sum(self.queries.values())} new queries, {total} episodes, "
-                f"{ok} verified successful ({ok / max(total, 1):.0%}), {self.steps} steps",
+                f"{ok} verified successful ({ok / max(total, 1):.0%}), {self.rollout.steps} steps",
                 f"per app: {per_app}",
                 f"screenshots: {self.frames_written} stored, "
                 f"{self.frames_deduped} already there (deduplicated by sha256)",
@@ -103,149 +74,87 @@ def run_smoke_round(settings: Settings, episodes_per_app: int = 3) -> SmokeRepor
     upgrade(engine)
     sessions = session_factory(engine)
     store = open_object_store(settings)
-    apps = [load_app(name) for name in builtin_app_names()]
-    env = SimEnv(apps, store=store)
+    farm = SimFarm(store=store)
+    pool = DevicePool(sessions)
+    farm.register(pool, DEVICES)
     where = settings.s3.endpoint if settings.store.backend == "s3" else str(settings.store_path)
     with transaction(sessions) as s:
-        policy_id = _policy(s)
+        insert_ignore(
+            s,
+            Policy,
+            [{"name": "noisy-oracle", "version": 0, "meta": NOISE.model_dump()}],
+            ["name", "version"],
+        )
+        policy_id = s.scalars(
+            select(Policy.id).where(Policy.name == "noisy-oracle", Policy.version == 0)
+        ).one()
         number = (s.scalar(select(func.max(Round.number))) or 0) + 1
         rnd = Round(number=number, policy_id=policy_id, seed=number)
         s.add(rnd)
         s.flush()
         round_id = rnd.id
     report = SmokeReport(number, redact_url(settings.db_url), f"{settings.store.backend} {where}")
-    for spec in apps:
-        coverage, dedup = load_history(sessions, spec.name)
+    queries: list[Query] = []
+    for name in builtin_app_names():
+        spec = load_app(name)
+        coverage, dedup = load_history(sessions, name)
         generated = generate_queries(spec, episodes_per_app, seed=number, coverage=coverage, deduper=dedup)
         store_generation(sessions, spec, generated, round_id=round_id)
-        report.queries[spec.name] += len(generated.kept)
+        report.queries[name] += len(generated.kept)
         report.reasons.update(generated.reasons())
-        for query in generated.kept:
-            _episode(sessions, env, query, round_id, policy_id, number, report)
-    report.frames_written, report.frames_deduped = env.frames_written, env.frames_deduped
+        queries.extend(generated.kept)
+    runner = EpisodeRunner(
+        sessions, pool, farm, lambda: NoisyOracle(NOISE), RolloutConfig(workers=DEVICES, max_steps=30)
+    )
+    report.rollout = asyncio.run(runner.run(queries, round_id, policy_id))
+    report.frames_written = sum(getattr(env, "frames_written", 0) for env in runner.environments())
+    report.frames_deduped = sum(getattr(env, "frames_deduped", 0) for env in runner.environments())
+    _judge_and_count(sessions, round_id, report)
     with transaction(sessions) as s:
         finished = s.get(Round, round_id)
         assert finished is not None
         finished.status = "done"
         finished.stats = {
-            "episodes": sum(report.episodes.values()),
-            "successes": sum(report.successes.values()),
-            "steps": report.steps,
+            "episodes": report.rollout.completed,
+            "successes": report.rollout.successes,
+            "steps": report.rollout.steps,
             "dropped": dict(report.reasons),
         }
     return report
 
 
-def _policy(s: Session) -> int:
-    name, version = POLICY
-    insert_ignore(
-        s, Policy, [{"name": name, "version": version, "meta": {"format": "qwen"}}], ["name", "version"]
-    )
-    return s.scalars(select(Policy.id).where(Policy.name == name, Policy.version == version)).one()
-
-
-def _episode(
-    sessions: sessionmaker[Session],
-    env: SimEnv,
-    query: Query,
-    round_id: int,
-    policy_id: int,
-    number: int,
-    report: SmokeReport,
-) -> None:
-    uid = hashlib.sha256(f"{number}:{query.uid}:0".encode()).hexdigest()
-    policy = ScriptedPolicy(env, query, seed=uid)
-    codec = policy.codec
-    obs = env.reset(query)
-    steps: list[dict[str, Any]] = []
-    status: str | None = None
-    for index in range(len(query.path) * 3 + 8):
-        raw = policy.next_output()
-        action, error = None, None
-        try:
-            action = codec.parse(raw, env.device.size)
-        except ParseError as exc:
-            error = exc.reason
-        after = env.step(action) if action is not None else obs
-        steps.append(
-            {
-                "index": index,
-                "screenshot": obs.screenshot,
-                "screenshot_after": after.screenshot,
-                "width": obs.width,
-                "height": obs.height,
-                "raw_output": raw,
-                "parse_error": error,
-                "action": action.model_dump(mode="json", exclude_none=True) if action else None,
-            }
-        )
-        obs = after
-        if action is not None and action.kind == ActionKind.TERMINATE:
-            status = action.status
-            break
-    verdict = env.verify()
-    success = verdict.success and status == "success"
+def _judge_and_count(sessions: sessionmaker[Session], round_id: int, report: SmokeReport) -> None:
+    """Placeholder step labels (did the screen change?) and the round's tallies."""
     with transaction(sessions) as s:
-        query_id = s.scalars(select(QueryRow.id).where(QueryRow.uid == query.uid)).one()
-        episode = Episode(
-            uid=uid,
-            round_id=round_id,
-            query_id=query_id,
-            policy_id=policy_id,
-            device="sim-0",
-            status="done",
-            outcome="success" if success else "failure",
-            verifier_success=verdict.success,
-            num_steps=len(steps),
-            reason=None if success else (verdict.failed or "policy_gave_up"),
-        )
-        s.add(episode)
-        s.flush()
-        insert_ignore(s, Step, [{"episode_id": episode.id, **row} for row in steps], ["episode_id", "index"])
-        ids = dict(s.execute(select(Step.index, Step.id).where(Step.episode_id == episode.id)).all())
-        judgments, exclusions = [], []
-        for row in steps:
-            label = "NEUTRAL" if row["screenshot"] == row["screenshot_after"] else "GOOD"
-            if row["parse_error"]:
-                label = "HARMFUL"
-                exclusions.append(
-                    {
-                        "round_id": round_id,
-                        "stage": "rollout",
-                        "item_type": "step",
-                        "item_key": f"{uid}:{row['index']}",
-                        "reason": row["parse_error"],
-                        "detail": {"raw_output": row["raw_output"]},
-                    }
-                )
-                report.reasons[row["parse_error"]] += 1
+        rows = s.execute(
+            select(Step.id, Step.screenshot, Step.screenshot_after, Step.parse_error)
+            .join(Episode, Episode.id == Step.episode_id)
+            .where(Episode.round_id == round_id)
+        ).all()
+        judgments = []
+        for step_id, before, after, error in rows:
+            label = "HARMFUL" if error else ("NEUTRAL" if before == after else "GOOD")
             report.labels[label] += 1
+            if error:
+                report.reasons[error] += 1
             judgments.append(
                 {
                     "critic": CRITIC[0],
                     "critic_version": CRITIC[1],
                     "target": "step",
-                    "target_id": ids[row["index"]],
+                    "target_id": step_id,
                     "label": label,
                 }
             )
         insert_ignore(s, Judgment, judgments, ["critic", "critic_version", "target", "target_id"])
-        insert_ignore(s, Exclusion, exclusions, ["stage", "item_type", "item_key", "reason"])
-        insert_ignore(
-            s,
-            Anchor,
-            [
-                {
-                    "episode_id": episode.id,
-                    "source": "verifier",
-                    "annotator": "",
-                    "label": "success" if verdict.success else "failure",
-                    "confidence": 1.0,
-                    "meta": verdict.to_json(),
-                }
-            ],
-            ["episode_id", "source", "annotator"],
-        )
-    report.episodes[query.app] += 1
-    report.successes[query.app] += success
-    report.steps += len(steps)
+        per_app = s.execute(
+            select(App.name, Episode.outcome, func.count())
+            .join(QueryRow, QueryRow.id == Episode.query_id)
+            .join(App, App.id == QueryRow.app_id)
+            .where(Episode.round_id == round_id)
+            .group_by(App.name, Episode.outcome)
+        ).all()
+    for app, outcome, n in per_app:
+        report.episodes[app] += n
+        if outcome == "success":
+            report.successes[app] += n
