@@ -143,6 +143,26 @@ def queries_generate(
     typer.echo(report.render(spec))
 
 
+@app.command("rollout")
+def rollout(
+    app_ref: Annotated[str, typer.Option("--app", help="Built-in app name or app spec path.")],
+    queries: Annotated[
+        int, typer.Option("--queries", min=1, help="Queries to roll out (generated if missing).")
+    ] = 10,
+    rollouts_per_query: Annotated[int, typer.Option("--rollouts-per-query", min=1, max=64)] = 1,
+    policy: Annotated[str, typer.Option(help="noisy-oracle, random-explorer or vlm.")] = "noisy-oracle",
+    backend: Annotated[str, typer.Option(help="sim (web and android: not built yet).")] = "sim",
+    workers: Annotated[int, typer.Option(min=1, max=256, help="Devices and episodes in flight.")] = 2,
+    max_steps: Annotated[int, typer.Option(min=1, max=500)] = 30,
+    noise: Annotated[float, typer.Option(min=0, max=1, help="noisy-oracle: each error mode's rate.")] = 0.05,
+    config: ConfigOpt = None,
+) -> None:
+    """Roll out a policy on the device farm; a rerun resumes the unfinished round."""
+    from flows.rollout_cmd import run_rollout  # heavy imports only for this command
+
+    run_rollout(app_ref, queries, rollouts_per_query, policy, backend, workers, max_steps, noise, config)
+
+
 @app.command("check")
 def check(config: ConfigOpt = None) -> None:
     """Validate the settings and reach the database and the object store."""

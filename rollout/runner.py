@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from rollout.env import Environment
 from rollout.errors import DeviceCrashed, DeviceError, DeviceHung
 from rollout.policies.base import Policy
-from rollout.pool import DevicePool, Lease
+from rollout.pool import DevicePool, Lease, holder_name
 from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Episode, Exclusion, Step
 from storage.models import Query as QueryRow
@@ -53,6 +53,7 @@ class RolloutReport:
     requested: int = 0
     completed: int = 0
     skipped: int = 0  # stored by an earlier run: not redone
+    not_run: int = 0  # no device came free in time; a rerun picks them up
     successes: int = 0
     steps: int = 0
     retries: int = 0
@@ -68,6 +69,7 @@ class RolloutReport:
             f"episodes: {done}/{self.requested} accounted for "
             f"({self.completed} run now, {self.skipped} already stored)",
             f"success rate: {self.successes}/{self.completed} = {rate:.0%}",
+            *([f"not run (no free device; rerun to resume): {self.not_run}"] if self.not_run else []),
             "failures: " + (", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "none"),
             "device failures retried: "
             + (", ".join(f"{k}={v}" for k, v in sorted(self.attempt_failures.items())) or "none"),
@@ -123,6 +125,7 @@ class EpisodeRunner:
                 ).all()
             )
         pending = [(q, k) for q, k in todo if episode_uid(round_id, q.uid, k) not in stored]
+        await asyncio.to_thread(self.pool.reclaim_orphans)  # a killed earlier run leaves leases behind
         report.skipped = len(todo) - len(pending)
         gate = asyncio.Semaphore(self.config.workers)
 
@@ -149,12 +152,10 @@ class EpisodeRunner:
         failures: list[dict[str, Any]] = []
         for attempt in range(self.config.max_attempts):
             try:
-                lease = await self._lease(uid[:16])
-            except DeviceError as exc:
-                failures.append(
-                    {"attempt": attempt, "device": None, "reason": "no_device", "error": str(exc)}
-                )
-                break
+                lease = await self._lease(holder_name(uid[:16]))
+            except DeviceError:
+                report.not_run += 1  # left for the next run, which resumes it: not the episode's failure
+                return
             try:
                 result = await asyncio.wait_for(
                     self._play(query, k, uid, lease), self.config.episode_timeout_s

@@ -255,3 +255,65 @@ def test_queries_generate_stores_and_summarises(tmp_path: Path) -> None:
     assert again.stdout.startswith("settings: 40 queries kept")  # 40 more, none repeated
     missing = cli("queries", "generate", "--app", "nope.yaml", cwd=tmp_path)
     assert missing.returncode == 1 and missing.stderr.startswith("error: app spec nope.yaml: file not found")
+
+
+def test_rollout_survives_sigkill_and_resumes(tmp_path: Path) -> None:
+    import signal
+    import sqlite3
+    import time
+
+    args = [
+        TRAJFORGE,
+        "rollout",
+        "--app",
+        "takeout",
+        "--queries",
+        "12",
+        "--rollouts-per-query",
+        "2",
+        "--workers",
+        "1",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    db = tmp_path / ".trajforge" / "trajforge.db"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:  # kill once some episodes are stored
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as conn:
+                    if conn.execute("select count(*) from episode").fetchone()[0] >= 3:
+                        break
+            except sqlite3.OperationalError:
+                pass
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    result = cli(
+        "rollout",
+        "--app",
+        "takeout",
+        "--queries",
+        "12",
+        "--rollouts-per-query",
+        "2",
+        "--workers",
+        "1",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith("episodes: "))
+    done, requested = map(int, re.match(r"episodes: (\d+)/(\d+)", line).groups())  # type: ignore[union-attr]
+    assert done == requested == 24
+    if proc.returncode == -signal.SIGKILL:
+        assert "already stored)" in line and not line.endswith("(24 run now, 0 already stored)")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*), count(distinct uid) from episode").fetchone() == (24, 24)
+        assert conn.execute("select count(*) from round").fetchone() == (1,)  # the same round, resumed
+
+
+def test_rollout_refuses_unbuilt_backends_and_offline_vlm(tmp_path: Path) -> None:
+    web = cli("rollout", "--app", "takeout", "--backend", "web", cwd=tmp_path)
+    assert web.returncode == 1 and "backend 'web' is not built yet" in web.stderr
+    vlm = cli("rollout", "--app", "takeout", "--policy", "vlm", cwd=tmp_path)
+    assert vlm.returncode == 1 and "policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL" in vlm.stderr

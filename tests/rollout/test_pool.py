@@ -81,3 +81,20 @@ def test_concurrent_workers_never_share_a_slot(sessions: sessionmaker[Session]) 
     for t in threads:
         t.join()
     assert len(taken) == 12 and len(set(taken)) == 12
+
+
+def test_leases_of_dead_processes_are_reclaimed(sessions: sessionmaker[Session]) -> None:
+    import subprocess
+
+    from rollout.pool import holder_name
+
+    pool = DevicePool(sessions, lease_ttl_s=3600)
+    pool.register("sim-0", "sim")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = holder_name("episode").replace(f":{__import__('os').getpid()}:", f":{dead.pid}:")
+    assert pool.lease(orphan) is not None and pool.lease("other") is None
+    mine = DevicePool(sessions)
+    assert mine.reclaim_orphans() == 1
+    assert pool.lease(holder_name("next")) is not None
+    assert mine.reclaim_orphans() == 0  # a live holder's lease is kept

@@ -1,0 +1,171 @@
+"""`trajforge rollout`: K rollouts of N queries of one app, with a progress bar. Composition only."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy import func, select
+
+from querygen.pipeline import generate_queries, load_history, store_generation
+from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
+from rollout.pool import DevicePool
+from rollout.runner import EpisodeRunner, RolloutConfig
+from rollout.sim.farm import SimFarm
+from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
+from storage.keys import blob_key
+from storage.llm_cache import SqlResponseCache
+from storage.models import App, Round
+from storage.models import Policy as PolicyRow
+from storage.models import Query as QueryRow
+from storage.objectstore import open_object_store
+from trajforge.appspec import load_app
+from trajforge.domain import Query
+from trajforge.errors import ConfigError
+from trajforge.gateway import LLMGateway
+from trajforge.settings import load_settings
+
+POLICIES = ("noisy-oracle", "random-explorer", "vlm")
+BACKENDS = ("sim", "web", "android")
+
+
+def run_rollout(
+    app_ref: str,
+    queries: int,
+    rollouts_per_query: int,
+    policy: str,
+    backend: str,
+    workers: int,
+    max_steps: int,
+    noise: float,
+    config: Path | None,
+) -> None:
+    """Roll out a policy on the device farm; a rerun resumes the unfinished round."""
+    if policy not in POLICIES:
+        raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    if backend != "sim":
+        raise ConfigError(f"backend {backend!r} is not built yet; only 'sim' runs today (see README)")
+    settings = load_settings(config)
+    spec = load_app(app_ref)
+    engine = engine_from_settings(settings)
+    upgrade(engine)
+    sessions = session_factory(engine)
+    store = open_object_store(settings)
+    gateway = None
+    if policy == "vlm":
+        if settings.llm.offline:
+            raise ConfigError(
+                "policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL (or use noisy-oracle)"
+            )
+        gateway = LLMGateway(settings.llm, SqlResponseCache(sessions))
+    oracle_noise = OracleNoise(
+        mis_tap=noise, wrong_value=noise, premature_terminate=noise / 2, malformed=noise
+    )
+
+    def make_policy() -> Policy:
+        if policy == "noisy-oracle":
+            return NoisyOracle(oracle_noise)
+        if policy == "random-explorer":
+            return RandomExplorer(max_actions=max_steps)
+        assert gateway is not None
+        return VLMPolicy(
+            VLMPolicyConfig(model=settings.llm.model), gateway, lambda sha: store.get(blob_key(sha))
+        )
+
+    sample = make_policy()
+    todo = _queries(sessions, spec, queries)
+    with transaction(sessions) as s:
+        insert_ignore(
+            s,
+            PolicyRow,
+            [
+                {
+                    "name": sample.name,
+                    "version": sample.version,
+                    "endpoint": settings.llm.base_url,
+                    "meta": {"noise": oracle_noise.model_dump()} if policy == "noisy-oracle" else {},
+                }
+            ],
+            ["name", "version"],
+        )
+        policy_id = s.scalars(
+            select(PolicyRow.id).where(PolicyRow.name == sample.name, PolicyRow.version == sample.version)
+        ).one()
+        rnd = s.scalars(
+            select(Round)
+            .where(Round.status == "running", Round.policy_id == policy_id)
+            .order_by(Round.number.desc())
+        ).first()
+        if rnd is None:
+            rnd = Round(number=(s.scalar(select(func.max(Round.number))) or 0) + 1, policy_id=policy_id)
+            s.add(rnd)
+            s.flush()
+        round_id, number = rnd.id, rnd.number
+    farm = SimFarm(store=store)
+    pool = DevicePool(sessions)
+    farm.register(pool, workers)
+    total = len(todo) * rollouts_per_query
+    with Progress(
+        TextColumn(f"round {number} {spec.name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("episodes", total=total)
+        runner = EpisodeRunner(
+            sessions,
+            pool,
+            farm,
+            make_policy,
+            RolloutConfig(rollouts_per_query=rollouts_per_query, workers=workers, max_steps=max_steps),
+            on_episode=lambda: progress.advance(task),
+        )
+
+        async def go() -> object:
+            try:
+                return await runner.run(todo, round_id, policy_id)
+            finally:
+                if gateway is not None:
+                    await gateway.aclose()
+
+        report = asyncio.run(go())
+    with transaction(sessions) as s:
+        done = s.get(Round, round_id)
+        assert done is not None
+        done.status = "done"
+    typer.echo(f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} sim devices")
+    typer.echo(report.render())  # type: ignore[attr-defined]
+
+
+def _queries(sessions, spec, n: int) -> list[Query]:  # type: ignore[no-untyped-def]
+    """The app's n most recent kept queries, generating and storing the missing ones."""
+    with sessions() as s:
+        have = s.scalars(
+            select(QueryRow)
+            .join(App, App.id == QueryRow.app_id)
+            .where(App.name == spec.name, QueryRow.status == "kept")
+            .order_by(QueryRow.id.desc())
+            .limit(n)
+        ).all()
+        out = [
+            Query(
+                uid=q.uid,
+                app=spec.name,
+                instruction=q.instruction,
+                slots=q.slots,
+                path=q.path,
+                goal=q.goal,
+                source=q.source,
+                difficulty=q.difficulty,
+            )
+            for q in have
+        ]
+    if len(out) < n:
+        coverage, dedup = load_history(sessions, spec.name)
+        report = generate_queries(spec, n - len(out), seed=len(out), coverage=coverage, deduper=dedup)
+        store_generation(sessions, spec, report)
+        out.extend(report.kept)
+    return out
