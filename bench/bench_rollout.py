@@ -1,0 +1,105 @@
+"""Rollout throughput on the simulated farm: 1, 2 and 4 workers, and with injected faults.
+
+Every run rolls the same queries out with the perfect oracle on a fresh SQLite database
+and local object store. The fault run injects crashes and hangs at a per-action rate that
+hits about 10% of episodes; every requested episode must still be accounted for.
+Usage: python -m bench.bench_rollout [--queries 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from pathlib import Path
+
+from bench.common import table
+from querygen.pipeline import generate_queries, store_generation
+from rollout.policies import NoisyOracle
+from rollout.pool import DevicePool
+from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
+from rollout.sim.device import FaultConfig
+from rollout.sim.farm import SimFarm
+from storage.db import create_db_engine, session_factory, transaction, upgrade
+from storage.models import Policy, Round
+from storage.objectstore import LocalObjectStore
+from trajforge.appspec import builtin_app_names, load_app
+
+PER_ACTION_FAULT = 0.0055  # crash and hang each; ~9 actions an episode: ~10% of episodes meet one
+
+
+def run(queries_per_app: int, workers: int, faults: FaultConfig | None) -> RolloutReport:
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = create_db_engine(f"sqlite:///{Path(tmp) / 'bench.db'}")
+        upgrade(engine)
+        sessions = session_factory(engine)
+        queries = []
+        for name in builtin_app_names():
+            report = generate_queries(load_app(name), queries_per_app, seed=0)
+            store_generation(sessions, load_app(name), report)
+            queries.extend(report.kept)
+        with transaction(sessions) as s:
+            policy = Policy(name="noisy-oracle", version=0)
+            s.add(policy)
+            s.flush()
+            rnd = Round(number=1, policy_id=policy.id)
+            s.add(rnd)
+            s.flush()
+            ids = (rnd.id, policy.id)
+        farm = SimFarm(store=LocalObjectStore(Path(tmp) / "objects"), faults=faults)
+        pool = DevicePool(sessions, max_failures=50)
+        farm.register(pool, workers)
+        runner = EpisodeRunner(
+            sessions, pool, farm, NoisyOracle, RolloutConfig(workers=workers, max_attempts=10)
+        )
+        return asyncio.run(runner.run(queries, *ids))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--queries", type=int, default=40, help="per app")
+    args = parser.parse_args()
+    rows, base = [], {}
+    for workers in (1, 2, 4):
+        r = run(args.queries, workers, None)
+        base[workers] = r
+        rows.append(
+            [
+                f"{workers}",
+                "none",
+                f"{r.completed}/{r.requested}",
+                f"{60 * r.completed / r.seconds:,.0f}",
+                f"{r.steps / r.seconds:,.1f}",
+                f"{base[1].seconds / r.seconds:.2f}x",
+                "0",
+            ]
+        )
+    faulty = run(
+        args.queries, 2, FaultConfig(seed=1, crash_rate=PER_ACTION_FAULT, hang_rate=PER_ACTION_FAULT)
+    )
+    rows.append(
+        [
+            "2",
+            "crash+hang",
+            f"{faulty.completed}/{faulty.requested}",
+            f"{60 * faulty.completed / faulty.seconds:,.0f}",
+            f"{faulty.steps / faulty.seconds:,.1f}",
+            f"{base[2].seconds / faulty.seconds:.2f}x",
+            f"{faulty.retries}",
+        ]
+    )
+    print(
+        table(
+            f"rollouts on the simulated farm, {args.queries * 4} queries, perfect oracle, 1080x2400 frames",
+            ["workers", "faults", "episodes", "episodes/min", "steps/s", "vs 1 worker", "retries"],
+            rows,
+        )
+    )
+    print(
+        f"fault run: {dict(faulty.attempt_failures)} retried; overhead vs fault-free at 2 workers: "
+        f"{faulty.seconds / base[2].seconds:.2f}x time\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
