@@ -20,6 +20,7 @@ from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from rollout.sim.device import FaultConfig
 from rollout.sim.farm import SimFarm
+from rollout.web.farm import WebFarm
 from storage.db import create_db_engine, session_factory, transaction, upgrade
 from storage.models import Policy, Round
 from storage.objectstore import LocalObjectStore
@@ -28,7 +29,9 @@ from trajforge.appspec import builtin_app_names, load_app
 PER_ACTION_FAULT = 0.0055  # crash and hang each; ~9 actions an episode: ~10% of episodes meet one
 
 
-def run(queries_per_app: int, workers: int, faults: FaultConfig | None) -> RolloutReport:
+def run(
+    queries_per_app: int, workers: int, faults: FaultConfig | None, backend: str = "sim"
+) -> RolloutReport:
     with tempfile.TemporaryDirectory() as tmp:
         engine = create_db_engine(f"sqlite:///{Path(tmp) / 'bench.db'}")
         upgrade(engine)
@@ -46,7 +49,10 @@ def run(queries_per_app: int, workers: int, faults: FaultConfig | None) -> Rollo
             s.add(rnd)
             s.flush()
             ids = (rnd.id, policy.id)
-        farm = SimFarm(store=LocalObjectStore(Path(tmp) / "objects"), faults=faults)
+        store = LocalObjectStore(Path(tmp) / "objects")
+        farm: SimFarm | WebFarm = (
+            SimFarm(store=store, faults=faults) if backend == "sim" else WebFarm(store=store)
+        )
         pool = DevicePool(sessions, max_failures=50)
         farm.register(pool, workers)
         runner = EpisodeRunner(

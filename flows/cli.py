@@ -151,7 +151,7 @@ def rollout(
     ] = 10,
     rollouts_per_query: Annotated[int, typer.Option("--rollouts-per-query", min=1, max=64)] = 1,
     policy: Annotated[str, typer.Option(help="noisy-oracle, random-explorer or vlm.")] = "noisy-oracle",
-    backend: Annotated[str, typer.Option(help="sim (web and android: not built yet).")] = "sim",
+    backend: Annotated[str, typer.Option(help="sim or web (Chromium); android is not built yet.")] = "sim",
     workers: Annotated[int, typer.Option(min=1, max=256, help="Devices and episodes in flight.")] = 2,
     max_steps: Annotated[int, typer.Option(min=1, max=500)] = 30,
     noise: Annotated[float, typer.Option(min=0, max=1, help="noisy-oracle: each error mode's rate.")] = 0.05,

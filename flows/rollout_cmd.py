@@ -14,6 +14,8 @@ from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, V
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.farm import SimFarm
+from rollout.web.env import chromium_available
+from rollout.web.farm import WebFarm
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
 from storage.keys import blob_key
 from storage.llm_cache import SqlResponseCache
@@ -45,8 +47,12 @@ def run_rollout(
     """Roll out a policy on the device farm; a rerun resumes the unfinished round."""
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
-    if backend != "sim":
-        raise ConfigError(f"backend {backend!r} is not built yet; only 'sim' runs today (see README)")
+    if backend not in ("sim", "web"):
+        raise ConfigError(f"backend {backend!r} is not built yet; 'sim' and 'web' run today (see README)")
+    if backend == "web" and not chromium_available():
+        raise ConfigError(
+            "backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
+        )
     settings = load_settings(config)
     spec = load_app(app_ref)
     engine = engine_from_settings(settings)
@@ -103,7 +109,7 @@ def run_rollout(
             s.add(rnd)
             s.flush()
         round_id, number = rnd.id, rnd.number
-    farm = SimFarm(store=store)
+    farm: SimFarm | WebFarm = SimFarm(store=store) if backend == "sim" else WebFarm(store=store)
     pool = DevicePool(sessions)
     farm.register(pool, workers)
     total = len(todo) * rollouts_per_query
@@ -121,6 +127,7 @@ def run_rollout(
             farm,
             make_policy,
             RolloutConfig(rollouts_per_query=rollouts_per_query, workers=workers, max_steps=max_steps),
+            backend=backend,
             on_episode=lambda: progress.advance(task),
         )
 
@@ -136,7 +143,9 @@ def run_rollout(
         done = s.get(Round, round_id)
         assert done is not None
         done.status = "done"
-    typer.echo(f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} sim devices")
+    typer.echo(
+        f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
+    )
     typer.echo(report.render())  # type: ignore[attr-defined]
 
 

@@ -106,12 +106,15 @@ class EpisodeRunner:
         config: RolloutConfig | None = None,
         guidance: dict[str, str] | None = None,
         on_episode: Callable[[], None] | None = None,
+        backend: str | None = None,
     ) -> None:
         self.sessions, self.pool, self.envs, self.policies = sessions, pool, envs, policies
         self.config = config or RolloutConfig()
         self.guidance = guidance or {}
         self.on_episode = on_episode
+        self.backend = backend  # lease only devices of this backend (None: any)
         self._envs: dict[str, Environment] = {}
+        self._closed: list[Environment] = []  # kept for their statistics
 
     async def run(self, queries: list[Query], round_id: int, policy_id: int) -> RolloutReport:
         report = RolloutReport(requested=len(queries) * self.config.rollouts_per_query)
@@ -133,13 +136,19 @@ class EpisodeRunner:
             async with gate:
                 await self._episode(query, k, round_id, policy_id, query_ids[query.uid], report)
 
-        await asyncio.gather(*(one(q, k) for q, k in pending))
+        try:
+            await asyncio.gather(*(one(q, k) for q, k in pending))
+        finally:
+            for env in self._envs.values():
+                await asyncio.to_thread(env.close)
+            self._closed.extend(self._envs.values())
+            self._envs.clear()
         report.seconds = time.monotonic() - started
         return report
 
     async def _lease(self, holder: str) -> Lease:
         deadline = time.monotonic() + self.config.lease_wait_s
-        while (lease := await asyncio.to_thread(self.pool.lease, holder)) is None:
+        while (lease := await asyncio.to_thread(self.pool.lease, holder, self.backend)) is None:
             if time.monotonic() > deadline:
                 raise DeviceError(f"no healthy device free within {self.config.lease_wait_s}s")
             await asyncio.sleep(0.05)
@@ -193,12 +202,13 @@ class EpisodeRunner:
         old = self._envs.pop(lease.key, None)
         if old is not None:
             await asyncio.to_thread(old.close)
+            self._closed.append(old)
         if health != "retired":
             await asyncio.to_thread(self.pool.mark_healthy, lease.device)
 
     def environments(self) -> list[Environment]:
-        """The environments this runner built and still holds (for their statistics)."""
-        return list(self._envs.values())
+        """Every environment this runner built, open or closed (for their statistics)."""
+        return [*self._envs.values(), *self._closed]
 
     def _env(self, lease: Lease) -> Environment:
         if lease.key not in self._envs:

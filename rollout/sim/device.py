@@ -342,11 +342,7 @@ class SimDevice:
         if kind == ActionKind.PRESS:
             return self._press(action.key or "")
         if kind == ActionKind.OPEN_APP:
-            wanted = (action.text or "").casefold()
-            app = next(
-                (a for a in self.apps.values() if wanted in (a.name.casefold(), a.title.casefold())), None
-            )
-            return self._open(app.name) if app else "unknown_app"
+            return self.open_app(action.text or "")
         if kind == ActionKind.TERMINATE:
             s.finished = action.status
             return "terminated"
@@ -359,8 +355,17 @@ class SimDevice:
         assert action.point is not None
         x, y = self.size.to_px(action.point)
         target = next((e for e in self.elements() if e.contains(x, y)), None)
-        if target is None:
-            return "tap_missed"
+        return "tap_missed" if target is None else self._activate(target)
+
+    def activate(self, element_id: str) -> str:
+        """Tap an element by id, visible or not (the web backend's browser decides what is visible)."""
+        target = next((e for e in self.layout() + self.elements() if e.id == element_id), None)
+        return "tap_missed" if target is None else self._activate(target)
+
+    def _activate(self, target: Element) -> str:
+        if target.id == POPUP_CLOSE:
+            self.state.popup = False
+            return "dismissed_popup"
         if target.kind == "app_icon":
             return self._open(target.value or "")
         assert self.app is not None
@@ -379,6 +384,17 @@ class SimDevice:
         if widget.goto:
             return self._goto(widget.goto)
         return "selected" if widget.kind in ("list", "button") else "no_change"
+
+    def open_app(self, name_or_title: str) -> str:
+        wanted = name_or_title.casefold()
+        app = next((a for a in self.apps.values() if wanted in (a.name.casefold(), a.title.casefold())), None)
+        return self._open(app.name) if app else "unknown_app"
+
+    def type_text(self, text: str) -> str:
+        return self._type(text)
+
+    def press(self, key: str) -> str:
+        return self._press(key)
 
     def _type(self, text: str) -> str:
         s, app = self.state, self.app

@@ -39,14 +39,15 @@ class VerifierResult:
 
 def verify(goal: Goal, device: SimDevice) -> VerifierResult:
     """Check the device's current state against the goal, constraint by constraint."""
-    state = device.state
-    if state.app != goal.app:
-        return VerifierResult(
-            False, "app", f"expected app {goal.app!r}, device shows {state.app or LAUNCHER!r}"
-        )
-    if state.screen != goal.screen:
-        return VerifierResult(False, "screen", f"expected screen {goal.screen!r}, got {state.screen!r}")
-    values = device.slot_values()
+    return check_state(goal, device.state.app, device.state.screen, device.slot_values())
+
+
+def check_state(goal: Goal, app: str | None, screen: str, values: dict[str, str]) -> VerifierResult:
+    """The verifier on a plain state (the web backend reads it from the page)."""
+    if app != goal.app:
+        return VerifierResult(False, "app", f"expected app {goal.app!r}, device shows {app or LAUNCHER!r}")
+    if screen != goal.screen:
+        return VerifierResult(False, "screen", f"expected screen {goal.screen!r}, got {screen!r}")
     for slot, want in sorted(goal.state.items()):
         got = values.get(slot)
         if got != want:

@@ -313,7 +313,7 @@ def test_rollout_survives_sigkill_and_resumes(tmp_path: Path) -> None:
 
 
 def test_rollout_refuses_unbuilt_backends_and_offline_vlm(tmp_path: Path) -> None:
-    web = cli("rollout", "--app", "takeout", "--backend", "web", cwd=tmp_path)
-    assert web.returncode == 1 and "backend 'web' is not built yet" in web.stderr
+    android = cli("rollout", "--app", "takeout", "--backend", "android", cwd=tmp_path)
+    assert android.returncode == 1 and "backend 'android' is not built yet" in android.stderr
     vlm = cli("rollout", "--app", "takeout", "--policy", "vlm", cwd=tmp_path)
     assert vlm.returncode == 1 and "policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL" in vlm.stderr

@@ -192,3 +192,26 @@ def test_vlm_policy_through_the_gateway(
         assert {re.sub(r":.*", "", e.reason or "") for e in episodes} == {
             "screen"
         }  # opened, then stopped early
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_web_farm_runs_episodes_in_chromium(sessions: sessionmaker[Session], tmp_path: Path) -> None:
+    from rollout.web.env import chromium_available
+    from rollout.web.farm import WebFarm
+    from tests.conftest import service_missing
+
+    if not chromium_available():
+        service_missing("Chromium or Playwright missing (apt-get install chromium)")
+    queries, round_id, policy_id = _setup(sessions, "ridehail", 3)
+    store = LocalObjectStore(tmp_path / "objects")
+    farm = WebFarm(store=store)
+    pool = DevicePool(sessions)
+    farm.register(pool, 2)
+    runner = EpisodeRunner(sessions, pool, farm, NoisyOracle, RolloutConfig(workers=2), backend="web")
+    report = asyncio.run(runner.run(queries, round_id, policy_id))
+    assert (report.completed, report.successes) == (3, 3)
+    with sessions() as s:
+        assert {(e.device or "").split("#")[0] for e in s.scalars(select(Episode))} <= {"chromium-0", "chromium-1"}
+        shot = s.scalars(select(Step.screenshot)).first()
+    assert shot is not None and store.exists(blob_key(shot))
