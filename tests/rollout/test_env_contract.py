@@ -23,10 +23,20 @@ APPS = [load_app(n) for n in builtin_app_names()]
 K = ActionKind
 
 
-@pytest.fixture(
-    scope="module", params=["sim", pytest.param("web", marks=[pytest.mark.browser, pytest.mark.slow])]
-)
-def env_factory(request: pytest.FixtureRequest):
+BACKENDS = ["sim", "android", pytest.param("web", marks=[pytest.mark.browser, pytest.mark.slow])]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def env_factory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    if request.param == "android":  # against the fake adb: no emulator runs on these machines
+        from rollout.android.env import AdbEnv
+        from tests.support.fake_adb import SERIAL, FakeAdb, package_of
+
+        def android(store):
+            fake = FakeAdb(APPS, tmp_path_factory.mktemp("adb"))
+            return AdbEnv(SERIAL, {a.name: package_of(a.name) for a in APPS}, adb=str(fake.path), store=store)
+
+        return android
     if request.param == "web":
         from rollout.web.env import WebEnv, chromium_available
 
@@ -67,6 +77,12 @@ def _run_oracle(env: Environment, task: Query, max_steps: int = 40) -> Observati
         if action.kind == K.TERMINATE:
             break
     return obs
+
+
+def test_open_app_action(env: Environment) -> None:
+    env.reset(_task("settings"))
+    obs = env.step(Action(kind=K.OPEN_APP, text="settings"))
+    assert any(e["id"] == "network" for e in obs.elements or [])
 
 
 def test_reset_shows_the_launcher(env: Environment) -> None:

@@ -212,6 +212,9 @@ def test_web_farm_runs_episodes_in_chromium(sessions: sessionmaker[Session], tmp
     report = asyncio.run(runner.run(queries, round_id, policy_id))
     assert (report.completed, report.successes) == (3, 3)
     with sessions() as s:
-        assert {(e.device or "").split("#")[0] for e in s.scalars(select(Episode))} <= {"chromium-0", "chromium-1"}
+        assert {(e.device or "").split("#")[0] for e in s.scalars(select(Episode))} <= {
+            "chromium-0",
+            "chromium-1",
+        }
         shot = s.scalars(select(Step.screenshot)).first()
     assert shot is not None and store.exists(blob_key(shot))
