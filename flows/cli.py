@@ -151,16 +151,32 @@ def rollout(
     ] = 10,
     rollouts_per_query: Annotated[int, typer.Option("--rollouts-per-query", min=1, max=64)] = 1,
     policy: Annotated[str, typer.Option(help="noisy-oracle, random-explorer or vlm.")] = "noisy-oracle",
-    backend: Annotated[str, typer.Option(help="sim or web (Chromium); android is not built yet.")] = "sim",
+    backend: Annotated[str, typer.Option(help="sim, web (Chromium) or android (adb).")] = "sim",
     workers: Annotated[int, typer.Option(min=1, max=256, help="Devices and episodes in flight.")] = 2,
     max_steps: Annotated[int, typer.Option(min=1, max=500)] = 30,
     noise: Annotated[float, typer.Option(min=0, max=1, help="noisy-oracle: each error mode's rate.")] = 0.05,
+    serial: Annotated[
+        list[str] | None, typer.Option(help="android: a device serial (repeat for more).")
+    ] = None,
+    adb: Annotated[str, typer.Option(help="android: the adb executable.")] = "adb",
     config: ConfigOpt = None,
 ) -> None:
     """Roll out a policy on the device farm; a rerun resumes the unfinished round."""
     from flows.rollout_cmd import run_rollout  # heavy imports only for this command
 
-    run_rollout(app_ref, queries, rollouts_per_query, policy, backend, workers, max_steps, noise, config)
+    run_rollout(
+        app_ref,
+        queries,
+        rollouts_per_query,
+        policy,
+        backend,
+        workers,
+        max_steps,
+        noise,
+        config,
+        serials=serial,
+        adb=adb,
+    )
 
 
 @app.command("check")

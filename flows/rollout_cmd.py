@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import func, select
 
 from querygen.pipeline import generate_queries, load_history, store_generation
+from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
@@ -23,7 +24,7 @@ from storage.models import App, Round
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
 from storage.objectstore import open_object_store
-from trajforge.appspec import load_app
+from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
 from trajforge.errors import ConfigError
 from trajforge.gateway import LLMGateway
@@ -43,12 +44,18 @@ def run_rollout(
     max_steps: int,
     noise: float,
     config: Path | None,
+    serials: list[str] | None = None,
+    adb: str = "adb",
 ) -> None:
     """Roll out a policy on the device farm; a rerun resumes the unfinished round."""
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
-    if backend not in ("sim", "web"):
-        raise ConfigError(f"backend {backend!r} is not built yet; 'sim' and 'web' run today (see README)")
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if backend == "android" and not serials:
+        raise ConfigError(
+            "backend 'android' needs devices: pass --serial SERIAL for each (see `adb devices`)"
+        )
     if backend == "web" and not chromium_available():
         raise ConfigError(
             "backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
@@ -109,7 +116,12 @@ def run_rollout(
             s.add(rnd)
             s.flush()
         round_id, number = rnd.id, rnd.number
-    farm: SimFarm | WebFarm = SimFarm(store=store) if backend == "sim" else WebFarm(store=store)
+    farm: SimFarm | WebFarm | AndroidFarm
+    if backend == "android":
+        farm = AndroidFarm(serials or [], {a: f"com.trajforge.{a}" for a in builtin_app_names()}, adb, store)
+        workers = min(workers, len(serials or []))
+    else:
+        farm = SimFarm(store=store) if backend == "sim" else WebFarm(store=store)
     pool = DevicePool(sessions)
     farm.register(pool, workers)
     total = len(todo) * rollouts_per_query

@@ -314,6 +314,38 @@ def test_rollout_survives_sigkill_and_resumes(tmp_path: Path) -> None:
 
 def test_rollout_refuses_unbuilt_backends_and_offline_vlm(tmp_path: Path) -> None:
     android = cli("rollout", "--app", "takeout", "--backend", "android", cwd=tmp_path)
-    assert android.returncode == 1 and "backend 'android' is not built yet" in android.stderr
+    assert android.returncode == 1 and "backend 'android' needs devices: pass --serial" in android.stderr
+    other = cli("rollout", "--app", "takeout", "--backend", "ios", cwd=tmp_path)
+    assert other.returncode == 1 and "unknown backend 'ios'; known: sim, web, android" in other.stderr
     vlm = cli("rollout", "--app", "takeout", "--policy", "vlm", cwd=tmp_path)
     assert vlm.returncode == 1 and "policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL" in vlm.stderr
+
+
+def test_rollout_on_android_through_the_fake_adb(tmp_path: Path) -> None:
+    from tests.support.fake_adb import SERIAL, FakeAdb
+    from trajforge.appspec import builtin_app_names, load_app
+
+    fake = FakeAdb([load_app(n) for n in builtin_app_names()], tmp_path)
+    try:
+        result = cli(
+            "rollout",
+            "--app",
+            "settings",
+            "--queries",
+            "3",
+            "--backend",
+            "android",
+            "--serial",
+            SERIAL,
+            "--adb",
+            str(fake.path),
+            "--noise",
+            "0",
+            cwd=tmp_path,
+        )
+    finally:
+        fake.close()
+    assert result.returncode == 0, result.stderr
+    assert "1 android devices" in result.stdout and "episodes: 3/3 accounted for" in result.stdout
+    assert "success rate: 3/3 = 100%" in result.stdout
+    assert any(cmd[2:4] == ["exec-out", "screencap"] for cmd in fake.commands)
