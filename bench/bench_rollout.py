@@ -20,6 +20,7 @@ from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from rollout.sim.device import FaultConfig
 from rollout.sim.farm import SimFarm
+from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
 from storage.db import create_db_engine, session_factory, transaction, upgrade
 from storage.models import Policy, Round
@@ -56,7 +57,12 @@ def run(
         pool = DevicePool(sessions, max_failures=50)
         farm.register(pool, workers)
         runner = EpisodeRunner(
-            sessions, pool, farm, NoisyOracle, RolloutConfig(workers=workers, max_attempts=10)
+            sessions,
+            pool,
+            farm,
+            NoisyOracle,
+            RolloutConfig(workers=workers, max_attempts=10),
+            backend=backend,
         )
         return asyncio.run(runner.run(queries, *ids))
 
@@ -105,6 +111,23 @@ def main() -> None:
         f"fault run: {dict(faulty.attempt_failures)} retried; overhead vs fault-free at 2 workers: "
         f"{faulty.seconds / base[2].seconds:.2f}x time\n"
     )
+    if not chromium_available():
+        print("(web: Chromium not installed; skipped)\n")
+        return
+    web_rows, web = [], {}
+    for browsers in (1, 2):
+        r = web[browsers] = run(max(2, args.queries // 8), browsers, None, backend="web")
+        web_rows.append(
+            [
+                f"{browsers}",
+                f"{r.completed}/{r.requested}",
+                f"{60 * r.completed / r.seconds:,.0f}",
+                f"{r.steps / r.seconds:,.1f}",
+                f"{web[1].seconds / r.seconds:.2f}x",
+            ]
+        )
+    header = ["browsers", "episodes", "episodes/min", "steps/s", "vs 1 browser"]
+    print(table("rollouts in Chromium (web backend), Pixel 7 emulation, perfect oracle", header, web_rows))
 
 
 if __name__ == "__main__":
