@@ -118,7 +118,9 @@ def run_rollout(
         round_id, number = rnd.id, rnd.number
     farm: SimFarm | WebFarm | AndroidFarm
     if backend == "android":
-        farm = AndroidFarm(serials or [], {a: f"com.trajforge.{a}" for a in builtin_app_names()}, adb, store)
+        farm = AndroidFarm(
+            serials or [], {a: f"com.trajforge.{a}/.MainActivity" for a in builtin_app_names()}, adb, store
+        )
         workers = min(workers, len(serials or []))
     else:
         farm = SimFarm(store=store) if backend == "sim" else WebFarm(store=store)

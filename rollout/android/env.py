@@ -2,7 +2,8 @@
 
 Screenshots: `exec-out screencap -p`. Element tree: `uiautomator dump`, parsed from XML.
 Actions: `input tap / swipe / text`, `keyevent`, the ADB keyboard broadcast for
-non-ASCII text (`am broadcast -a ADB_INPUT_TEXT`), `monkey -p PACKAGE` to open apps.
+non-ASCII text (`am broadcast -a ADB_INPUT_TEXT`), `am start -n PACKAGE/ACTIVITY` to open apps
+(`monkey -p PACKAGE` when only the package is known).
 Verification reads the app's state file (`/sdcard/trajforge_state.json`): the app under
 test must export it, as the simulated apps do; other apps need their own verifier.
 No emulator runs on our build machines: this backend is tested against a fake adb
@@ -81,7 +82,7 @@ class AdbEnv:
     """One device by serial.
 
     Args:
-        packages: app name -> Android package to launch for `open_app` and task resets.
+        packages: app name -> "package/activity" (or a bare package) for `open_app` and task resets.
         adb: the adb executable (a fake one in tests).
     """
 
@@ -136,7 +137,7 @@ class AdbEnv:
         self._task = task
         package = self.packages.get(task.app)
         if package:
-            self._shell("am", "force-stop", package)
+            self._shell("am", "force-stop", package.split("/")[0])
         self._shell("input", "keyevent", KEYCODES["home"])
         return self._observe()
 
@@ -162,8 +163,11 @@ class AdbEnv:
         elif kind == ActionKind.PRESS:
             self._shell("input", "keyevent", KEYCODES[action.key or "back"])
         elif kind == ActionKind.OPEN_APP:
-            package = self.packages.get(action.text or "", action.text or "")
-            self._shell("monkey", "-p", package, "-c", "android.intent.category.LAUNCHER", "1")
+            target = self.packages.get(action.text or "", action.text or "")
+            if "/" in target:  # package/activity: start it directly
+                self._shell("am", "start", "-n", target)
+            else:  # a bare package: let the launcher intent pick its main activity
+                self._shell("monkey", "-p", target, "-c", "android.intent.category.LAUNCHER", "1")
         elif kind == ActionKind.WAIT:
             time.sleep((action.duration_ms or 1000) / 1000)
         if self.settle_s:

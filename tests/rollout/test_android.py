@@ -44,13 +44,14 @@ def test_commands_sent_for_each_action(fake: FakeAdb) -> None:
         "-s",
         SERIAL,
         "shell",
-        "monkey",
-        "-p",
-        "com.trajforge.takeout",
-        "-c",
-        "android.intent.category.LAUNCHER",
-        "1",
+        "am",
+        "start",
+        "-n",
+        "com.trajforge.takeout/.MainActivity",
     ] in fake.commands
+    bare = AdbEnv(SERIAL, {"takeout": "com.trajforge.takeout"}, adb=str(fake.path))
+    bare.step(Action(kind=K.OPEN_APP, text="takeout"))
+    assert fake.commands[-4][3:6] == ["monkey", "-p", "com.trajforge.takeout"]
     obs = env.step(Action(kind=K.CLICK, point=(500, 140)))  # the search box
     assert ["-s", SERIAL, "shell", "input", "tap", "540", "336"] in fake.commands
     assert next(e for e in obs.elements or [] if e["id"] == "search_box")["kind"] == "input"

@@ -37,7 +37,8 @@ _KEYS = {"KEYCODE_BACK": "back", "KEYCODE_HOME": "home", "KEYCODE_ENTER": "enter
 
 
 def package_of(app: str) -> str:
-    return f"com.trajforge.{app}"
+    """The built-in apps' component on the fake device."""
+    return f"com.trajforge.{app}/.MainActivity"
 
 
 class FakeAdb:
@@ -102,6 +103,8 @@ class FakeAdb:
             d.act(Action(kind=ActionKind.TYPE, text=cmd[2].replace("%s", " ").replace("\\", "")))
         elif cmd[:4] == ["am", "broadcast", "-a", "ADB_INPUT_TEXT"]:
             d.act(Action(kind=ActionKind.TYPE, text=cmd[cmd.index("msg") + 1]))
+        elif cmd[:3] == ["am", "start", "-n"]:
+            d.open_app(cmd[3].split("/")[0].removeprefix("com.trajforge."))
         elif cmd[:1] == ["monkey"]:
             d.open_app(cmd[cmd.index("-p") + 1].removeprefix("com.trajforge."))
         elif cmd[:2] == ["am", "force-stop"]:
