@@ -22,9 +22,9 @@ from rollout.sim.device import FaultConfig
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
-from storage.db import create_db_engine, session_factory, transaction, upgrade
-from storage.models import Policy, Round
+from storage.db import create_db_engine, session_factory, upgrade
 from storage.objectstore import LocalObjectStore
+from tests.support.spine import new_round
 from trajforge.appspec import builtin_app_names, load_app
 
 PER_ACTION_FAULT = 0.0055  # crash and hang each; ~9 actions an episode: ~10% of episodes meet one
@@ -42,14 +42,7 @@ def run(
             report = generate_queries(load_app(name), queries_per_app, seed=0)
             store_generation(sessions, load_app(name), report)
             queries.extend(report.kept)
-        with transaction(sessions) as s:
-            policy = Policy(name="noisy-oracle", version=0)
-            s.add(policy)
-            s.flush()
-            rnd = Round(number=1, policy_id=policy.id)
-            s.add(rnd)
-            s.flush()
-            ids = (rnd.id, policy.id)
+        ids = new_round(sessions)
         store = LocalObjectStore(Path(tmp) / "objects")
         farm: SimFarm | WebFarm = (
             SimFarm(store=store, faults=faults) if backend == "sim" else WebFarm(store=store)

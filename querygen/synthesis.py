@@ -111,33 +111,35 @@ def missing_values(text: str, goal: Goal) -> list[str]:
 
 async def llm_draft(spec: AppSpec, path: SampledPath, gateway: LLMGateway) -> Draft:
     """Synthesis then few-shot refinement through the gateway; failures set `reason`."""
-    meta = metadata(spec, path)
-    constrained = constrained_instruction(spec, path)
-    draft = Draft(path, "", constrained, goal_of(path, list(path.state)), "llm")
-    prompt = _TEMPLATES.get_template("synthesize.j2").render(**meta)
-    synth = await gateway.chat(
-        [{"role": "user", "content": prompt}], stage="querygen.synthesize", json_mode=True
-    )
-    draft.raw["synthesize"] = synth.text
-    instruction = _field(synth.data, "instruction")
+    draft = Draft(path, "", constrained_instruction(spec, path), goal_of(path, list(path.state)), "llm")
+    instruction = await _ask(gateway, draft, "synthesize", "instruction", **metadata(spec, path))
     if instruction is None:
-        draft.reason, draft.detail = "synthesis_malformed", synth.json_error or "no 'instruction' string"
         return draft
     values = list(draft.goal.state.values())
-    prompt = _TEMPLATES.get_template("refine.j2").render(instruction=instruction, values=values)
-    refined = await gateway.chat(
-        [{"role": "user", "content": prompt}], stage="querygen.refine", json_mode=True
-    )
-    draft.raw["refine"] = refined.text
-    query = _field(refined.data, "query")
+    query = await _ask(gateway, draft, "refine", "query", instruction=instruction, values=values)
     if query is None:
-        draft.reason, draft.detail = "refinement_malformed", refined.json_error or "no 'query' string"
         return draft
     draft.instruction = query
     lost = missing_values(query, draft.goal)
     if lost:
         draft.reason, draft.detail = "refinement_lost_constraint", f"missing {lost}"
     return draft
+
+
+_MALFORMED = {"synthesize": "synthesis_malformed", "refine": "refinement_malformed"}
+
+
+async def _ask(gateway: LLMGateway, draft: Draft, step: str, key: str, **context: Any) -> str | None:
+    """One JSON-mode call with `{step}.j2`; the raw answer is kept, a malformed one sets the reason."""
+    prompt = _TEMPLATES.get_template(f"{step}.j2").render(**context)
+    result = await gateway.chat(
+        [{"role": "user", "content": prompt}], stage=f"querygen.{step}", json_mode=True
+    )
+    draft.raw[step] = result.text
+    value = _field(result.data, key)
+    if value is None:
+        draft.reason, draft.detail = _MALFORMED[step], result.json_error or f"no {key!r} string"
+    return value
 
 
 def _field(data: Any, key: str) -> str | None:

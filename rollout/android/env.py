@@ -12,7 +12,6 @@ No emulator runs on our build machines: this backend is tested against a fake ad
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time
@@ -20,7 +19,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from rollout.errors import DeviceCrashed, DeviceHung
-from rollout.sim.verify import Goal, VerifierResult, check_state
+from rollout.sim.verify import VerifierResult, check_exported_state
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
@@ -177,16 +176,7 @@ class AdbEnv:
     def verify(self) -> VerifierResult:
         if self._task is None:
             raise RuntimeError("reset() the environment with a task before verifying")
-        try:
-            state = json.loads(self._shell("cat", STATE_FILE))
-        except json.JSONDecodeError:
-            return VerifierResult(False, "unverifiable", f"{STATE_FILE} is not the app's JSON state")
-        return check_state(
-            Goal.model_validate(self._task.goal),
-            state.get("app"),
-            state.get("screen", ""),
-            state.get("slots", {}),
-        )
+        return check_exported_state(self._task.goal, self._shell("cat", STATE_FILE))
 
     def close(self) -> None:
         self._task = None

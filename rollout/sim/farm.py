@@ -5,34 +5,22 @@ from __future__ import annotations
 import hashlib
 import itertools
 
-from rollout.pool import DevicePool, Lease
-from rollout.sim.device import FaultConfig
+from rollout.farm import AppFarm
+from rollout.pool import Lease
 from rollout.sim.env import SimEnv
 from rollout.sim.render import FrameRenderer
-from storage.objectstore import ObjectStore
-from trajforge.appspec import AppSpec, builtin_app_names, load_app
 
 
-class SimFarm:
-    """Builds simulated devices. Each build draws faults from its own seed, so an episode
-    retried after a crash does not meet the same crash again (a real device would not either).
+class SimFarm(AppFarm):
+    """Each build draws faults from its own seed, so an episode retried after a crash does not
+    meet the same crash again (a real device would not either). Frames are encoded once for
+    the whole farm.
     """
 
-    def __init__(
-        self,
-        apps: list[AppSpec] | None = None,
-        store: ObjectStore | None = None,
-        faults: FaultConfig | None = None,
-    ) -> None:
-        self.apps = apps or [load_app(n) for n in builtin_app_names()]
-        self.store = store
-        self.faults = faults or FaultConfig()
-        self.renderer = FrameRenderer()  # shared: frames of the same state are encoded once
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.renderer = FrameRenderer()
         self._builds = itertools.count()
-
-    def register(self, pool: DevicePool, count: int, prefix: str = "sim") -> None:
-        for i in range(count):
-            pool.register(f"{prefix}-{i}", "sim", address="in-process")
 
     def __call__(self, lease: Lease) -> SimEnv:
         build = next(self._builds)

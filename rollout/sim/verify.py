@@ -6,6 +6,7 @@ and name the first constraint that failed.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,3 +54,14 @@ def check_state(goal: Goal, app: str | None, screen: str, values: dict[str, str]
         if got != want:
             return VerifierResult(False, f"slot:{slot}", f"expected {slot}={want!r}, got {got!r}")
     return VerifierResult(True)
+
+
+def check_exported_state(goal: dict[str, Any], exported: str) -> VerifierResult:
+    """The verifier on the JSON state an app exports ({app, screen, slots}): web page, device file."""
+    try:
+        state = json.loads(exported or "{}")
+    except json.JSONDecodeError:
+        return VerifierResult(False, "unverifiable", "the app's exported state is not JSON")
+    return check_state(
+        Goal.model_validate(goal), state.get("app"), state.get("screen", ""), state.get("slots", {})
+    )

@@ -11,7 +11,6 @@ worker thread of this environment.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ from typing import TypeVar
 
 from rollout.errors import DeviceCrashed
 from rollout.sim.device import FaultConfig, SimDevice
-from rollout.sim.verify import Goal, VerifierResult, check_state
+from rollout.sim.verify import VerifierResult, check_exported_state
 from rollout.web.server import WebAppServer
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
@@ -123,13 +122,7 @@ class WebEnv:
         if self._task is None:
             raise RuntimeError("reset() the environment with a task before verifying")
         raw = self._call(lambda: self._page.locator("#app-state").text_content())
-        state = json.loads(raw or "{}")
-        return check_state(
-            Goal.model_validate(self._task.goal),
-            state.get("app"),
-            state.get("screen", ""),
-            state.get("slots", {}),
-        )
+        return check_exported_state(self._task.goal, raw or "")
 
     def close(self) -> None:
         def stop() -> None:

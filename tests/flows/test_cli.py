@@ -262,8 +262,7 @@ def test_rollout_survives_sigkill_and_resumes(tmp_path: Path) -> None:
     import sqlite3
     import time
 
-    args = [
-        TRAJFORGE,
+    rollout = [
         "rollout",
         "--app",
         "takeout",
@@ -274,6 +273,7 @@ def test_rollout_survives_sigkill_and_resumes(tmp_path: Path) -> None:
         "--workers",
         "1",
     ]
+    args = [TRAJFORGE, *rollout]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     db = tmp_path / ".trajforge" / "trajforge.db"
@@ -290,15 +290,7 @@ def test_rollout_survives_sigkill_and_resumes(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     result = cli(
-        "rollout",
-        "--app",
-        "takeout",
-        "--queries",
-        "12",
-        "--rollouts-per-query",
-        "2",
-        "--workers",
-        "1",
+        *rollout,
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr

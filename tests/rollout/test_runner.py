@@ -19,9 +19,10 @@ from rollout.sim.device import FaultConfig
 from rollout.sim.farm import SimFarm
 from storage.db import transaction
 from storage.keys import blob_key
-from storage.models import Anchor, Episode, Exclusion, Policy, Round, Step
+from storage.models import Anchor, Episode, Exclusion, Round, Step
 from storage.objectstore import LocalObjectStore
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from tests.support.spine import new_round
 from trajforge.appspec import load_app
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway
@@ -34,14 +35,8 @@ def _setup(
     spec = load_app(app)
     report = generate_queries(spec, n, seed=3)
     store_generation(sessions, spec, report)
-    with transaction(sessions) as s:
-        policy = Policy(name="test", version=0)
-        s.add(policy)
-        s.flush()
-        rnd = Round(number=1, policy_id=policy.id)
-        s.add(rnd)
-        s.flush()
-        return report.kept, rnd.id, policy.id
+    round_id, policy_id = new_round(sessions, policy="test")
+    return report.kept, round_id, policy_id
 
 
 def _runner(sessions, farm: SimFarm, devices: int, policy, max_failures: int = 3, **config) -> EpisodeRunner:

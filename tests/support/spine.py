@@ -30,6 +30,20 @@ def seed_episodes(sessions: sessionmaker[Session], count: int = 1) -> list[int]:
         return [ep.id for ep in episodes]
 
 
+def new_round(
+    sessions: sessionmaker[Session], policy: str = "noisy-oracle", number: int = 1
+) -> tuple[int, int]:
+    """A policy and round `number` of it; returns (round id, policy id)."""
+    with transaction(sessions) as s:
+        row = Policy(name=policy, version=0)
+        s.add(row)
+        s.flush()
+        rnd = Round(number=number, policy_id=row.id)
+        s.add(rnd)
+        s.flush()
+        return rnd.id, row.id
+
+
 def step_rows(episode_id: int, n: int) -> list[dict[str, Any]]:
     """`n` step rows of one episode, as the bulk path takes them."""
     return [
