@@ -8,12 +8,13 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
 from rollout.pool import DevicePool
-from rollout.runner import EpisodeRunner, RolloutConfig
+from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
@@ -24,7 +25,7 @@ from storage.models import App, Round
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
 from storage.objectstore import open_object_store
-from trajforge.appspec import builtin_app_names, load_app
+from trajforge.appspec import AppSpec, builtin_app_names, load_app
 from trajforge.domain import Query
 from trajforge.errors import ConfigError
 from trajforge.gateway import LLMGateway
@@ -145,7 +146,7 @@ def run_rollout(
             on_episode=lambda: progress.advance(task),
         )
 
-        async def go() -> object:
+        async def go() -> RolloutReport:
             try:
                 return await runner.run(todo, round_id, policy_id)
             finally:
@@ -160,10 +161,10 @@ def run_rollout(
     typer.echo(
         f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
     )
-    typer.echo(report.render())  # type: ignore[attr-defined]
+    typer.echo(report.render())
 
 
-def _queries(sessions, spec, n: int) -> list[Query]:  # type: ignore[no-untyped-def]
+def _queries(sessions: sessionmaker[Session], spec: AppSpec, n: int) -> list[Query]:
     """The app's n most recent kept queries, generating and storing the missing ones."""
     with sessions() as s:
         have = s.scalars(

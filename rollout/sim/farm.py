@@ -7,8 +7,11 @@ import itertools
 
 from rollout.farm import AppFarm
 from rollout.pool import Lease
+from rollout.sim.device import FaultConfig
 from rollout.sim.env import SimEnv
 from rollout.sim.render import FrameRenderer
+from storage.objectstore import ObjectStore
+from trajforge.appspec import AppSpec
 
 
 class SimFarm(AppFarm):
@@ -17,8 +20,13 @@ class SimFarm(AppFarm):
     the whole farm.
     """
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        apps: list[AppSpec] | None = None,
+        store: ObjectStore | None = None,
+        faults: FaultConfig | None = None,
+    ) -> None:
+        super().__init__(apps, store, faults)
         self.renderer = FrameRenderer()
         self._builds = itertools.count()
 
