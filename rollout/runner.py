@@ -247,6 +247,7 @@ class EpisodeRunner:
                     "raw_output": out.text,
                     "parse_error": error,
                     "latency_ms": int((time.monotonic() - t0) * 1000),
+                    "elements": obs.elements,
                     "action": action.model_dump(mode="json", exclude_none=True) if action else None,
                 }
             )

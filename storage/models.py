@@ -123,6 +123,7 @@ class Step(Base):
     raw_output: Mapped[str] = mapped_column(Text, default="")
     parse_error: Mapped[str | None] = mapped_column(String(64))
     latency_ms: Mapped[int] = mapped_column(Integer, default=0)
+    elements: Mapped[list[Any] | None] = mapped_column(Json)  # the element tree the policy saw
 
 
 class Judgment(Base):
