@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from functools import cached_property
 
 from rollout.farm import AppFarm
 from rollout.pool import Lease
-from rollout.sim.device import FaultConfig
 from rollout.sim.env import SimEnv
 from rollout.sim.render import FrameRenderer
-from storage.objectstore import ObjectStore
-from trajforge.appspec import AppSpec
 
 
 class SimFarm(AppFarm):
@@ -20,15 +18,13 @@ class SimFarm(AppFarm):
     the whole farm.
     """
 
-    def __init__(
-        self,
-        apps: list[AppSpec] | None = None,
-        store: ObjectStore | None = None,
-        faults: FaultConfig | None = None,
-    ) -> None:
-        super().__init__(apps, store, faults)
-        self.renderer = FrameRenderer()
-        self._builds = itertools.count()
+    @cached_property
+    def renderer(self) -> FrameRenderer:
+        return FrameRenderer()
+
+    @cached_property
+    def _builds(self) -> itertools.count[int]:
+        return itertools.count()
 
     def __call__(self, lease: Lease) -> SimEnv:
         build = next(self._builds)
