@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -27,6 +27,8 @@ app.add_typer(actions_app, name="actions")
 app.add_typer(db_app, name="db")
 app.add_typer(apps_app, name="apps")
 app.add_typer(queries_app, name="queries")
+critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their calibration.")
+app.add_typer(critics_app, name="critics")
 
 ConfigOpt = Annotated[
     Path | None,
@@ -177,6 +179,50 @@ def rollout(
         serials=serial,
         adb=adb,
     )
+
+
+def _round_id(settings: Settings, number: int | None) -> tuple[Any, int, int]:
+    from sqlalchemy import func, select
+
+    from storage.db import engine_from_settings, session_factory, upgrade
+    from storage.models import Round
+    from trajforge.errors import ConfigError
+
+    engine = engine_from_settings(settings)
+    upgrade(engine)
+    sessions = session_factory(engine)
+    with sessions() as s:
+        wanted = number if number is not None else s.scalar(select(func.max(Round.number)))
+        row = s.scalars(select(Round).where(Round.number == wanted)).first() if wanted is not None else None
+    if row is None:
+        raise ConfigError(
+            f"no round {number if number is not None else ''} in the database; run `trajforge run` first"
+        )
+    return sessions, row.id, row.number
+
+
+RoundOpt = Annotated[int | None, typer.Option("--round", help="Round number (default: the latest).")]
+
+
+@critics_app.command("run")
+def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
+    """Judge every step and episode of a round with the offline critics (idempotent)."""
+    from critics.judge import judge_round
+    from trajforge.appspec import builtin_app_names, load_app
+
+    sessions, round_id, number = _round_id(_settings(config), round_number)
+    report = judge_round(sessions, round_id, [load_app(n) for n in builtin_app_names()])
+    typer.echo(f"round {number}: {report.render()}")
+
+
+@critics_app.command("calibrate")
+def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
+    """Compare the critics' trajectory verdicts with the anchors; store and print the report."""
+    from critics.judge import calibrate_round, render_calibration
+
+    sessions, round_id, number = _round_id(_settings(config), round_number)
+    typer.echo(f"round {number} calibration")
+    typer.echo(render_calibration(calibrate_round(sessions, round_id)))
 
 
 @app.command("check")

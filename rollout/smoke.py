@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.judge import CONSENSUS, calibrate_round, judge_round
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
-from storage.models import App, Episode, Judgment, Policy, Round, Step
+from storage.models import App, Episode, Policy, Round, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import open_object_store
 from trajforge.appspec import builtin_app_names, load_app
@@ -32,7 +33,6 @@ from trajforge.logs import redact_url
 from trajforge.settings import Settings
 
 NOISE = OracleNoise(malformed=0.08, wrong_value=0.05, mis_tap=0.03, premature_terminate=0.03)
-CRITIC = ("screen_change", "0")  # a placeholder until the critics issue lands
 DEVICES = 2
 
 
@@ -49,6 +49,7 @@ class SmokeReport:
     frames_deduped: int = 0
     labels: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
+    calibration: dict[str, float | int] = field(default_factory=dict)
 
     def render(self) -> str:
         total, ok = sum(self.episodes.values()), sum(self.successes.values())
@@ -60,7 +61,10 @@ class SmokeReport:
                 f"per app: {per_app}",
                 f"screenshots: {self.frames_written} stored, "
                 f"{self.frames_deduped} already there (deduplicated by sha256)",
-                "step labels: " + ", ".join(f"{k}={v}" for k, v in sorted(self.labels.items())),
+                "step labels (heuristic critic): "
+                + ", ".join(f"{k}={v}" for k, v in sorted(self.labels.items())),
+                f"critic consensus vs verifier: {self.calibration.get('accuracy', 0.0):.0%} accurate "
+                f"on {self.calibration.get('n', 0)} episodes",
                 "dropped: " + (", ".join(f"{k}={v}" for k, v in sorted(self.reasons.items())) or "none"),
                 f"database: {self.db_url}",
                 f"objects:  {self.store}",
@@ -109,7 +113,10 @@ def run_smoke_round(settings: Settings, episodes_per_app: int = 3) -> SmokeRepor
     report.rollout = asyncio.run(runner.run(queries, round_id, policy_id))
     report.frames_written = sum(getattr(env, "frames_written", 0) for env in runner.environments())
     report.frames_deduped = sum(getattr(env, "frames_deduped", 0) for env in runner.environments())
-    _judge_and_count(sessions, round_id, report)
+    _count(sessions, round_id, report)
+    judged = judge_round(sessions, round_id, farm.apps)
+    report.labels.update(judged.steps)
+    report.calibration = calibrate_round(sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
     with transaction(sessions) as s:
         finished = s.get(Round, round_id)
         assert finished is not None
@@ -123,30 +130,15 @@ def run_smoke_round(settings: Settings, episodes_per_app: int = 3) -> SmokeRepor
     return report
 
 
-def _judge_and_count(sessions: sessionmaker[Session], round_id: int, report: SmokeReport) -> None:
-    """Placeholder step labels (did the screen change?) and the round's tallies."""
-    with transaction(sessions) as s:
-        rows = s.execute(
-            select(Step.id, Step.screenshot, Step.screenshot_after, Step.parse_error)
+def _count(sessions: sessionmaker[Session], round_id: int, report: SmokeReport) -> None:
+    """The round's tallies: parse errors by reason, episodes and successes per app."""
+    with sessions() as s:
+        errors = s.scalars(
+            select(Step.parse_error)
             .join(Episode, Episode.id == Step.episode_id)
-            .where(Episode.round_id == round_id)
+            .where(Episode.round_id == round_id, Step.parse_error.is_not(None))
         ).all()
-        judgments = []
-        for step_id, before, after, error in rows:
-            label = "HARMFUL" if error else ("NEUTRAL" if before == after else "GOOD")
-            report.labels[label] += 1
-            if error:
-                report.reasons[error] += 1
-            judgments.append(
-                {
-                    "critic": CRITIC[0],
-                    "critic_version": CRITIC[1],
-                    "target": "step",
-                    "target_id": step_id,
-                    "label": label,
-                }
-            )
-        insert_ignore(s, Judgment, judgments, ["critic", "critic_version", "target", "target_id"])
+        report.reasons.update(e for e in errors if e)
         per_app = s.execute(
             select(App.name, Episode.outcome, func.count())
             .join(QueryRow, QueryRow.id == Episode.query_id)

@@ -341,3 +341,23 @@ def test_rollout_on_android_through_the_fake_adb(tmp_path: Path) -> None:
     assert "1 android devices" in result.stdout and "episodes: 3/3 accounted for" in result.stdout
     assert "success rate: 3/3 = 100%" in result.stdout
     assert any(cmd[2:4] == ["exec-out", "screencap"] for cmd in fake.commands)
+
+
+def test_critics_run_is_idempotent_and_calibrate_reports(tmp_path: Path) -> None:
+    import sqlite3
+
+    missing = cli("critics", "run", cwd=tmp_path)
+    assert missing.returncode == 1 and "no round" in missing.stderr
+    assert cli("run", cwd=tmp_path).returncode == 0  # judges once already
+    db = tmp_path / ".trajforge" / "trajforge.db"
+    with sqlite3.connect(db) as conn:
+        before = conn.execute("select count(*) from judgment").fetchone()[0]
+    again = cli("critics", "run", "--round", "1", cwd=tmp_path)
+    assert again.returncode == 0 and again.stdout.startswith("round 1: judged 12 episodes")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from judgment").fetchone()[0] == before  # nothing added
+    report = cli("critics", "calibrate", cwd=tmp_path)
+    assert report.returncode == 0
+    lines = report.stdout.splitlines()
+    assert lines[0] == "round 1 calibration" and any(line.startswith("consensus_and:1") for line in lines)
+    assert any(line.startswith("step labels in failure episodes") for line in lines)

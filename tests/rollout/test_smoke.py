@@ -41,6 +41,7 @@ def test_smoke_rounds_write_the_spine(
     second = run_smoke_round(settings, episodes_per_app=2)
     assert second.round_number == 2 and second.frames_deduped > 0  # the launcher, home screens: stored once
     assert first.rollout.completed == 8 and first.rollout.requested == 8
+    assert first.calibration["n"] == 8 and first.calibration["accuracy"] >= 0.75
 
     sessions = session_factory(engine)
     with sessions() as s:
@@ -48,7 +49,8 @@ def test_smoke_rounds_write_the_spine(
         assert s.scalar(select(func.count()).select_from(Episode)) == 16
         steps = s.scalar(select(func.count()).select_from(Step))
         assert steps == first.rollout.steps + second.rollout.steps
-        assert s.scalar(select(func.count()).select_from(Judgment)) == steps
+        # one per step, then per episode: textual channel, visual channel, consensus
+        assert s.scalar(select(func.count()).select_from(Judgment)) == steps + 3 * 16
         assert s.scalar(select(func.count()).select_from(Anchor)) == 16
         broken = s.scalars(select(Step).where(Step.parse_error.is_not(None))).all()
         reasons = s.scalars(select(Exclusion.reason).where(Exclusion.item_type == "step")).all()

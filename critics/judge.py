@@ -1,0 +1,224 @@
+"""Judging a round with the offline critics, and calibrating them against the anchors (CSRS).
+
+`judge_round` writes one judgment per step and per channel and the consensus per episode;
+it is idempotent (a judgment is keyed by critic, version and target). `calibrate_round`
+compares the trajectory verdicts with the anchors (a human verdict overrides the verifier)
+and stores the report in the round's stats under each critic version.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from critics.heuristic import (
+    HeuristicStepCritic,
+    StepView,
+    TextualTrajectoryCritic,
+    VisualTrajectoryCritic,
+    consensus,
+)
+from storage.db import insert_ignore, transaction
+from storage.models import Anchor, Episode, Judgment, Round, Step
+from storage.models import Query as QueryRow
+from trajforge.appspec import AppSpec
+from trajforge.domain import Query
+
+CONSENSUS = ("consensus_and", "1")
+
+
+@dataclass
+class JudgeReport:
+    episodes: int = 0
+    steps: Counter[str] = field(default_factory=Counter)
+    correct: int = 0
+
+    def render(self) -> str:
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(self.steps.items()))
+        return f"judged {self.episodes} episodes: {self.correct} correct by consensus; step labels: {labels}"
+
+
+def _episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[Step]]]:
+    out = []
+    for episode, row in s.execute(
+        select(Episode, QueryRow)
+        .join(QueryRow, QueryRow.id == Episode.query_id)
+        .where(Episode.round_id == round_id)
+        .order_by(Episode.id)
+    ).all():
+        steps = list(s.scalars(select(Step).where(Step.episode_id == episode.id).order_by(Step.index)))
+        query = Query(
+            uid=row.uid,
+            app=row.goal.get("app", ""),
+            instruction=row.instruction,
+            path=row.path,
+            goal=row.goal,
+            slots=row.slots,
+            difficulty=row.difficulty,
+        )
+        out.append((episode, query, steps))
+    return out
+
+
+def _view(step: Step) -> StepView:
+    return StepView(
+        step.action,
+        step.parse_error,
+        step.screenshot,
+        step.screenshot_after or step.screenshot,
+        step.elements or [],
+        step.width,
+        step.height,
+    )
+
+
+def judge_round(sessions: sessionmaker[Session], round_id: int, apps: list[AppSpec]) -> JudgeReport:
+    step_critic, textual, visual = (
+        HeuristicStepCritic(),
+        TextualTrajectoryCritic(),
+        VisualTrajectoryCritic(apps),
+    )
+    report = JudgeReport()
+    with transaction(sessions) as s:
+        for episode, query, steps in _episodes(s, round_id):
+            views = [_view(st) for st in steps]
+            verdicts = step_critic.judge(query, views)
+            channels = [
+                ((textual.name, textual.version), textual.judge(query, views, verdicts)),
+                ((visual.name, visual.version), visual.judge(query, views)),
+            ]
+            agreed = consensus([c for _, c in channels])
+            rows: list[dict[str, Any]] = [
+                {
+                    "critic": step_critic.name,
+                    "critic_version": step_critic.version,
+                    "target": "step",
+                    "target_id": st.id,
+                    "label": v.label,
+                    "summary": v.summary,
+                    "analysis": v.reason,
+                }
+                for st, v in zip(steps, verdicts, strict=True)
+            ]
+            rows += [
+                {
+                    "critic": critic[0],
+                    "critic_version": critic[1],
+                    "target": "episode",
+                    "target_id": episode.id,
+                    "label": "correct" if c.success else "incorrect",
+                    "summary": c.reason,
+                    "analysis": c.reason,
+                }
+                for critic, c in channels
+            ]
+            rows.append(
+                {
+                    "critic": CONSENSUS[0],
+                    "critic_version": CONSENSUS[1],
+                    "target": "episode",
+                    "target_id": episode.id,
+                    "label": "correct" if agreed else "incorrect",
+                    "summary": "all channels agree" if agreed else "a channel says incorrect",
+                    "analysis": "",
+                }
+            )
+            insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
+            report.episodes += 1
+            report.correct += agreed
+            report.steps.update(v.label for v in verdicts)
+    return report
+
+
+@dataclass
+class ChannelStats:
+    tp: int = 0
+    fp: int = 0
+    tn: int = 0
+    fn: int = 0
+
+    def add(self, predicted: bool, actual: bool) -> None:
+        if predicted and actual:
+            self.tp += 1
+        elif predicted:
+            self.fp += 1
+        elif actual:
+            self.fn += 1
+        else:
+            self.tn += 1
+
+    def summary(self) -> dict[str, float | int]:
+        n = self.tp + self.fp + self.tn + self.fn
+        return {
+            "n": n,
+            "accuracy": (self.tp + self.tn) / n if n else 0.0,
+            "precision": self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0,
+            "recall": self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0,
+            "tp": self.tp,
+            "fp": self.fp,
+            "tn": self.tn,
+            "fn": self.fn,
+        }
+
+
+def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str, Any]:
+    """Critic verdicts against anchors; stored in round.stats['calibration'] and returned."""
+    channels: dict[str, ChannelStats] = {}
+    by_outcome: dict[str, Counter[str]] = {"success": Counter(), "failure": Counter()}
+    review: list[dict[str, Any]] = []
+    with transaction(sessions) as s:
+        episodes = s.scalars(select(Episode).where(Episode.round_id == round_id)).all()
+        for episode in episodes:
+            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
+            if not anchors:
+                continue
+            anchor = next((a for a in anchors if a.source == "human"), anchors[0])  # humans override
+            actual = anchor.label == "success"
+            verdicts = {
+                f"{j.critic}:{j.critic_version}": j.label == "correct"
+                for j in s.scalars(
+                    select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
+                )
+            }
+            for key, predicted in verdicts.items():
+                channels.setdefault(key, ChannelStats()).add(predicted, actual)
+            if len(set(verdicts.values())) > 1 or verdicts.get(":".join(CONSENSUS)) not in (None, actual):
+                review.append({"episode": episode.uid, "anchor": anchor.label, "verdicts": verdicts})
+            step_ids = s.scalars(select(Step.id).where(Step.episode_id == episode.id)).all()
+            labels = s.scalars(
+                select(Judgment.label).where(Judgment.target == "step", Judgment.target_id.in_(step_ids))
+            ).all()
+            by_outcome["success" if actual else "failure"].update(labels)
+        report = {
+            "channels": {k: v.summary() for k, v in sorted(channels.items())},
+            "step_labels_by_outcome": {k: dict(v) for k, v in by_outcome.items()},
+            "review_queue": review,
+        }
+        rnd = s.get(Round, round_id)
+        if rnd is not None:
+            stats = dict(rnd.stats or {})
+            stats["calibration"] = report
+            rnd.stats = stats
+    return report
+
+
+def render_calibration(report: dict[str, Any]) -> str:
+    lines = ["critic                     n    accuracy  precision  recall   tp  fp  tn  fn"]
+    for name, st in report["channels"].items():
+        lines.append(
+            f"{name:24} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
+            f"  {st['tp']:3} {st['fp']:3} {st['tn']:3} {st['fn']:3}"
+        )
+    for outcome, labels in report["step_labels_by_outcome"].items():
+        lines.append(
+            f"step labels in {outcome} episodes: "
+            + (", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none")
+        )
+    lines.append(
+        f"review queue (channels disagree or consensus contradicts the anchor): {len(report['review_queue'])}"
+    )
+    return "\n".join(lines)
