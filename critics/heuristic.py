@@ -61,7 +61,7 @@ class _Track:
     verdicts: list[StepVerdict] = field(default_factory=list)
 
 
-def _hit(view: StepView, point: tuple[int, int]) -> dict[str, Any] | None:
+def hit_element(view: StepView, point: tuple[int, int]) -> dict[str, Any] | None:
     x, y = Screen(view.width, view.height).to_px(point)
     for e in view.elements:
         x1, y1, x2, y2 = e["bounds"]
@@ -118,7 +118,7 @@ class HeuristicStepCritic:
                 return StepVerdict("HARMFUL", "leaves_path", "Moves further away from the task's path.")
             return StepVerdict("NEUTRAL", "off_path", "Acts away from the task's path without changing it.")
         if kind == ActionKind.CLICK and action.point is not None and move is not None:
-            element = _hit(view, action.point)
+            element = hit_element(view, action.point)
             if element is not None and _matches(element, move, query.app):
                 if element.get("kind") == "input":
                     t.typed = ""

@@ -42,7 +42,7 @@ class JudgeReport:
         return f"judged {self.episodes} episodes: {self.correct} correct by consensus; step labels: {labels}"
 
 
-def _episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[Step]]]:
+def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[Step]]]:
     out = []
     for episode, row in s.execute(
         select(Episode, QueryRow)
@@ -64,7 +64,7 @@ def _episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[Step
     return out
 
 
-def _view(step: Step) -> StepView:
+def step_view(step: Step) -> StepView:
     return StepView(
         step.action,
         step.parse_error,
@@ -84,8 +84,8 @@ def judge_round(sessions: sessionmaker[Session], round_id: int, apps: list[AppSp
     )
     report = JudgeReport()
     with transaction(sessions) as s:
-        for episode, query, steps in _episodes(s, round_id):
-            views = [_view(st) for st in steps]
+        for episode, query, steps in round_episodes(s, round_id):
+            views = [step_view(st) for st in steps]
             verdicts = step_critic.judge(query, views)
             channels = [
                 ((textual.name, textual.version), textual.judge(query, views, verdicts)),

@@ -225,6 +225,16 @@ def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -
     typer.echo(render_calibration(calibrate_round(sessions, round_id)))
 
 
+@critics_app.command("extract")
+def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
+    """CSRS: the seven categories of training samples from every anchored episode (idempotent)."""
+    from critics.csrs import extract_round
+
+    sessions, round_id, number = _round_id(_settings(config), round_number)
+    typer.echo(f"round {number}")
+    typer.echo(extract_round(sessions, round_id).render())
+
+
 @app.command("check")
 def check(config: ConfigOpt = None) -> None:
     """Validate the settings and reach the database and the object store."""

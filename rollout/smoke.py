@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.csrs import ExtractionReport, extract_round
 from critics.judge import CONSENSUS, calibrate_round, judge_round
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise
@@ -50,6 +51,7 @@ class SmokeReport:
     labels: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
     calibration: dict[str, float | int] = field(default_factory=dict)
+    samples: ExtractionReport = field(default_factory=ExtractionReport)
 
     def render(self) -> str:
         total, ok = sum(self.episodes.values()), sum(self.successes.values())
@@ -65,7 +67,15 @@ class SmokeReport:
                 + ", ".join(f"{k}={v}" for k, v in sorted(self.labels.items())),
                 f"critic consensus vs verifier: {self.calibration.get('accuracy', 0.0):.0%} accurate "
                 f"on {self.calibration.get('n', 0)} episodes",
-                "dropped: " + (", ".join(f"{k}={v}" for k, v in sorted(self.reasons.items())) or "none"),
+                f"training samples (CSRS): {sum(self.samples.kept.values())} kept, "
+                f"{sum(self.samples.dropped.values())} dropped",
+                "dropped: "
+                + (
+                    ", ".join(
+                        f"{k}={v}" for k, v in sorted((self.reasons + Counter(self.samples.dropped)).items())
+                    )
+                    or "none"
+                ),
                 f"database: {self.db_url}",
                 f"objects:  {self.store}",
             ]
@@ -117,6 +127,7 @@ def run_smoke_round(settings: Settings, episodes_per_app: int = 3) -> SmokeRepor
     judged = judge_round(sessions, round_id, farm.apps)
     report.labels.update(judged.steps)
     report.calibration = calibrate_round(sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
+    report.samples = extract_round(sessions, round_id)
     with transaction(sessions) as s:
         finished = s.get(Round, round_id)
         assert finished is not None

@@ -1,0 +1,270 @@
+"""CSRS data extraction (Step-GUI §2.1.4): seven categories of training samples per anchored trajectory.
+
+(1) progress tracking, (2) state summary, (3) effect prediction, (4) self-reflection,
+(5) state verification, (6) intent execution, (7) action prediction. Selective learning:
+a successful trajectory yields all seven; a failed one only 1-6 ("learn knowledge from
+failures, not erroneous actions"). Offline, samples are deterministic templates over the
+step records; every sample keeps its provenance. Action-prediction samples also pass the
+critic filter (score >= tau_c, GUI-Owl §2.2.3) and a thought-action consistency check;
+every drop keeps a reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from critics.heuristic import HeuristicStepCritic, StepVerdict, StepView, hit_element
+from critics.judge import round_episodes, step_view
+from storage.db import insert_ignore, transaction
+from storage.models import Anchor, Exclusion, Sample
+from trajforge.actions import Action, ActionKind
+from trajforge.domain import Query
+
+CATEGORIES = (
+    "progress_tracking",
+    "state_summary",
+    "effect_prediction",
+    "self_reflection",
+    "state_verification",
+    "intent_execution",
+    "action_prediction",
+)
+KNOWLEDGE = CATEGORIES[:6]  # what a failed trajectory still teaches
+SCORES = {"GOOD": 1.0, "NEUTRAL": 0.5, "HARMFUL": 0.0}
+TAU_C = 0.5  # keep GOOD and NEUTRAL steps as action targets, drop HARMFUL ones
+TEMPLATE_VERSION = "csrs-templates-1"
+
+
+@dataclass
+class SampleDraft:
+    category: str
+    step_index: int | None
+    payload: dict[str, Any]
+    provenance: dict[str, Any]
+    reason: str | None = None  # set when the sample is dropped
+
+    @property
+    def uid(self) -> str:
+        key = json.dumps(
+            [self.provenance["episode"], self.step_index, self.category, self.payload],
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+        return hashlib.sha256(key.encode()).hexdigest()
+
+
+def screen_text(view_elements: list[dict[str, Any]]) -> str:
+    texts = [str(e.get("text") or "").strip() for e in view_elements]
+    return "; ".join(t for t in texts if t)[:600] or "(nothing readable)"
+
+
+def describe(action: Action, view: StepView) -> str:
+    """The action in words, as an intent a person would give."""
+    if action.kind == ActionKind.CLICK and action.point is not None:
+        target = hit_element(view, action.point)
+        return f"Tap '{target.get('text') or target.get('id')}'" if target else "Tap an empty spot"
+    if action.kind == ActionKind.SWIPE:
+        return f"Swipe {action.swipe_direction()}"
+    if action.kind == ActionKind.TYPE:
+        return f"Type '{action.text}'"
+    if action.kind == ActionKind.PRESS:
+        return f"Press {action.key}"
+    if action.kind == ActionKind.TERMINATE:
+        return f"Finish the task ({action.status})"
+    return action.kind.value.replace("_", " ").capitalize()
+
+
+@dataclass
+class ExtractionReport:
+    kept: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def render(self) -> str:
+        kept = ", ".join(f"{k}={v}" for k, v in sorted(self.kept.items()))
+        dropped = ", ".join(f"{k}={v}" for k, v in sorted(self.dropped.items())) or "none"
+        return f"samples kept: {kept}\nsamples dropped: {dropped}"
+
+
+def extract(
+    query: Query,
+    episode_uid: str,
+    success: bool,
+    anchor: dict[str, Any],
+    steps: list[StepView],
+    verdicts: list[StepVerdict],
+    critic: str = "heuristic_step:1",
+    tau_c: float = TAU_C,
+) -> list[SampleDraft]:
+    """The seven-category samples of one anchored trajectory (offline templates)."""
+    out: list[SampleDraft] = []
+    done: list[str] = []
+    for i, (view, verdict) in enumerate(zip(steps, verdicts, strict=True)):
+        prov = {
+            "episode": episode_uid,
+            "steps": [i],
+            "anchor": anchor,
+            "critics": [critic],
+            "template": TEMPLATE_VERSION,
+            "query": query.uid,
+        }
+        images = [view.before]
+        screen = screen_text(view.elements)
+        out.append(
+            SampleDraft(
+                "state_summary",
+                i,
+                {"images": images, "prompt": "Summarise the current screen.", "response": screen},
+                prov,
+            )
+        )
+        out.append(
+            SampleDraft(
+                "progress_tracking",
+                i,
+                {
+                    "images": images,
+                    "prompt": f"Task: {query.instruction}\nWhat has been done so far, and what is left?",
+                    "response": ("Done: " + "; ".join(done) if done else "Nothing yet.")
+                    + f" Step {i + 1} comes next.",
+                },
+                prov,
+            )
+        )
+        is_last = i == len(steps) - 1
+        out.append(
+            SampleDraft(
+                "state_verification",
+                i,
+                {
+                    "images": images,
+                    "prompt": f"Task: {query.instruction}\nIs the task complete on this screen?",
+                    "response": "yes" if (is_last and success) else "no",
+                },
+                prov,
+            )
+        )
+        if view.action is None:
+            continue
+        action = Action.model_validate(view.action)
+        words = describe(action, view)
+        next_screen = screen_text(steps[i + 1].elements) if i + 1 < len(steps) else "(the episode ends)"
+        out.append(
+            SampleDraft(
+                "effect_prediction",
+                i,
+                {
+                    "images": images,
+                    "prompt": f"Screen: {screen}\nAction: {words}\nWhat will the screen show next?",
+                    "response": next_screen if view.after != view.before else "The screen does not change.",
+                },
+                prov,
+            )
+        )
+        out.append(
+            SampleDraft(
+                "self_reflection",
+                i,
+                {
+                    "images": [view.before, view.after],
+                    "prompt": f"Task: {query.instruction}\nAction taken: {words}\nWas it right?",
+                    "response": f"{verdict.label}: {verdict.summary}",
+                },
+                prov,
+            )
+        )
+        target = action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
+        out.append(
+            SampleDraft(
+                "intent_execution",
+                i,
+                {
+                    "images": images,
+                    "prompt": f"Instruction: {words}",
+                    "response": json.dumps(target, ensure_ascii=False),
+                },
+                prov,
+            )
+        )
+        if success:
+            sample = SampleDraft(
+                "action_prediction",
+                i,
+                {
+                    "images": images,
+                    "prompt": f"Task: {query.instruction}\nHistory: " + ("; ".join(done) or "none"),
+                    "response": json.dumps(target, ensure_ascii=False),
+                },
+                prov,
+            )
+            if SCORES[verdict.label] < tau_c:
+                sample.reason = "critic_below_threshold"
+            elif action.thought and not _consistent(action.thought, words):
+                sample.reason = "thought_action_mismatch"
+            out.append(sample)
+        done.append(words)
+    return out
+
+
+def _consistent(thought: str, words: str) -> bool:
+    """The thought must name the element the action taps (when the action names one)."""
+    quoted = words.split("'")
+    return len(quoted) < 3 or quoted[1].casefold() in thought.casefold()
+
+
+def extract_round(sessions: sessionmaker[Session], round_id: int) -> ExtractionReport:
+    """Samples for every anchored episode of a round; idempotent; drops go to `exclusion` too."""
+    critic = HeuristicStepCritic()
+    report = ExtractionReport()
+    with transaction(sessions) as s:
+        for episode, query, steps in round_episodes(s, round_id):
+            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
+            if not anchors:
+                continue
+            anchor = next((a for a in anchors if a.source == "human"), anchors[0])
+            views = [step_view(st) for st in steps]
+            drafts = extract(
+                query,
+                episode.uid,
+                anchor.label == "success",
+                {"source": anchor.source, "label": anchor.label},
+                views,
+                critic.judge(query, views),
+            )
+            rows, drops = [], []
+            for d in drafts:
+                rows.append(
+                    {
+                        "uid": d.uid,
+                        "round_id": round_id,
+                        "episode_id": episode.id,
+                        "step_index": d.step_index,
+                        "category": d.category,
+                        "payload": d.payload,
+                        "provenance": d.provenance,
+                        "status": "dropped" if d.reason else "kept",
+                        "reason": d.reason,
+                    }
+                )
+                bucket = report.dropped if d.reason else report.kept
+                key = d.reason or d.category
+                bucket[key] = bucket.get(key, 0) + 1
+                if d.reason:
+                    drops.append(
+                        {
+                            "round_id": round_id,
+                            "stage": "csrs",
+                            "item_type": "sample",
+                            "item_key": d.uid,
+                            "reason": d.reason,
+                            "detail": {"category": d.category, "step": d.step_index},
+                        }
+                    )
+            insert_ignore(s, Sample, rows, ["uid"])
+            insert_ignore(s, Exclusion, drops, ["stage", "item_type", "item_key", "reason"])
+    return report

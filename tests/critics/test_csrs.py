@@ -1,0 +1,81 @@
+"""CSRS extraction: seven categories, selective learning, critic filtering, provenance."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from critics.csrs import CATEGORIES, extract, extract_round
+from critics.evalset import build_eval_set
+from critics.heuristic import HeuristicStepCritic, StepVerdict
+from rollout.smoke import run_smoke_round
+from storage.db import session_factory
+from storage.models import Exclusion, Sample
+from trajforge.appspec import builtin_app_names, load_app
+from trajforge.settings import load_settings
+
+APPS = [load_app(n) for n in builtin_app_names()]
+ANCHOR = {"source": "verifier", "label": "success"}
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    return build_eval_set(APPS, per_app=3, noise_levels=(0.0, 0.2), seed=2)
+
+
+def _samples(ep, success: bool, verdicts=None):
+    verdicts = verdicts or HeuristicStepCritic().judge(ep.query, ep.steps)
+    return extract(ep.query, "ep-1", success, ANCHOR, ep.steps, verdicts)
+
+
+def test_success_yields_all_seven_failure_never_predicts_actions(episodes) -> None:
+    for ep in episodes:
+        drafts = _samples(ep, ep.true_success)
+        categories = {d.category for d in drafts}
+        if ep.true_success:
+            assert categories == set(CATEGORIES)
+        else:
+            assert "action_prediction" not in categories
+            assert categories <= set(CATEGORIES[:6]) and "self_reflection" in categories
+        assert all(d.provenance["episode"] == "ep-1" and d.provenance["anchor"] == ANCHOR for d in drafts)
+
+
+def test_critic_threshold_and_thought_consistency_drop_with_reasons(episodes) -> None:
+    ep = next(e for e in episodes if e.true_success and e.noise == 0.0)
+    verdicts = HeuristicStepCritic().judge(ep.query, ep.steps)
+    verdicts[0] = StepVerdict("HARMFUL", "leaves_path", "forced for the test")
+    drafts = _samples(ep, True, verdicts)
+    first = next(d for d in drafts if d.category == "action_prediction" and d.step_index == 0)
+    assert first.reason == "critic_below_threshold"
+    assert sum(d.reason is not None for d in drafts) == 1
+    tap = dict(ep.steps[0].action or {})
+    tap["thought"] = "I will open the calendar"  # not what the tap does
+    steps = [dataclasses.replace(ep.steps[0], action=tap), *ep.steps[1:]]
+    drafts = extract(ep.query, "ep-1", True, ANCHOR, steps, HeuristicStepCritic().judge(ep.query, steps))
+    assert next(d for d in drafts if d.category == "action_prediction" and d.step_index == 0).reason == (
+        "thought_action_mismatch"
+    )
+
+
+def test_extract_round_is_idempotent(engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    report = run_smoke_round(load_settings(), episodes_per_app=1)  # extracts once
+    sessions: sessionmaker[Session] = session_factory(engine)
+    with sessions() as s:
+        before = s.scalar(select(func.count()).select_from(Sample))
+    again = extract_round(sessions, 1)
+    with sessions() as s:
+        assert (
+            s.scalar(select(func.count()).select_from(Sample))
+            == before
+            == sum(report.samples.kept.values()) + sum(report.samples.dropped.values())
+        )
+        dropped = s.scalars(select(Sample).where(Sample.status == "dropped")).all()
+        assert len(dropped) == s.scalar(
+            select(func.count()).select_from(Exclusion).where(Exclusion.stage == "csrs")
+        )
+        assert all(d.reason for d in dropped)
+    assert again.kept == report.samples.kept
