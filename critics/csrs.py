@@ -19,11 +19,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.heuristic import HeuristicStepCritic, StepVerdict, StepView, hit_element
+from critics.heuristic import HeuristicStepCritic, StepVerdict, StepView, describe
 from critics.judge import round_episodes, step_view
 from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Exclusion, Sample
-from trajforge.actions import Action, ActionKind
+from trajforge.actions import Action
 from trajforge.domain import Query
 
 CATEGORIES = (
@@ -62,22 +62,6 @@ class SampleDraft:
 def screen_text(view_elements: list[dict[str, Any]]) -> str:
     texts = [str(e.get("text") or "").strip() for e in view_elements]
     return "; ".join(t for t in texts if t)[:600] or "(nothing readable)"
-
-
-def describe(action: Action, view: StepView) -> str:
-    """The action in words, as an intent a person would give."""
-    if action.kind == ActionKind.CLICK and action.point is not None:
-        target = hit_element(view, action.point)
-        return f"Tap '{target.get('text') or target.get('id')}'" if target else "Tap an empty spot"
-    if action.kind == ActionKind.SWIPE:
-        return f"Swipe {action.swipe_direction()}"
-    if action.kind == ActionKind.TYPE:
-        return f"Type '{action.text}'"
-    if action.kind == ActionKind.PRESS:
-        return f"Press {action.key}"
-    if action.kind == ActionKind.TERMINATE:
-        return f"Finish the task ({action.status})"
-    return action.kind.value.replace("_", " ").capitalize()
 
 
 @dataclass

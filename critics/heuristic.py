@@ -78,6 +78,22 @@ def _matches(element: dict[str, Any], move: dict[str, Any], app: str) -> bool:
     return element.get("kind") != "list_item" or element.get("value") == move.get("value")
 
 
+def describe(action: Action, view: StepView) -> str:
+    """The action in words, as an intent a person would give."""
+    if action.kind == ActionKind.CLICK and action.point is not None:
+        target = hit_element(view, action.point)
+        return f"Tap '{target.get('text') or target.get('id')}'" if target else "Tap an empty spot"
+    if action.kind == ActionKind.SWIPE:
+        return f"Swipe {action.swipe_direction()}"
+    if action.kind == ActionKind.TYPE:
+        return f"Type '{action.text}'"
+    if action.kind == ActionKind.PRESS:
+        return f"Press {action.key}"
+    if action.kind == ActionKind.TERMINATE:
+        return f"Finish the task ({action.status})"
+    return action.kind.value.replace("_", " ").capitalize()
+
+
 class HeuristicStepCritic:
     name, version = "heuristic_step", "1"
 

@@ -8,7 +8,9 @@ and stores the report in the round's stats under each critic version.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,12 +23,16 @@ from critics.heuristic import (
     TextualTrajectoryCritic,
     VisualTrajectoryCritic,
     consensus,
+    describe,
 )
+from critics.llm import LLMJudgment, LLMStepCritic, LLMTrajectoryCritic
 from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Episode, Judgment, Round, Step
 from storage.models import Query as QueryRow
+from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
+from trajforge.gateway import LLMGateway
 
 CONSENSUS = ("consensus_and", "1")
 
@@ -222,3 +228,83 @@ def render_calibration(report: dict[str, Any]) -> str:
         f"review queue (channels disagree or consensus contradicts the anchor): {len(report['review_queue'])}"
     )
     return "\n".join(lines)
+
+
+async def judge_round_llm(
+    sessions: sessionmaker[Session],
+    round_id: int,
+    gateway: LLMGateway,
+    frames: Callable[[str], bytes],
+    model: str | None = None,
+) -> JudgeReport:
+    """The model critics on every step and episode of a round, in parallel within the gateway's bounds.
+
+    Idempotent: judgments are keyed by critic, version and target, and the gateway's cache
+    answers every request it has already paid for, so a rerun costs no model calls.
+    """
+    step_critic = LLMStepCritic(gateway, frames, model)
+    channels = [LLMTrajectoryCritic(c, gateway, frames, model) for c in ("textual", "multimodal")]
+    report = JudgeReport()
+    with sessions() as s:
+        episodes = round_episodes(s, round_id)
+
+    async def one(episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
+        views = [step_view(st) for st in steps]
+        history = [
+            describe(Action.model_validate(v.action), v) if v.action else "(unparseable)" for v in views
+        ]
+        judged = await asyncio.gather(
+            *(step_critic.judge(query, v, history[:i]) for i, v in enumerate(views))
+        )
+        summaries = [j.summary or history[i] for i, j in enumerate(judged)]
+        verdicts = await asyncio.gather(*(c.judge(query, views, summaries) for c in channels))
+        agreed = all(v.label == "correct" for v in verdicts)
+        rows = [
+            _row(step_critic.name, step_critic.version, "step", st.id, j)
+            for st, j in zip(steps, judged, strict=True)
+        ]
+        rows += [
+            _row(c.name, c.version, "episode", episode.id, v) for c, v in zip(channels, verdicts, strict=True)
+        ]
+        rows.append(
+            {
+                "critic": "llm_consensus_and",
+                "critic_version": step_critic.version,
+                "target": "episode",
+                "target_id": episode.id,
+                "label": "correct" if agreed else "incorrect",
+                "summary": "",
+                "analysis": "",
+                "raw_output": "",
+                "parse_error": None,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+            }
+        )
+        report.episodes += 1
+        report.correct += agreed
+        report.steps.update(j.label or "unparsed" for j in judged)
+        return rows
+
+    results = await asyncio.gather(*(one(e, q, st) for e, q, st in episodes))
+    with transaction(sessions) as s:
+        for rows in results:
+            insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
+    return report
+
+
+def _row(critic: str, version: str, target: str, target_id: int, j: LLMJudgment) -> dict[str, Any]:
+    label = j.label if j.label is not None else "unparsed"
+    return {
+        "critic": critic,
+        "critic_version": version,
+        "target": target,
+        "target_id": target_id,
+        "label": label,
+        "summary": j.summary,
+        "analysis": j.analysis,
+        "raw_output": j.raw,
+        "parse_error": j.parse_error,
+        "prompt_tokens": j.prompt_tokens,
+        "completion_tokens": j.completion_tokens,
+    }

@@ -1,0 +1,78 @@
+"""The model critics through the gateway, against the scripted OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+import pytest
+from PIL import Image
+from sqlalchemy import Engine, select
+
+from critics.judge import judge_round_llm
+from critics.llm import mark_point
+from rollout.smoke import run_smoke_round
+from storage.db import session_factory
+from storage.keys import blob_key
+from storage.models import Judgment
+from storage.objectstore import open_object_store
+from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from trajforge.actions import Action, Screen
+from trajforge.gateway import LLMGateway
+from trajforge.settings import LLMSettings, load_settings
+
+
+def responder(rec: Recorded) -> Reply:
+    if "step critic" in rec.text:
+        if "Swipe" in rec.text:  # the model sometimes rambles instead of answering in JSON
+            return Reply(content="I think this swipe was fine")
+        return Reply(
+            content=json.dumps({"analysis": "moves on", "summary": "taps the next item", "label": "GOOD"})
+        )
+    return Reply(content=json.dumps({"analysis": "ends on the goal", "verdict": "correct"}))
+
+
+def test_llm_critics_judge_a_round_and_reruns_are_free(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, episodes_per_app=1)
+    store = open_object_store(settings)
+    sessions = session_factory(engine)
+    with ScriptedLLM(responder=responder) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="critic-vl", concurrency=8))
+        from storage.llm_cache import SqlResponseCache
+
+        gateway.cache = SqlResponseCache(sessions)
+        report = asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
+        paid = len(llm.requests)
+        step_requests = [r for r in llm.requests if "step critic" in r.text]
+        multimodal = [r for r in llm.requests if "multimodal channel" in r.text]
+        again = asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
+        assert len(llm.requests) == paid  # the rerun was answered from the cache
+    assert report.episodes == again.episodes == 4
+    assert all(r.images == 2 for r in step_requests)  # before (point marked) and after
+    assert multimodal and all(r.images >= 2 for r in multimodal)
+    with session_factory(engine)() as s:
+        steps = s.scalars(select(Judgment).where(Judgment.critic == "llm_step")).all()
+        unparsed = [j for j in steps if j.label == "unparsed"]
+        assert unparsed and all(
+            j.parse_error and j.raw_output == "I think this swipe was fine" for j in unparsed
+        )
+        assert {j.label for j in steps} <= {
+            "GOOD",
+            "NEUTRAL",
+            "unparsed",
+        }  # NEUTRAL: unparseable policy output, no call
+        assert s.scalars(select(Judgment).where(Judgment.critic == "llm_consensus_and")).all()
+
+
+def test_interaction_point_is_marked() -> None:
+    png = io.BytesIO()
+    Image.new("RGB", (100, 200), "white").save(png, format="PNG")
+    marked = mark_point(png.getvalue(), Action(kind="click", point=(500, 500)), Screen(100, 200))
+    with Image.open(io.BytesIO(marked)) as img:
+        assert img.getpixel((50 + 11, 100)) == (255, 0, 0)  # on the circle's rim, right of the point
+        assert img.getpixel((5, 5)) == (255, 255, 255)
