@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import sys
 
-from bench import bench_gateway, bench_objectstore, bench_querygen, bench_rollout, bench_sim, bench_steps
+from bench import (
+    bench_gateway,
+    bench_objectstore,
+    bench_querygen,
+    bench_rollout,
+    bench_sim,
+    bench_steps,
+    critic_throughput,
+)
 
 
 def main() -> None:
-    for module in (bench_steps, bench_objectstore, bench_gateway, bench_sim, bench_querygen, bench_rollout):
+    for module in (
+        bench_steps,
+        bench_objectstore,
+        bench_gateway,
+        bench_sim,
+        bench_querygen,
+        bench_rollout,
+        critic_throughput,
+    ):
         sys.argv = [module.__name__]
         module.main()
 

@@ -9,6 +9,7 @@ Reruns are free: the gateway answers repeated requests from its cache.
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ def mark_point(png: bytes, action: Action, screen: Screen) -> bytes:
         ex, ey = Screen(img.width, img.height).to_px(action.swipe_end())
         draw.line((x, y, ex, ey), fill="#ff0000", width=max(3, r // 4))
     buf = io.BytesIO()
-    img.save(buf, format="PNG")
+    img.save(buf, format="PNG", compress_level=1)  # it is sent once; level 6 costs ~3x the CPU
     return buf.getvalue()
 
 
@@ -84,7 +85,10 @@ class LLMStepCritic:
         prompt = _TEMPLATES.get_template("step_critic.j2").render(
             instruction=query.instruction, history=history, action=describe(action, view)
         )
-        before = mark_point(self.frames(view.before), action, Screen(view.width, view.height))
+        # decoding and drawing a phone-sized PNG is CPU work: keep it off the event loop
+        before = await asyncio.to_thread(
+            mark_point, self.frames(view.before), action, Screen(view.width, view.height)
+        )
         content = [text_part(prompt), image_part(before), image_part(self.frames(view.after))]
         result = await self.gateway.chat(
             [{"role": "user", "content": content}], stage="critic.step", model=self.model, json_mode=True

@@ -206,13 +206,34 @@ RoundOpt = Annotated[int | None, typer.Option("--round", help="Round number (def
 
 @critics_app.command("run")
 def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
-    """Judge every step and episode of a round with the offline critics (idempotent)."""
-    from critics.judge import judge_round
-    from trajforge.appspec import builtin_app_names, load_app
+    """Judge every step and episode of a round (idempotent): the offline critics, and the model
+    critics too when TRAJFORGE_LLM_BASE_URL is set (a rerun costs no model calls)."""
+    import asyncio
 
-    sessions, round_id, number = _round_id(_settings(config), round_number)
+    from critics.judge import judge_round, judge_round_llm
+    from storage.keys import blob_key
+    from storage.llm_cache import SqlResponseCache
+    from storage.objectstore import open_object_store
+    from trajforge.appspec import builtin_app_names, load_app
+    from trajforge.gateway import LLMGateway
+
+    settings = _settings(config)
+    sessions, round_id, number = _round_id(settings, round_number)
     report = judge_round(sessions, round_id, [load_app(n) for n in builtin_app_names()])
-    typer.echo(f"round {number}: {report.render()}")
+    typer.echo(f"round {number}: {report.render()} (offline critics)")
+    if settings.llm.offline:
+        return
+    store = open_object_store(settings)
+
+    async def with_model() -> str:
+        gateway = LLMGateway(settings.llm, SqlResponseCache(sessions))
+        try:
+            judged = await judge_round_llm(sessions, round_id, gateway, lambda sha: store.get(blob_key(sha)))
+            return judged.render()
+        finally:
+            await gateway.aclose()
+
+    typer.echo(f"round {number}: {asyncio.run(with_model())} (model critics, {settings.llm.model})")
 
 
 @critics_app.command("calibrate")
