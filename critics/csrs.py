@@ -11,8 +11,10 @@ every drop keeps a reason.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +27,7 @@ from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Exclusion, Sample
 from trajforge.actions import Action
 from trajforge.domain import Query
+from trajforge.gateway import LLMGateway, image_part, text_part
 
 CATEGORIES = (
     "progress_tracking",
@@ -51,8 +54,10 @@ class SampleDraft:
 
     @property
     def uid(self) -> str:
+        # identity is what is asked, not what was answered: a rewrite by a model keeps the uid
+        asked = {k: self.payload[k] for k in ("prompt", "images")}
         key = json.dumps(
-            [self.provenance["episode"], self.step_index, self.category, self.payload],
+            [self.provenance["episode"], self.step_index, self.category, asked],
             sort_keys=True,
             ensure_ascii=False,
         )
@@ -201,54 +206,96 @@ def _consistent(thought: str, words: str) -> bool:
     return len(quoted) < 3 or quoted[1].casefold() in thought.casefold()
 
 
-def extract_round(sessions: sessionmaker[Session], round_id: int) -> ExtractionReport:
-    """Samples for every anchored episode of a round; idempotent; drops go to `exclusion` too."""
+WRITTEN_BY_MODEL = CATEGORIES[:5]  # reasoning a thinking model writes; 6 and 7 are the recorded actions
+
+
+async def write_with_model(
+    drafts: list[SampleDraft], gateway: LLMGateway, frames: Callable[[str], bytes]
+) -> None:
+    """Step-GUI's extraction by a thinking model: it answers each knowledge prompt from the screenshots.
+
+    The template answer stays in the payload as `reference`; provenance gains the model and
+    the request hash (the gateway's cache key). An empty answer drops the sample with a reason.
+    """
+
+    async def one(draft: SampleDraft) -> None:
+        content = [text_part(draft.payload["prompt"])] + [
+            image_part(frames(sha)) for sha in draft.payload["images"]
+        ]
+        result = await gateway.chat([{"role": "user", "content": content}], stage=f"csrs.{draft.category}")
+        draft.payload = {
+            **draft.payload,
+            "reference": draft.payload["response"],
+            "response": result.text.strip(),
+        }
+        draft.provenance = {
+            **draft.provenance,
+            "model": gateway.settings.model,
+            "prompt_hash": result.request_hash,
+        }
+        if not draft.payload["response"]:
+            draft.reason = "llm_empty_response"
+
+    await asyncio.gather(*(one(d) for d in drafts if d.category in WRITTEN_BY_MODEL and d.reason is None))
+
+
+def extract_round(
+    sessions: sessionmaker[Session],
+    round_id: int,
+    gateway: LLMGateway | None = None,
+    frames: Callable[[str], bytes] | None = None,
+) -> ExtractionReport:
+    """Samples for every anchored episode of a round; idempotent; drops go to `exclusion` too.
+
+    With a gateway (and `frames` to load screenshots), categories 1-5 are written by the model.
+    """
     critic = HeuristicStepCritic()
     report = ExtractionReport()
-    with transaction(sessions) as s:
+    batches: list[tuple[int, list[SampleDraft]]] = []
+    with sessions() as s:
         for episode, query, steps in round_episodes(s, round_id):
             anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
             if not anchors:
                 continue
             anchor = next((a for a in anchors if a.source == "human"), anchors[0])
             views = [step_view(st) for st in steps]
-            drafts = extract(
-                query,
-                episode.uid,
-                anchor.label == "success",
-                {"source": anchor.source, "label": anchor.label},
-                views,
-                critic.judge(query, views),
-            )
-            rows, drops = [], []
+            verdicts = critic.judge(query, views)
+            anchor_info = {"source": anchor.source, "label": anchor.label}
+            drafts = extract(query, episode.uid, anchor.label == "success", anchor_info, views, verdicts)
+            batches.append((episode.id, drafts))
+    if gateway is not None and frames is not None:  # one event loop for every model call
+        asyncio.run(write_with_model([d for _, drafts in batches for d in drafts], gateway, frames))
+    with transaction(sessions) as s:
+        for episode_id, drafts in batches:
+            rows = [
+                {
+                    "uid": d.uid,
+                    "round_id": round_id,
+                    "episode_id": episode_id,
+                    "step_index": d.step_index,
+                    "category": d.category,
+                    "payload": d.payload,
+                    "provenance": d.provenance,
+                    "status": "dropped" if d.reason else "kept",
+                    "reason": d.reason,
+                }
+                for d in drafts
+            ]
+            drops = [
+                {
+                    "round_id": round_id,
+                    "stage": "csrs",
+                    "item_type": "sample",
+                    "item_key": d.uid,
+                    "reason": d.reason,
+                    "detail": {"category": d.category, "step": d.step_index},
+                }
+                for d in drafts
+                if d.reason
+            ]
             for d in drafts:
-                rows.append(
-                    {
-                        "uid": d.uid,
-                        "round_id": round_id,
-                        "episode_id": episode.id,
-                        "step_index": d.step_index,
-                        "category": d.category,
-                        "payload": d.payload,
-                        "provenance": d.provenance,
-                        "status": "dropped" if d.reason else "kept",
-                        "reason": d.reason,
-                    }
-                )
                 bucket = report.dropped if d.reason else report.kept
-                key = d.reason or d.category
-                bucket[key] = bucket.get(key, 0) + 1
-                if d.reason:
-                    drops.append(
-                        {
-                            "round_id": round_id,
-                            "stage": "csrs",
-                            "item_type": "sample",
-                            "item_key": d.uid,
-                            "reason": d.reason,
-                            "detail": {"category": d.category, "step": d.step_index},
-                        }
-                    )
+                bucket[d.reason or d.category] = bucket.get(d.reason or d.category, 0) + 1
             insert_ignore(s, Sample, rows, ["uid"])
             insert_ignore(s, Exclusion, drops, ["stage", "item_type", "item_key", "reason"])
     return report

@@ -198,3 +198,19 @@ def evaluate(apps: list[AppSpec], episodes: list[EvalEpisode]) -> EvalReport:
         step_confusion=confusion,
         by_noise={k: sum(v) / len(v) for k, v in by_noise.items()},
     )
+
+
+def main() -> None:
+    """`python -m critics.evalset [PER_APP]`: build the set and print the offline critics' report."""
+    import sys
+
+    from trajforge.appspec import builtin_app_names, load_app
+
+    apps = [load_app(n) for n in builtin_app_names()]
+    per_app = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+    episodes = build_eval_set(apps, per_app, (0.0, 0.05, 0.1, 0.2))
+    print(evaluate(apps, episodes).render())
+
+
+if __name__ == "__main__":
+    main()

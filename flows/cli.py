@@ -248,12 +248,22 @@ def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -
 
 @critics_app.command("extract")
 def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
-    """CSRS: the seven categories of training samples from every anchored episode (idempotent)."""
-    from critics.csrs import extract_round
+    """CSRS: the seven categories of training samples from every anchored episode (idempotent).
 
-    sessions, round_id, number = _round_id(_settings(config), round_number)
+    With TRAJFORGE_LLM_BASE_URL set, the model writes the knowledge categories (1-5).
+    """
+    from critics.csrs import extract_round
+    from storage.keys import blob_key
+    from storage.llm_cache import SqlResponseCache
+    from storage.objectstore import open_object_store
+    from trajforge.gateway import LLMGateway
+
+    settings = _settings(config)
+    sessions, round_id, number = _round_id(settings, round_number)
+    gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
+    store = open_object_store(settings)
     typer.echo(f"round {number}")
-    typer.echo(extract_round(sessions, round_id).render())
+    typer.echo(extract_round(sessions, round_id, gateway, lambda sha: store.get(blob_key(sha))).render())
 
 
 @app.command("check")

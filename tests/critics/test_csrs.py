@@ -79,3 +79,44 @@ def test_extract_round_is_idempotent(engine, db_url: str, monkeypatch: pytest.Mo
         )
         assert all(d.reason for d in dropped)
     assert again.kept == report.samples.kept
+
+
+def test_model_writes_knowledge_samples_through_the_gateway(
+    engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from storage.keys import blob_key
+    from storage.llm_cache import SqlResponseCache
+    from storage.objectstore import open_object_store
+    from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+    from trajforge.gateway import LLMGateway
+    from trajforge.settings import LLMSettings
+
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, episodes_per_app=1)  # offline samples first
+    sessions: sessionmaker[Session] = session_factory(engine)
+    store = open_object_store(settings)
+
+    def answer(rec: Recorded) -> Reply:
+        return Reply(
+            content="" if "What will the screen show next" in rec.text else f"Thinking: {rec.images} images"
+        )
+
+    with ScriptedLLM(responder=answer) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="thinker"), SqlResponseCache(sessions))
+        with sessions() as s:
+            s.query(Sample).delete()
+            s.query(Exclusion).filter(Exclusion.stage == "csrs").delete()
+            s.commit()
+        report = extract_round(sessions, 1, gateway, lambda sha: store.get(blob_key(sha)))
+        calls = len(llm.requests)
+        extract_round(sessions, 1, gateway, lambda sha: store.get(blob_key(sha)))
+        assert len(llm.requests) == calls  # a rerun pays for nothing
+    assert report.dropped.get("llm_empty_response", 0) > 0  # effect predictions the model left empty
+    with sessions() as s:
+        summary = s.scalars(select(Sample).where(Sample.category == "state_summary")).first()
+        action = s.scalars(select(Sample).where(Sample.category == "intent_execution")).first()
+    assert summary is not None and summary.payload["response"] == "Thinking: 1 images"
+    assert summary.payload["reference"] and summary.provenance["model"] == "thinker"
+    assert len(summary.provenance["prompt_hash"]) == 64
+    assert action is not None and "reference" not in action.payload  # recorded actions are not rewritten
