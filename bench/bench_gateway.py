@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
-import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from bench.common import table, timed
+from bench.common import scripted_server, table, timed
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.llm_cache import SqlResponseCache
 from trajforge.gateway import LLMGateway, ResponseCache
@@ -34,24 +30,6 @@ def run(url: str, calls: int, concurrency: int, cache: ResponseCache | None, tag
 
     _, seconds = timed(lambda: asyncio.run(go()))
     return calls / seconds
-
-
-@contextmanager
-def scripted_server(latency_ms: float) -> Iterator[str]:
-    """The scripted endpoint in its own process, so it does not share our GIL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.scripted_llm", "--latency-ms", str(latency_ms)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(timeout=10)
 
 
 def main() -> None:

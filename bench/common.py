@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,6 +17,22 @@ from storage.db import create_db_engine
 
 T = TypeVar("T")
 PG_ADMIN_URL = os.environ.get("TRAJFORGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@contextmanager
+def scripted_server(latency_ms: float, content: str | None = None) -> Iterator[str]:
+    """The scripted OpenAI-compatible endpoint in its own process (so it does not share our GIL)."""
+    cmd = [sys.executable, "-m", "tests.support.scripted_llm", "--latency-ms", str(latency_ms)]
+    if content is not None:
+        cmd += ["--content", content]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=10)
 
 
 def timed(fn: Callable[[], T]) -> tuple[T, float]:

@@ -10,56 +10,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
-import sys
+import tempfile
+from pathlib import Path
 
-from bench.common import table, timed
-from critics.heuristic import StepView
+from bench.common import scripted_server, table, timed
+from critics.evalset import build_eval_set
 from critics.llm import LLMStepCritic
-from querygen.pipeline import generate_queries
-from rollout.policies import NoisyOracle
-from rollout.sim.env import SimEnv
-from trajforge.actions import Screen, get_codec
+from storage.keys import blob_key
+from storage.objectstore import LocalObjectStore
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.gateway import LLMGateway
 from trajforge.settings import LLMSettings
 
 ANSWER = json.dumps({"analysis": "ok", "summary": "taps the next item", "label": "GOOD"})
-
-
-def step_views(n: int) -> tuple[list[tuple[object, StepView]], dict[str, bytes]]:
-    apps = [load_app(a) for a in builtin_app_names()]
-    env = SimEnv(apps)
-    frames: dict[str, bytes] = {}
-    views: list[tuple[object, StepView]] = []
-    for query in generate_queries(load_app("takeout"), max(1, n // 8), seed=0).kept:
-        policy = NoisyOracle()
-        policy.start(query, "bench")
-        obs = env.reset(query)
-        frames[obs.screenshot] = env.last_frame
-        for _ in range(12):
-            out = asyncio.run(policy.act(obs))
-            action = get_codec(out.format).parse(out.text, Screen(obs.width, obs.height))
-            after = env.step(action)
-            frames[after.screenshot] = env.last_frame
-            views.append(
-                (
-                    query,
-                    StepView(
-                        action.model_dump(mode="json", exclude_none=True),
-                        None,
-                        obs.screenshot,
-                        after.screenshot,
-                        obs.elements or [],
-                        obs.width,
-                        obs.height,
-                    ),
-                )
-            )
-            obs = after
-            if action.kind == "terminate":
-                break
-    return views[:n], frames
 
 
 def main() -> None:
@@ -68,45 +31,31 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency-ms", type=float, default=200.0)
     args = parser.parse_args()
-    views, frames = step_views(args.judgments)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.scripted_llm",
-            "--latency-ms",
-            str(args.latency_ms),
-            "--content",
-            ANSWER,
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
+    apps = [load_app(a) for a in builtin_app_names()]
+    with tempfile.TemporaryDirectory() as tmp, scripted_server(args.latency_ms, ANSWER) as url:
+        store = LocalObjectStore(Path(tmp))
+        episodes = build_eval_set(apps, max(1, args.judgments // 24), (0.0,), store=store)
+        steps = [(ep.query, view) for ep in episodes for view in ep.steps][: args.judgments]
 
         async def run() -> int:
             gateway = LLMGateway(LLMSettings(base_url=url, model="critic", concurrency=args.concurrency))
-            critic = LLMStepCritic(gateway, frames.__getitem__)
-            results = await asyncio.gather(*(critic.judge(q, v, []) for q, v in views))  # type: ignore[arg-type]
+            critic = LLMStepCritic(gateway, lambda sha: store.get(blob_key(sha)))
+            results = await asyncio.gather(*(critic.judge(q, v, []) for q, v in steps))
             await gateway.aclose()
             return sum(r.label == "GOOD" for r in results)
 
         good, seconds = timed(lambda: asyncio.run(run()))
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(timeout=10)
     bound = args.concurrency / (args.latency_ms / 1000)
-    rate = len(views) / seconds
+    rate = len(steps) / seconds
+    title = (
+        f"step critic through the gateway: {len(steps)} judgments, {args.latency_ms:g} ms latency, "
+        f"concurrency {args.concurrency}"
+    )
     print(
         table(
-            f"step critic through the gateway: {len(views)} judgments, {args.latency_ms:g} ms latency, "
-            f"concurrency {args.concurrency}",
+            title,
             ["judgments/s", "bound C/L", "achieved", "parsed"],
-            [[f"{rate:,.1f}", f"{bound:,.0f}", f"{rate / bound:.0%}", f"{good}/{len(views)}"]],
+            [[f"{rate:,.1f}", f"{bound:,.0f}", f"{rate / bound:.0%}", f"{good}/{len(steps)}"]],
         )
     )
 

@@ -25,6 +25,7 @@ from rollout.policies import NoisyOracle, OracleNoise
 from rollout.sim.device import Move, SimDevice
 from rollout.sim.env import SimEnv
 from rollout.sim.oracle import actions_for
+from storage.objectstore import ObjectStore
 from trajforge.actions import ActionKind, Screen, get_codec
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
@@ -67,11 +68,16 @@ def _position(states: list[State], device: SimDevice) -> int | None:
 
 
 def build_eval_set(
-    apps: list[AppSpec], per_app: int, noise_levels: tuple[float, ...], seed: int = 0, max_steps: int = 30
+    apps: list[AppSpec],
+    per_app: int,
+    noise_levels: tuple[float, ...],
+    seed: int = 0,
+    max_steps: int = 30,
+    store: ObjectStore | None = None,
 ) -> list[EvalEpisode]:
-    """Episodes of the noisy oracle with exact step and trajectory labels."""
+    """Episodes of the noisy oracle with exact step and trajectory labels (frames into `store`, if given)."""
     out: list[EvalEpisode] = []
-    env = SimEnv(apps)
+    env = SimEnv(apps, store=store)
     for spec in apps:
         queries = generate_queries(spec, per_app, seed=seed).kept
         for query in queries:
