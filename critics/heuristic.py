@@ -228,7 +228,18 @@ class VisualTrajectoryCritic:
         return ChannelVerdict("visual", ok, "ends_on_target_screen" if ok else "ends_elsewhere")
 
 
-def consensus(verdicts: list[ChannelVerdict], rule: Literal["and", "majority"] = "and") -> bool:
-    """A trajectory is correct when all channels agree (GUI-Owl §6.3), or by majority."""
+def consensus(
+    verdicts: list[ChannelVerdict],
+    rule: Literal["and", "majority", "weighted"] = "and",
+    weights: dict[str, float] | None = None,
+) -> bool:
+    """A trajectory is correct when all channels agree (GUI-Owl §6.3), by majority, or by weighted vote
+    (the weighted share of "correct" above one half; channels without a weight count 1)."""
     votes = [v.success for v in verdicts]
-    return all(votes) if rule == "and" else sum(votes) * 2 > len(votes)
+    if rule == "and":
+        return all(votes)
+    if rule == "majority":
+        return sum(votes) * 2 > len(votes)
+    w = weights or {}
+    total = sum(w.get(v.channel, 1.0) for v in verdicts)
+    return total > 0 and sum(w.get(v.channel, 1.0) for v in verdicts if v.success) * 2 > total

@@ -184,16 +184,21 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
                 continue
             anchor = next((a for a in anchors if a.source == "human"), anchors[0])  # humans override
             actual = anchor.label == "success"
-            verdicts = {
-                f"{j.critic}:{j.critic_version}": j.label == "correct"
-                for j in s.scalars(
-                    select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
-                )
-            }
+            judged = s.scalars(
+                select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
+            ).all()
+            verdicts = {f"{j.critic}:{j.critic_version}": j.label == "correct" for j in judged}
+            unsure = [f"{j.critic}:{j.critic_version}" for j in judged if j.label == "unparsed"]
             for key, predicted in verdicts.items():
                 channels.setdefault(key, ChannelStats()).add(predicted, actual)
-            if len(set(verdicts.values())) > 1 or verdicts.get(":".join(CONSENSUS)) not in (None, actual):
-                review.append({"episode": episode.uid, "anchor": anchor.label, "verdicts": verdicts})
+            disagree = len(set(verdicts.values())) > 1 or verdicts.get(":".join(CONSENSUS)) not in (
+                None,
+                actual,
+            )
+            if disagree or unsure:  # disagreements and low-confidence cases go to human review
+                review.append(
+                    {"episode": episode.uid, "anchor": anchor.label, "verdicts": verdicts, "unparsed": unsure}
+                )
             step_ids = s.scalars(select(Step.id).where(Step.episode_id == episode.id)).all()
             labels = s.scalars(
                 select(Judgment.label).where(Judgment.target == "step", Judgment.target_id.in_(step_ids))
@@ -220,13 +225,9 @@ def render_calibration(report: dict[str, Any]) -> str:
             f"  {st['tp']:3} {st['fp']:3} {st['tn']:3} {st['fn']:3}"
         )
     for outcome, labels in report["step_labels_by_outcome"].items():
-        lines.append(
-            f"step labels in {outcome} episodes: "
-            + (", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none")
-        )
-    lines.append(
-        f"review queue (channels disagree or consensus contradicts the anchor): {len(report['review_queue'])}"
-    )
+        counts = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
+        lines.append(f"step labels in {outcome} episodes: {counts}")
+    lines.append(f"review queue (disagreements and unparsed verdicts): {len(report['review_queue'])}")
     return "\n".join(lines)
 
 

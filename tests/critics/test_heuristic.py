@@ -49,3 +49,5 @@ def test_consensus_rules() -> None:
     yes, no = ChannelVerdict("textual", True, "x"), ChannelVerdict("visual", False, "y")
     assert consensus([yes, yes]) and not consensus([yes, no])
     assert consensus([yes, yes, no], rule="majority") and not consensus([yes, no, no], rule="majority")
+    assert consensus([yes, no], rule="weighted", weights={"textual": 2.0, "visual": 1.0})
+    assert not consensus([yes, no], rule="weighted", weights={"textual": 1.0, "visual": 3.0})

@@ -76,3 +76,21 @@ def test_interaction_point_is_marked() -> None:
     with Image.open(io.BytesIO(marked)) as img:
         assert img.getpixel((50 + 11, 100)) == (255, 0, 0)  # on the circle's rim, right of the point
         assert img.getpixel((5, 5)) == (255, 255, 255)
+
+
+def test_calibration_queues_unparsed_verdicts_for_review(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from critics.judge import calibrate_round
+
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, episodes_per_app=1)
+    store = open_object_store(settings)
+    sessions = session_factory(engine)
+    with ScriptedLLM(default=Reply(content="no idea")) as llm:  # every model verdict unparseable
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m"))
+        asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
+    report = calibrate_round(sessions, 1)
+    assert len(report["review_queue"]) == 4 and all(r["unparsed"] for r in report["review_queue"])
+    assert "llm_textual:1:m" in report["channels"] and report["channels"]["consensus_and:1"]["n"] == 4
