@@ -4,8 +4,9 @@ For every built-in app it samples new task queries on the app's navigation graph
 rolls them out with the noisy oracle on a small farm of simulated devices through the
 episode runner. The oracle's mistakes are seeded: format errors (kept as data with their
 reason), wrong list picks, mis-taps and early stops, so some episodes fail. Screenshots
-are stored once by hash; steps, placeholder screen-change judgments, verifier anchors and
-every dropped item are written in bulk.
+are stored once by hash; steps, verifier anchors and every dropped item are written in
+bulk; the offline critics judge the round, are calibrated against the anchors, and the
+CSRS samples are extracted.
 """
 
 from __future__ import annotations
