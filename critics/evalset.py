@@ -29,6 +29,7 @@ from storage.objectstore import ObjectStore
 from trajforge.actions import ActionKind, Screen, get_codec
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
+from trajforge.errors import ParseError
 
 State = tuple[str | None, str, dict[str, str]]
 
@@ -107,11 +108,11 @@ def _episode(
         before_pos = _position(states, env.device)
         try:
             action = get_codec(out.format).parse(out.text, Screen(obs.width, obs.height))
-        except Exception:  # a cut-off output: recorded, nothing happens
+        except ParseError as exc:  # a cut-off output: recorded, nothing happens
             steps.append(
                 StepView(
                     None,
-                    "invalid_json",
+                    exc.reason,
                     obs.screenshot,
                     obs.screenshot,
                     obs.elements or [],

@@ -33,14 +33,17 @@ def responder(rec: Recorded) -> Reply:
     return Reply(content=json.dumps({"analysis": "ends on the goal", "verdict": "correct"}))
 
 
-def test_llm_critics_judge_a_round_and_reruns_are_free(
-    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def judged_round(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch):
+    """Round 1 of the main job (offline critics already run), its sessions and object store."""
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
     run_smoke_round(settings, episodes_per_app=1)
-    store = open_object_store(settings)
-    sessions = session_factory(engine)
+    return session_factory(engine), open_object_store(settings)
+
+
+def test_llm_critics_judge_a_round_and_reruns_are_free(judged_round, engine: Engine) -> None:
+    sessions, store = judged_round
     with ScriptedLLM(responder=responder) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="critic-vl", concurrency=8))
         from storage.llm_cache import SqlResponseCache
@@ -78,16 +81,10 @@ def test_interaction_point_is_marked() -> None:
         assert img.getpixel((5, 5)) == (255, 255, 255)
 
 
-def test_calibration_queues_unparsed_verdicts_for_review(
-    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_calibration_queues_unparsed_verdicts_for_review(judged_round) -> None:
     from critics.judge import calibrate_round
 
-    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    settings = load_settings()
-    run_smoke_round(settings, episodes_per_app=1)
-    store = open_object_store(settings)
-    sessions = session_factory(engine)
+    sessions, store = judged_round
     with ScriptedLLM(default=Reply(content="no idea")) as llm:  # every model verdict unparseable
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m"))
         asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
