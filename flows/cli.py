@@ -211,9 +211,8 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     import asyncio
 
     from critics.judge import judge_round, judge_round_llm
-    from storage.keys import blob_key
     from storage.llm_cache import SqlResponseCache
-    from storage.objectstore import open_object_store
+    from storage.objectstore import frame_reader, open_object_store
     from trajforge.appspec import builtin_app_names, load_app
     from trajforge.gateway import LLMGateway
 
@@ -228,7 +227,7 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     async def with_model() -> str:
         gateway = LLMGateway(settings.llm, SqlResponseCache(sessions))
         try:
-            judged = await judge_round_llm(sessions, round_id, gateway, lambda sha: store.get(blob_key(sha)))
+            judged = await judge_round_llm(sessions, round_id, gateway, frame_reader(store))
             return judged.render()
         finally:
             await gateway.aclose()
@@ -253,9 +252,8 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     With TRAJFORGE_LLM_BASE_URL set, the model writes the knowledge categories (1-5).
     """
     from critics.csrs import extract_round
-    from storage.keys import blob_key
     from storage.llm_cache import SqlResponseCache
-    from storage.objectstore import open_object_store
+    from storage.objectstore import frame_reader, open_object_store
     from trajforge.gateway import LLMGateway
 
     settings = _settings(config)
@@ -263,7 +261,7 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
     store = open_object_store(settings)
     typer.echo(f"round {number}")
-    typer.echo(extract_round(sessions, round_id, gateway, lambda sha: store.get(blob_key(sha))).render())
+    typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store)).render())
 
 
 @app.command("check")

@@ -19,12 +19,11 @@ from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
-from storage.keys import blob_key
 from storage.llm_cache import SqlResponseCache
 from storage.models import App, Round
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
-from storage.objectstore import open_object_store
+from storage.objectstore import frame_reader, open_object_store
 from trajforge.appspec import AppSpec, builtin_app_names, load_app
 from trajforge.domain import Query
 from trajforge.errors import ConfigError
@@ -84,9 +83,7 @@ def run_rollout(
         if policy == "random-explorer":
             return RandomExplorer(max_actions=max_steps)
         assert gateway is not None
-        return VLMPolicy(
-            VLMPolicyConfig(model=settings.llm.model), gateway, lambda sha: store.get(blob_key(sha))
-        )
+        return VLMPolicy(VLMPolicyConfig(model=settings.llm.model), gateway, frame_reader(store))
 
     sample = make_policy()
     todo = _queries(sessions, spec, queries)

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -169,6 +170,32 @@ class Sample(Base):
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     status: Mapped[str] = mapped_column(String(16), default="kept")
     reason: Mapped[str | None] = mapped_column(String(64))
+    # repetitions in training (task re-weighting, GUI-Owl §2.2.3): >1 up-samples
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+
+
+class ScreenFeature(Base):
+    """A screenshot's feature vector under one featuriser, computed once across all rounds."""
+
+    __tablename__ = "screen_feature"
+    __table_args__ = (UniqueConstraint("featurizer", "sha256"),)
+    featurizer: Mapped[str] = mapped_column(String(128))
+    sha256: Mapped[str] = mapped_column(String(64))
+    vector: Mapped[bytes] = mapped_column(LargeBinary)  # float32, L2-normalised
+
+
+class Guidance(Base):
+    """Query-specific guidance (GUI-Owl §6.4), fed to the next rollouts of the query."""
+
+    __tablename__ = "guidance"
+    __table_args__ = (UniqueConstraint("query_uid", "round_id"),)
+    query_uid: Mapped[str] = mapped_column(String(64), index=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("round.id"), index=True)
+    text: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16))  # template | llm
+    reference: Mapped[str] = mapped_column(String(64))  # an episode uid, or "replay"
+    steps: Mapped[list[Any]] = mapped_column(default=list)  # described steps, with kept/dropped
+    provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
 class Exclusion(Base):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -210,3 +210,8 @@ def open_object_store(settings: Settings) -> ObjectStore:
     if settings.store.backend == "s3":
         return S3ObjectStore.connect(settings.s3)
     return LocalObjectStore(settings.store_path)
+
+
+def frame_reader(store: ObjectStore) -> Callable[[str], bytes]:
+    """Screenshot bytes by sha256 (the `frames` argument of every stage that shows images)."""
+    return lambda sha: store.get(blob_key(sha))

@@ -113,6 +113,51 @@ class LLMSettings(BaseSettings):
         return self.base_url is None
 
 
+class CurationSettings(BaseSettings):
+    """Curation of a judged round: trajectory dedup, guidance, thoughts, recovery, balancing."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_CURATE_", extra="forbid")
+
+    featurizer: Literal["thumb", "phash", "resnet"] = Field(
+        "thumb",
+        description="Screenshot features for trajectory dedup: thumb (grey 16x32 thumbnail) and phash "
+        "need no weights; resnet needs resnet_weights.",
+    )
+    resnet_weights: str | None = Field(
+        None, description="Local directory (or hub id, where a hub is reachable) of a ResNet checkpoint."
+    )
+    batch_size: int = Field(32, ge=1, le=1024, description="Screenshots per ResNet forward pass.")
+    threads: int = Field(0, ge=0, le=256, description="torch CPU threads for featurisation; 0: torch's own.")
+    dedup_threshold: float = Field(
+        0.97, gt=0, le=1, description="Cosine similarity above which a trajectory duplicates a kept one."
+    )
+    ivf_min_group: int = Field(
+        2048, ge=64, description="Query groups at least this large are searched with an IVF index."
+    )
+    guidance_pass_rate: float = Field(
+        0.34, ge=0, le=1, description="Queries at or below this pass rate (over the round) get guidance."
+    )
+    guidance_min_rollouts: int = Field(2, ge=1, description="Rollouts a query needs before it gets guidance.")
+    hint_styles: list[str] = Field(
+        ["cot", "concise", "observe_then_act"],
+        min_length=1,
+        description="Hint styles of thought synthesis (GUI-Owl §2.2.3), tried in order.",
+    )
+    point_tolerance: int = Field(
+        40, ge=0, le=1000, description="0-1000 units a predicted point may miss by outside any element."
+    )
+    high_pass_rate: float = Field(0.8, ge=0, le=1, description="Tasks above this are down-sampled.")
+    low_pass_rate: float = Field(0.3, ge=0, le=1, description="Tasks below this (but > 0) are up-sampled.")
+    downsample_keep: float = Field(0.5, gt=0, le=1, description="Share of a high-pass task's samples kept.")
+    upsample_weight: float = Field(2.0, ge=1, le=10, description="Weight of a low-pass task's samples.")
+    category_weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Target share per sample category (e.g. action_prediction: 0.4); "
+        "over-represented categories are down-sampled. Empty: keep the natural mix.",
+    )
+    seed: int = Field(0, description="Seed of every sampling decision (deterministic reruns).")
+
+
 class Settings(BaseModel):
     """All settings, composed. Build with `load_settings()`."""
 
@@ -121,6 +166,7 @@ class Settings(BaseModel):
     store: StoreSettings
     s3: S3Settings
     llm: LLMSettings
+    curate: CurationSettings = Field(default_factory=CurationSettings)
 
     @property
     def db_url(self) -> str:
@@ -139,6 +185,7 @@ _SECTIONS: dict[str, type[BaseSettings]] = {
     "store": StoreSettings,
     "s3": S3Settings,
     "llm": LLMSettings,
+    "curate": CurationSettings,
 }
 
 
@@ -163,7 +210,14 @@ def load_settings(config_file: Path | None = None) -> Settings:
     store: StoreSettings = parts["store"]  # type: ignore[assignment]
     if store.path is not None and not store.path.is_absolute():
         store = store.model_copy(update={"path": Path.cwd() / store.path})
-    return Settings(home=root, db=parts["db"], store=store, s3=parts["s3"], llm=parts["llm"])
+    return Settings(
+        home=root,
+        db=parts["db"],
+        store=store,
+        s3=parts["s3"],
+        llm=parts["llm"],
+        curate=parts["curate"],
+    )
 
 
 # Reserved for the test suite and CI (e.g. TRAJFORGE_TEST_REQUIRE_SERVICES), never settings.

@@ -1,0 +1,89 @@
+"""Whether two actions do the same thing on a screen, and the element an action targets.
+
+This is the one comparison the engine uses wherever a predicted action is checked
+against a recorded one: thought synthesis (GUI-Owl §2.2.3 rejection sampling), the
+thought-action consistency filter, and RL ground truth (AgentCPM-GUI §3.5's in-bbox
+rule, Step-GUI §2.2.3's point rewards). A point matches when it falls inside the
+element the reference point falls in; outside any element it must lie within
+`tolerance` (0-1000 units) of the reference point.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trajforge.actions.model import Action, ActionKind, Screen
+
+# Reason codes of a mismatch; counted wherever a thought or prediction is dropped.
+THOUGHT_ACTION_MISMATCH = "thought_action_mismatch"
+MISMATCH_REASONS = (
+    "kind_mismatch",
+    "point_outside_target",
+    "point_beyond_tolerance",
+    "direction_mismatch",
+    "text_mismatch",
+    "key_mismatch",
+    "status_mismatch",
+)
+DEFAULT_TOLERANCE = 40
+_POINTED = (ActionKind.CLICK, ActionKind.LONG_PRESS)
+
+
+def target_element(point: tuple[int, int], elements: list[dict[str, Any]], screen: Screen) -> dict | None:
+    """The smallest element (pixel `bounds` x1,y1,x2,y2) containing a 0-1000 point."""
+    x, y = screen.to_px(point)
+    inside = [e for e in elements if _contains(e["bounds"], x, y)]
+    return min(inside, key=lambda e: _area(e["bounds"]), default=None)
+
+
+def target_bbox(action: Action, elements: list[dict[str, Any]], screen: Screen) -> list[int] | None:
+    """The 0-1000 bbox of the element a pointed action hits, or None."""
+    if action.point is None:
+        return None
+    element = target_element(action.point, elements, screen)
+    if element is None:
+        return None
+    x1, y1, x2, y2 = element["bounds"]
+    (a, b), (c, d) = screen.from_px(x1, y1), screen.from_px(x2, y2)
+    return [a, b, c, d]
+
+
+def mismatch(
+    predicted: Action,
+    reference: Action,
+    elements: list[dict[str, Any]],
+    screen: Screen,
+    tolerance: int = DEFAULT_TOLERANCE,
+) -> str | None:
+    """None when `predicted` does what `reference` does on this screen, else the reason code."""
+    if predicted.kind != reference.kind:
+        return "kind_mismatch"
+    kind = reference.kind
+    if kind in _POINTED:
+        assert predicted.point is not None and reference.point is not None
+        target = target_element(reference.point, elements, screen)
+        if target is not None:
+            x, y = screen.to_px(predicted.point)
+            return None if _contains(target["bounds"], x, y) else "point_outside_target"
+        return None if math.dist(predicted.point, reference.point) <= tolerance else "point_beyond_tolerance"
+    if kind == ActionKind.SWIPE:
+        return None if predicted.swipe_direction() == reference.swipe_direction() else "direction_mismatch"
+    if kind in (ActionKind.TYPE, ActionKind.OPEN_APP, ActionKind.ANSWER):
+        same = (predicted.text or "").strip().casefold() == (reference.text or "").strip().casefold()
+        return None if same else "text_mismatch"
+    if kind == ActionKind.PRESS:
+        return None if predicted.key == reference.key else "key_mismatch"
+    if kind == ActionKind.TERMINATE:
+        return None if predicted.status == reference.status else "status_mismatch"
+    return None  # wait
+
+
+def _contains(bounds: list[int], x: int, y: int) -> bool:
+    x1, y1, x2, y2 = bounds
+    return x1 <= x <= x2 and y1 <= y <= y2
+
+
+def _area(bounds: list[int]) -> int:
+    x1, y1, x2, y2 = bounds
+    return max(0, x2 - x1) * max(0, y2 - y1)
