@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from critics.judge import round_episodes, step_view
 from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Exclusion, Sample
 from trajforge.actions import Action
+from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway, image_part, text_part
 
@@ -194,7 +196,7 @@ def extract(
             if SCORES[verdict.label] < tau_c:
                 sample.reason = "critic_below_threshold"
             elif action.thought and not _consistent(action.thought, words):
-                sample.reason = "thought_action_mismatch"
+                sample.reason = THOUGHT_ACTION_MISMATCH
             out.append(sample)
         done.append(words)
     return out
@@ -265,6 +267,22 @@ def extract_round(
             batches.append((episode.id, drafts))
     if gateway is not None and frames is not None:  # one event loop for every model call
         asyncio.run(write_with_model([d for _, drafts in batches for d in drafts], gateway, frames))
+    for bucket, counts in store_drafts(sessions, round_id, batches, "csrs").items():
+        getattr(report, bucket).update(counts)
+    return report
+
+
+def store_drafts(
+    sessions: sessionmaker[Session],
+    round_id: int,
+    batches: Sequence[tuple[int | None, list[SampleDraft]]],
+    stage: str,
+) -> dict[str, Counter[str]]:
+    """Write samples (kept or dropped) and an exclusion per drop, idempotently.
+
+    Returns counts: "kept" by category, "dropped" by reason.
+    """
+    counts: dict[str, Counter[str]] = {"kept": Counter(), "dropped": Counter()}
     with transaction(sessions) as s:
         for episode_id, drafts in batches:
             rows = [
@@ -284,7 +302,7 @@ def extract_round(
             drops = [
                 {
                     "round_id": round_id,
-                    "stage": "csrs",
+                    "stage": stage,
                     "item_type": "sample",
                     "item_key": d.uid,
                     "reason": d.reason,
@@ -294,8 +312,10 @@ def extract_round(
                 if d.reason
             ]
             for d in drafts:
-                bucket = report.dropped if d.reason else report.kept
-                bucket[d.reason or d.category] = bucket.get(d.reason or d.category, 0) + 1
+                if d.reason:
+                    counts["dropped"][d.reason] += 1
+                else:
+                    counts["kept"][d.category] += 1
             insert_ignore(s, Sample, rows, ["uid"])
             insert_ignore(s, Exclusion, drops, ["stage", "item_type", "item_key", "reason"])
-    return report
+    return counts

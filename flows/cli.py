@@ -264,6 +264,27 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store)).render())
 
 
+@app.command("curate")
+def curate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
+    """Dedup, guidance, thoughts, error-recovery samples and balancing for a judged round (idempotent).
+
+    With TRAJFORGE_LLM_BASE_URL set, guidance and thoughts are written by the model.
+    """
+    from curation.pipeline import curate_round
+    from storage.llm_cache import SqlResponseCache
+    from storage.objectstore import open_object_store
+    from trajforge.appspec import builtin_app_names, load_app
+    from trajforge.gateway import LLMGateway
+
+    settings = _settings(config)
+    sessions, round_id, number = _round_id(settings, round_number)
+    gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
+    apps = [load_app(name) for name in builtin_app_names()]
+    typer.echo(f"round {number}")
+    report = curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps, gateway)
+    typer.echo(report.render())
+
+
 @app.command("check")
 def check(config: ConfigOpt = None) -> None:
     """Validate the settings and reach the database and the object store."""
@@ -296,18 +317,19 @@ def show_config(config: ConfigOpt = None) -> None:
 @app.command("run")
 def run(
     config: ConfigOpt = None,
-    episodes: Annotated[int, typer.Option(min=1, max=1000, help="Episodes per built-in app.")] = 3,
+    queries: Annotated[int, typer.Option(min=1, max=1000, help="New queries per built-in app.")] = 2,
+    rollouts: Annotated[int, typer.Option(min=1, max=64, help="Rollouts per query.")] = 4,
 ) -> None:
     """Run the main job on the configured spine (embedded default: SQLite + local store, offline).
 
     Until the round flow lands, this is the smoke round: a scripted policy on a
     rendered demo task, through codecs, content-addressed screenshots, bulk writes,
-    heuristic judgments and verifier anchors.
+    heuristic judgments and verifier anchors, then CSRS extraction and curation.
     """
     from rollout.smoke import run_smoke_round
 
     configure_logging()
-    report = run_smoke_round(_settings(config), episodes_per_app=episodes)
+    report = run_smoke_round(_settings(config), queries_per_app=queries, rollouts=rollouts)
     typer.echo(report.render())
 
 

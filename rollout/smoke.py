@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from critics.csrs import ExtractionReport, extract_round
 from critics.judge import CONSENSUS, calibrate_round, judge_round
+from curation.pipeline import CurationReport, curate_round
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise
 from rollout.pool import DevicePool
@@ -36,6 +37,7 @@ from trajforge.settings import Settings
 
 NOISE = OracleNoise(malformed=0.08, wrong_value=0.05, mis_tap=0.03, premature_terminate=0.03)
 DEVICES = 2
+ROLLOUTS = 4  # per query: pass rates, guidance and error-recovery need groups
 
 
 @dataclass
@@ -53,6 +55,7 @@ class SmokeReport:
     reasons: Counter[str] = field(default_factory=Counter)
     calibration: dict[str, float | int] = field(default_factory=dict)
     samples: ExtractionReport = field(default_factory=ExtractionReport)
+    curation: CurationReport = field(default_factory=CurationReport)
 
     def render(self) -> str:
         total, ok = sum(self.episodes.values()), sum(self.successes.values())
@@ -77,13 +80,15 @@ class SmokeReport:
                     )
                     or "none"
                 ),
+                "curation:",
+                *("  " + line for line in self.curation.render().splitlines()),
                 f"database: {self.db_url}",
                 f"objects:  {self.store}",
             ]
         )
 
 
-def run_smoke_round(settings: Settings, episodes_per_app: int = 3) -> SmokeReport:
+def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int = ROLLOUTS) -> SmokeReport:
     """One round on the configured database and object store; each call is the next round."""
     engine = engine_from_settings(settings)
     upgrade(engine)
@@ -113,13 +118,17 @@ def run_smoke_round(settings: Settings, episodes_per_app: int = 3) -> SmokeRepor
     for name in builtin_app_names():
         spec = load_app(name)
         coverage, dedup = load_history(sessions, name)
-        generated = generate_queries(spec, episodes_per_app, seed=number, coverage=coverage, deduper=dedup)
+        generated = generate_queries(spec, queries_per_app, seed=number, coverage=coverage, deduper=dedup)
         store_generation(sessions, spec, generated, round_id=round_id)
         report.queries[name] += len(generated.kept)
         report.reasons.update(generated.reasons())
         queries.extend(generated.kept)
     runner = EpisodeRunner(
-        sessions, pool, farm, lambda: NoisyOracle(NOISE), RolloutConfig(workers=DEVICES, max_steps=30)
+        sessions,
+        pool,
+        farm,
+        lambda: NoisyOracle(NOISE),
+        RolloutConfig(workers=DEVICES, max_steps=30, rollouts_per_query=rollouts),
     )
     report.rollout = asyncio.run(runner.run(queries, round_id, policy_id))
     report.frames_written = sum(getattr(env, "frames_written", 0) for env in runner.environments())
@@ -129,6 +138,7 @@ def run_smoke_round(settings: Settings, episodes_per_app: int = 3) -> SmokeRepor
     report.labels.update(judged.steps)
     report.calibration = calibrate_round(sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
     report.samples = extract_round(sessions, round_id)
+    report.curation = curate_round(sessions, round_id, store, settings.curate, farm.apps)
     with transaction(sessions) as s:
         finished = s.get(Round, round_id)
         assert finished is not None

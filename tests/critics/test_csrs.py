@@ -62,7 +62,7 @@ def test_critic_threshold_and_thought_consistency_drop_with_reasons(episodes) ->
 
 def test_extract_round_is_idempotent(engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    report = run_smoke_round(load_settings(), episodes_per_app=1)  # extracts once
+    report = run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)  # extracts once
     sessions: sessionmaker[Session] = session_factory(engine)
     with sessions() as s:
         before = s.scalar(select(func.count()).select_from(Sample))
@@ -93,7 +93,7 @@ def test_model_writes_knowledge_samples_through_the_gateway(
 
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    run_smoke_round(settings, episodes_per_app=1)  # offline samples first
+    run_smoke_round(settings, queries_per_app=1, rollouts=1)  # offline samples first
     sessions: sessionmaker[Session] = session_factory(engine)
     store = open_object_store(settings)
 

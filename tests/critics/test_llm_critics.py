@@ -38,7 +38,7 @@ def judged_round(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch):
     """Round 1 of the main job (offline critics already run), its sessions and object store."""
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    run_smoke_round(settings, episodes_per_app=1)
+    run_smoke_round(settings, queries_per_app=1, rollouts=1)
     return session_factory(engine), open_object_store(settings)
 
 

@@ -30,7 +30,7 @@ def test_smoke_rounds_write_the_spine(
 ) -> None:
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    first = run_smoke_round(settings, episodes_per_app=2)
+    first = run_smoke_round(settings, queries_per_app=2, rollouts=1)
     assert first.round_number == 1
     assert (
         dict(first.queries)
@@ -38,7 +38,7 @@ def test_smoke_rounds_write_the_spine(
         == {"ridehail": 2, "settings": 2, "shopping": 2, "takeout": 2}
     )
     assert first.frames_written > 0
-    second = run_smoke_round(settings, episodes_per_app=2)
+    second = run_smoke_round(settings, queries_per_app=2, rollouts=1)
     assert second.round_number == 2 and second.frames_deduped > 0  # the launcher, home screens: stored once
     assert first.rollout.completed == 8 and first.rollout.requested == 8
     assert first.calibration["n"] == 8 and first.calibration["accuracy"] >= 0.75

@@ -1,0 +1,264 @@
+"""Query-specific guidance (GUI-Owl §6.4) for the queries the policy keeps failing.
+
+A query whose pass rate over the round's rollouts is at or below the threshold gets a
+reference trajectory: its shortest successful rollout (model-made), else its
+ground-truth path replayed in the simulator (standing in for a human demonstration).
+
+1. Each action's outcome is described: by a VLM from the pre-action screenshot with the
+   interaction point circled and the post-action screenshot, or offline from the step
+   record.
+2. For a model-made reference, steps whose outcome does not match the model's stated
+   intent (or that do nothing) are dropped, each with a reason.
+3. The kept descriptions are summarised into guidance: by an LLM, or offline as the
+   numbered essential steps.
+
+Guidance is stored per query and round; `load_guidance` gives the latest per query to
+the next rollouts of that query (`EpisodeRunner(guidance=...)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from critics.csrs import screen_text
+from critics.heuristic import StepView, describe
+from critics.llm import mark_point
+from curation.rollouts import Rollout, pass_rate
+from rollout.sim.device import Move
+from rollout.sim.env import SimEnv
+from rollout.sim.oracle import actions_for
+from storage.db import insert_ignore, transaction
+from storage.models import Guidance
+from storage.objectstore import ObjectStore
+from trajforge.actions import Action, Screen
+from trajforge.appspec import AppSpec
+from trajforge.domain import Query
+from trajforge.gateway import LLMGateway, image_part, text_part
+
+TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
+)
+REPLAY = "replay"  # the reference is the ground-truth path replayed in the simulator
+
+
+@dataclass
+class Described:
+    index: int
+    action: str  # the action in words
+    outcome: str
+    kept: bool = True
+    reason: str | None = None
+
+
+@dataclass
+class GuidanceReport:
+    queries: int = 0  # queries at or below the pass-rate threshold
+    written: Counter[str] = field(default_factory=Counter)  # by source
+    references: Counter[str] = field(default_factory=Counter)  # rollout | replay
+    dropped_steps: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)  # queries left without guidance, by reason
+
+    def render(self) -> str:
+        def fmt(c: Counter[str]) -> str:
+            return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "none"
+
+        return (
+            f"guidance: {sum(self.written.values())} of {self.queries} hard queries ({fmt(self.written)}); "
+            f"references: {fmt(self.references)}; steps dropped: {fmt(self.dropped_steps)}; "
+            f"no guidance: {fmt(self.failed)}"
+        )
+
+
+def hard_queries(
+    groups: dict[str, list[Rollout]], threshold: float, min_rollouts: int
+) -> list[tuple[list[Rollout], float]]:
+    out = []
+    for group in groups.values():
+        rate = pass_rate(group)
+        if len(group) >= min_rollouts and rate <= threshold:
+            out.append((group, rate))
+    return out
+
+
+def replay_reference(query: Query, apps: list[AppSpec], store: ObjectStore | None) -> list[StepView]:
+    """The ground-truth path played on a fault-free simulator, frames stored like a rollout's."""
+    env = SimEnv(apps, store)
+    obs = env.reset(query)
+    views = []
+    for action in actions_for(env.device, query.app, [Move.from_json(m) for m in query.path]):
+        after = env.step(action)
+        views.append(
+            StepView(
+                action.model_dump(mode="json", exclude_none=True),
+                None,
+                obs.screenshot,
+                after.screenshot,
+                obs.elements or [],
+                obs.width,
+                obs.height,
+            )
+        )
+        obs = after
+    return views
+
+
+def pick_reference(
+    group: list[Rollout], apps: list[AppSpec], store: ObjectStore | None
+) -> tuple[str, list[StepView], list[str] | None]:
+    """(reference id, steps, the critic's labels when the reference is model-made)."""
+    won = [r for r in group if r.success]
+    if won:
+        best = min(won, key=lambda r: (len(r.steps), r.uid))
+        return best.uid, best.steps, best.labels
+    return REPLAY, replay_reference(group[0].query, apps, store), None
+
+
+def describe_offline(views: list[StepView], labels: list[str] | None) -> list[Described]:
+    out = []
+    for i, view in enumerate(views):
+        if view.action is None:
+            out.append(Described(i, "(unparsed output)", "nothing happens", False, "unparsed_action"))
+            continue
+        words = describe(Action.model_validate(view.action), view)
+        changed = view.after != view.before
+        shows = screen_text(views[i + 1].elements)[:160] if i + 1 < len(views) else ""
+        outcome = f"{words}; the screen then shows: {shows}" if changed and shows else words
+        step = Described(i, words, outcome if changed else f"{words}; nothing visible changes")
+        if labels is not None and labels[i] == "HARMFUL":
+            step.kept, step.reason = False, "outcome_not_intended"
+        elif labels is not None and not changed and labels[i] != "GOOD":
+            step.kept, step.reason = False, "no_effect"
+        out.append(step)
+    return out
+
+
+def summarise_offline(query: Query, steps: list[Described]) -> str:
+    kept = [s.action for s in steps if s.kept]
+    lines = [f"{i}. {a}." for i, a in enumerate(kept, 1)]
+    return (
+        f"To {query.instruction[0].lower()}{query.instruction[1:]}, the essential steps are:\n"
+        + "\n".join(lines)
+    )
+
+
+async def describe_with_model(
+    query: Query,
+    views: list[StepView],
+    model_made: bool,
+    gateway: LLMGateway,
+    frames: Callable[[str], bytes],
+) -> list[Described]:
+    async def one(i: int, view: StepView) -> Described:
+        if view.action is None:
+            return Described(i, "(unparsed output)", "nothing happens", False, "unparsed_action")
+        action = Action.model_validate(view.action)
+        words = describe(action, view)
+        rationale = (action.thought or action.intent or "") if model_made else ""
+        prompt = TEMPLATES.get_template("guidance_describe.j2").render(
+            instruction=query.instruction, action=words, rationale=rationale
+        )
+        before = await asyncio.to_thread(
+            mark_point, frames(view.before), action, Screen(view.width, view.height)
+        )
+        content = [text_part(prompt), image_part(before), image_part(frames(view.after))]
+        result = await gateway.chat(
+            [{"role": "user", "content": content}], stage="guidance.describe", json_mode=True
+        )
+        data = result.data if isinstance(result.data, dict) else {}
+        outcome = str(data.get("outcome", "")).strip()
+        if result.json_error or not outcome:
+            return Described(i, words, result.text[:200], False, "unparseable_description")
+        if rationale and data.get("as_intended") is not True:
+            return Described(i, words, outcome, False, "outcome_not_intended")
+        return Described(i, words, outcome)
+
+    return list(await asyncio.gather(*(one(i, v) for i, v in enumerate(views))))
+
+
+async def summarise_with_model(query: Query, steps: list[Described], gateway: LLMGateway) -> str:
+    prompt = TEMPLATES.get_template("guidance_summarise.j2").render(
+        instruction=query.instruction, steps=[s.outcome for s in steps if s.kept]
+    )
+    result = await gateway.chat(
+        [{"role": "user", "content": [text_part(prompt)]}], stage="guidance.summarise"
+    )
+    return result.text.strip()
+
+
+async def write_guidance(
+    sessions: sessionmaker[Session],
+    round_id: int,
+    groups: dict[str, list[Rollout]],
+    apps: list[AppSpec],
+    store: ObjectStore | None,
+    threshold: float,
+    min_rollouts: int,
+    gateway: LLMGateway | None = None,
+    frames: Callable[[str], bytes] | None = None,
+) -> GuidanceReport:
+    """Guidance for every hard query of the round; idempotent (one row per query and round)."""
+    report = GuidanceReport()
+    hard = hard_queries(groups, threshold, min_rollouts)
+    report.queries = len(hard)
+
+    async def one(group: list[Rollout], rate: float) -> dict[str, Any] | None:
+        query = group[0].query
+        ref, views, labels = pick_reference(group, apps, store)
+        report.references["rollout" if labels is not None else REPLAY] += 1
+        if gateway is not None and frames is not None:
+            steps = await describe_with_model(query, views, labels is not None, gateway, frames)
+            source = "llm"
+        else:
+            steps, source = describe_offline(views, labels), "template"
+        report.dropped_steps.update(s.reason for s in steps if s.reason)
+        if not any(s.kept for s in steps):
+            report.failed["no_usable_steps"] += 1
+            return None
+        if gateway is not None:
+            text = await summarise_with_model(query, steps, gateway)
+        else:
+            text = summarise_offline(query, steps)
+        if not text:
+            report.failed["llm_empty_response"] += 1
+            return None
+        report.written[source] += 1
+        return {
+            "query_uid": query.uid,
+            "round_id": round_id,
+            "text": text,
+            "source": source,
+            "reference": ref,
+            "steps": [asdict(s) for s in steps],
+            "provenance": {
+                "pass_rate": round(rate, 4),
+                "rollouts": len(group),
+                "model": gateway.settings.model if gateway is not None else None,
+            },
+        }
+
+    rows = [r for r in await asyncio.gather(*(one(g, rate) for g, rate in hard)) if r is not None]
+    with transaction(sessions) as s:
+        insert_ignore(s, Guidance, rows, ["query_uid", "round_id"])
+    return report
+
+
+def load_guidance(sessions: sessionmaker[Session], query_uids: list[str]) -> dict[str, str]:
+    """The latest guidance of each query (for its next rollouts)."""
+    out: dict[str, str] = {}
+    with sessions() as s:
+        for uid, text in s.execute(
+            select(Guidance.query_uid, Guidance.text)
+            .where(Guidance.query_uid.in_(query_uids))
+            .order_by(Guidance.round_id)
+        ):
+            out[uid] = text
+    return out

@@ -1,0 +1,264 @@
+"""`curate_round`: a judged round's rollouts and samples turned into curated training material.
+
+In order: trajectory dedup (features cached by screenshot hash, faiss per query group,
+seeded with what earlier rounds retained); query-specific guidance for the hard
+queries; thoughts for the accepted steps; error-recovery samples; balancing of
+everything the round kept. Every stage writes idempotently, so a rerun changes nothing,
+and every drop is kept with its reason: dropped episodes in `exclusion` (stage dedup),
+dropped samples with their reason on the `sample` row and in `exclusion`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from critics.csrs import SampleDraft, store_drafts
+from curation import balance as balancing
+from curation.dedup import Decision, DedupReport, Trajectory, dedup, trajectory_embedding
+from curation.features import CacheStats, FeatureStore, Featurizer, make_featurizer
+from curation.guidance import GuidanceReport, write_guidance
+from curation.recovery import RecoveryReport, recovery_samples
+from curation.rollouts import Rollout, by_query, load_rollouts, pass_rate
+from curation.thoughts import StepToThink, ThoughtReport, synthesise
+from storage.db import insert_ignore, transaction
+from storage.models import Episode, Exclusion, Sample, Step
+from storage.models import Query as QueryRow
+from storage.objectstore import ObjectStore, frame_reader
+from trajforge.actions import Action
+from trajforge.appspec import AppSpec
+from trajforge.gateway import LLMGateway
+from trajforge.settings import CurationSettings
+
+DEDUP_STAGE = "dedup"
+
+
+@dataclass
+class CurationReport:
+    dedup: DedupReport = field(default_factory=DedupReport)
+    cache: CacheStats = field(default_factory=CacheStats)
+    guidance: GuidanceReport = field(default_factory=GuidanceReport)
+    thoughts: ThoughtReport = field(default_factory=ThoughtReport)
+    recovery: RecoveryReport = field(default_factory=RecoveryReport)
+    balance: balancing.BalanceReport = field(default_factory=balancing.BalanceReport)
+    samples: Counter[str] = field(default_factory=Counter)  # the round's samples: kept, and dropped by reason
+
+    def render(self) -> str:
+        kept = self.samples.get("kept", 0)
+        drops = ", ".join(f"{k}={v}" for k, v in sorted(self.samples.items()) if k != "kept") or "none"
+        return "\n".join(
+            [
+                self.dedup.render(),
+                f"features: {self.cache.requested} screenshots, {self.cache.unique} distinct, "
+                f"{self.cache.cached} from cache, {self.cache.computed} computed "
+                f"({self.cache.avoided:.0%} of inference avoided)",
+                self.guidance.render(),
+                self.thoughts.render(),
+                self.recovery.render(),
+                self.balance.render(),
+                f"samples retained: {kept}; dropped by reason: {drops}",
+            ]
+        )
+
+
+def curate_round(
+    sessions: sessionmaker[Session],
+    round_id: int,
+    store: ObjectStore,
+    settings: CurationSettings,
+    apps: list[AppSpec],
+    gateway: LLMGateway | None = None,
+    featurizer: Featurizer | None = None,
+) -> CurationReport:
+    """Curate one judged round (see the module docstring); safe to rerun."""
+    report = CurationReport()
+    rollouts = load_rollouts(sessions, round_id)
+    groups = by_query(rollouts)
+    frames = frame_reader(store)
+
+    features = FeatureStore(sessions, featurizer or make_featurizer(settings), frames)
+    decisions, report.dedup = dedup(
+        _trajectories(sessions, round_id, rollouts, features),
+        settings.dedup_threshold,
+        settings.ivf_min_group,
+    )
+    report.cache = features.stats
+    _store_dedup(sessions, round_id, rollouts, decisions)
+    dropped = {d.uid for d in decisions if not d.kept}
+
+    async def model_work() -> tuple[GuidanceReport, list[SampleDraft], ThoughtReport]:
+        # one event loop for every model call of the round (the gateway's client is bound to it)
+        guided = await write_guidance(
+            sessions,
+            round_id,
+            groups,
+            apps,
+            store,
+            settings.guidance_pass_rate,
+            settings.guidance_min_rollouts,
+            gateway,
+            frames if gateway is not None else None,
+        )
+        accepted = _accepted_steps(sessions, round_id, rollouts, dropped)
+        drafts, thought_report = await synthesise(
+            accepted, settings.hint_styles, settings.point_tolerance, gateway, frames
+        )
+        return guided, drafts, thought_report
+
+    report.guidance, thoughts, report.thoughts = asyncio.run(model_work())
+    recovered, report.recovery = recovery_samples(groups)
+    ids = {r.uid: r.episode_id for r in rollouts}
+    batches: dict[int | None, list[SampleDraft]] = {}
+    for d in thoughts + recovered:
+        batches.setdefault(ids.get(d.provenance["episode"]), []).append(d)
+    store_drafts(sessions, round_id, list(batches.items()), "curate")
+
+    report.balance = _balance(sessions, round_id, {q: pass_rate(g) for q, g in groups.items()}, settings)
+    with sessions() as s:
+        for status, reason, n in s.execute(
+            select(Sample.status, Sample.reason, func.count())
+            .where(Sample.round_id == round_id)
+            .group_by(Sample.status, Sample.reason)
+        ):
+            report.samples["kept" if status == "kept" else (reason or "dropped")] += n
+    return report
+
+
+def _trajectories(
+    sessions: sessionmaker[Session], round_id: int, rollouts: list[Rollout], features: FeatureStore
+) -> list[Trajectory]:
+    """The round's trajectories plus, per query, those earlier rounds retained (the priors)."""
+    frames_of: dict[str, tuple[tuple[str, ...], bool, bool, str]] = {}
+    for r in rollouts:
+        if r.steps:
+            shots = (*(v.before for v in r.steps), r.steps[-1].after)
+            frames_of[r.uid] = (shots, bool(r.success), False, r.query.uid)
+    with sessions() as s:
+        excluded = select(Exclusion.item_key).where(
+            Exclusion.stage == DEDUP_STAGE, Exclusion.item_type == "episode"
+        )
+        earlier = s.execute(
+            select(Episode.id, Episode.uid, Episode.outcome, QueryRow.uid)
+            .join(QueryRow, QueryRow.id == Episode.query_id)
+            .where(
+                QueryRow.uid.in_({r.query.uid for r in rollouts}),
+                Episode.round_id < round_id,
+                Episode.uid.not_in(excluded),
+            )
+        ).all()
+        for episode_id, uid, outcome, query_uid in earlier:
+            steps = s.execute(
+                select(Step.screenshot, Step.screenshot_after)
+                .where(Step.episode_id == episode_id)
+                .order_by(Step.index)
+            ).all()
+            if steps:
+                shots = (*(b for b, _ in steps), steps[-1][1] or steps[-1][0])
+                frames_of[uid] = (shots, outcome == "success", True, query_uid)
+    vectors = features.vectors(h for shots, *_ in frames_of.values() for h in shots)
+    return [
+        Trajectory(uid, group, shots, trajectory_embedding(vectors[h] for h in shots), success, prior)
+        for uid, (shots, success, prior, group) in frames_of.items()
+    ]
+
+
+def _store_dedup(
+    sessions: sessionmaker[Session], round_id: int, rollouts: list[Rollout], decisions: list[Decision]
+) -> None:
+    ids = {r.uid: r.episode_id for r in rollouts}
+    drops = [d for d in decisions if not d.kept]
+    with transaction(sessions) as s:
+        insert_ignore(
+            s,
+            Exclusion,
+            [
+                {
+                    "round_id": round_id,
+                    "stage": DEDUP_STAGE,
+                    "item_type": "episode",
+                    "item_key": d.uid,
+                    "reason": d.reason,
+                    "detail": {"duplicate_of": d.duplicate_of, "similarity": d.similarity, "query": d.group},
+                }
+                for d in drops
+            ],
+            ["stage", "item_type", "item_key", "reason"],
+        )
+        for d in drops:  # the samples of a dropped trajectory go with it
+            s.execute(
+                update(Sample)
+                .where(Sample.episode_id == ids[d.uid], Sample.status == "kept")
+                .values(status="dropped", reason=d.reason)
+            )
+
+
+def _accepted_steps(
+    sessions: sessionmaker[Session], round_id: int, rollouts: list[Rollout], dropped: set[str]
+) -> list[StepToThink]:
+    """Steps whose action-prediction sample survived the critic filter, in retained trajectories."""
+    by_id = {r.episode_id: r for r in rollouts if r.uid not in dropped}
+    with sessions() as s:
+        kept = s.execute(
+            select(Sample.episode_id, Sample.step_index).where(
+                Sample.round_id == round_id, Sample.category == "action_prediction", Sample.status == "kept"
+            )
+        ).all()
+    out = []
+    for episode_id, index in sorted(kept, key=lambda k: (k[0] or 0, k[1] or 0)):
+        r = by_id.get(episode_id or -1)
+        if r is None or index is None or r.steps[index].action is None:
+            continue
+        action = Action.model_validate(r.steps[index].action)
+        out.append(StepToThink(r.query, r.uid, index, r.steps[index], r.words(index), action))
+    return out
+
+
+def _balance(
+    sessions: sessionmaker[Session], round_id: int, rates: dict[str, float], settings: CurationSettings
+) -> balancing.BalanceReport:
+    """Re-decide balancing over the round's samples that nothing else dropped (idempotent)."""
+    with sessions() as s:
+        rows = s.execute(
+            select(Sample.uid, Sample.category, Sample.provenance, Sample.payload).where(
+                Sample.round_id == round_id,
+                (Sample.status == "kept") | Sample.reason.in_(balancing.REASONS),
+            )
+        ).all()
+    items = [
+        balancing.Item(uid, category, prov.get("query"), str(payload.get("response", "")))
+        for uid, category, prov, payload in rows
+    ]
+    decided, report = balancing.balance(items, rates, settings)
+    with transaction(sessions) as s:
+        by_decision: dict[tuple[str | None, float], list[str]] = {}
+        for uid, decision in decided.items():
+            by_decision.setdefault(decision, []).append(uid)
+        for (reason, weight), uids in by_decision.items():
+            for start in range(0, len(uids), 500):
+                s.execute(
+                    update(Sample)
+                    .where(Sample.uid.in_(uids[start : start + 500]))
+                    .values(status="dropped" if reason else "kept", reason=reason, weight=weight)
+                )
+        insert_ignore(
+            s,
+            Exclusion,
+            [
+                {
+                    "round_id": round_id,
+                    "stage": "balance",
+                    "item_type": "sample",
+                    "item_key": uid,
+                    "reason": reason,
+                    "detail": {},
+                }
+                for uid, (reason, _) in decided.items()
+                if reason
+            ],
+            ["stage", "item_type", "item_key", "reason"],
+        )
+    return report

@@ -1,0 +1,210 @@
+"""Thought synthesis by hint-guided rejection sampling (GUI-Owl §2.2.3).
+
+For each accepted step (an action-prediction sample that passed the critic filter):
+
+1. the model writes reasoning from the task, the preceding history and the screen, in
+   one of several hint styles;
+2. the reasoning alone (with the screen, without the task or history) is given back to
+   predict the action, and the reasoning is kept only if the prediction matches the
+   recorded action (`trajforge.actions.compare.mismatch`: same kind, point inside the
+   target element or within tolerance);
+3. a step no style matches gets a second pass with the ground-truth action as a hint.
+
+Every sample records the pass and style that produced it and every attempt's outcome;
+a step that never matches is kept as a dropped sample with the shared reason code
+`thought_action_mismatch`. Offline, a template writes the thought and the same check
+reads the action back out of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from critics.csrs import SampleDraft, screen_text
+from critics.heuristic import StepView, describe
+from curation.guidance import TEMPLATES
+from trajforge.actions import Action, ActionKind, Screen, get_codec
+from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch
+from trajforge.domain import Query
+from trajforge.errors import ParseError
+from trajforge.gateway import LLMGateway, image_part, text_part
+
+CATEGORY = "reasoning"
+STYLES = {
+    "cot": "Reason step by step: what the screen shows, what the task still needs, then what to do next.",
+    "concise": "Give the simplest reasoning possible, in one or two sentences.",
+    "observe_then_act": "First say what you observe that matters for the task, then decide.",
+}
+TEMPLATE_VERSION = "thought-templates-1"
+
+
+@dataclass
+class StepToThink:
+    query: Query
+    episode: str
+    index: int
+    view: StepView
+    history: list[str]
+    action: Action
+
+
+@dataclass
+class ThoughtReport:
+    kept: Counter[str] = field(default_factory=Counter)  # by pass
+    dropped: Counter[str] = field(default_factory=Counter)  # by reason
+    attempts: Counter[str] = field(default_factory=Counter)  # attempt outcomes (match or mismatch code)
+
+    def render(self) -> str:
+        def fmt(c: Counter[str]) -> str:
+            return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "none"
+
+        return f"thoughts: kept {fmt(self.kept)}; dropped {fmt(self.dropped)}; attempts {fmt(self.attempts)}"
+
+
+_QUOTED = re.compile(
+    r"(tap|type|press|swipe|finish)\b[^'\n]*?(?:'([^']*)'|\b(back|home|enter|menu|up|down|left|right)\b|\((success|failure)\))",
+    re.I,
+)
+
+
+def template_thought(step: StepToThink, style: str) -> str:
+    words = describe(step.action, step.view)
+    done = "; ".join(step.history) or "nothing yet"
+    screen = screen_text(step.view.elements)[:200]
+    if style == "concise":
+        return f"To {step.query.instruction.rstrip('.')}, next: {words}."
+    if style == "observe_then_act":
+        return f"The screen shows: {screen}. The task still needs work, so: {words}."
+    return (
+        f"The task is: {step.query.instruction} Done so far: {done}. The screen shows: {screen}. "
+        f"The next move on the way to the goal: {words}."
+    )
+
+
+def read_action(thought: str, view: StepView) -> Action | None:
+    """The offline predictor: the last action the thought names, resolved on the screen."""
+    screen = Screen(view.width, view.height)
+    found = None
+    for verb, quoted, word, status in _QUOTED.findall(thought):
+        verb = verb.lower()
+        if verb == "tap" and quoted:
+            element = next((e for e in view.elements if quoted in (e.get("text"), e.get("id"))), None)
+            if element is not None:
+                x1, y1, x2, y2 = element["bounds"]
+                found = Action(kind=ActionKind.CLICK, point=screen.from_px((x1 + x2) / 2, (y1 + y2) / 2))
+        elif verb == "type" and quoted:
+            found = Action(kind=ActionKind.TYPE, text=quoted)
+        elif verb == "press" and word.lower() in ("back", "home", "enter", "menu"):
+            found = Action(kind=ActionKind.PRESS, key=word.lower())
+        elif verb == "swipe" and word.lower() in ("up", "down", "left", "right"):
+            found = Action(kind=ActionKind.SWIPE, point=(500, 500), direction=word.lower())
+        elif verb == "finish" and status:
+            found = Action(kind=ActionKind.TERMINATE, status=status.lower())
+    return found
+
+
+def check(predicted: Action | None, step: StepToThink, tolerance: int) -> str | None:
+    if predicted is None:
+        return "prediction_unparseable"
+    screen = Screen(step.view.width, step.view.height)
+    return mismatch(predicted, step.action, step.view.elements, screen, tolerance)
+
+
+async def think_with_model(
+    step: StepToThink,
+    style: str,
+    hint: str | None,
+    gateway: LLMGateway,
+    frames: Callable[[str], bytes],
+    tolerance: int,
+) -> tuple[str, str | None]:
+    """(thought, None when it predicts the recorded action, else the mismatch code)."""
+    image = image_part(frames(step.view.before))
+    prompt = TEMPLATES.get_template("thought.j2").render(
+        instruction=step.query.instruction, history=step.history, style=STYLES.get(style, style), hint=hint
+    )
+    stage = "thought.hinted" if hint else "thought.write"
+    written = await gateway.chat([{"role": "user", "content": [text_part(prompt), image]}], stage=stage)
+    thought = written.text.strip()
+    if not thought:
+        return "", "llm_empty_response"
+    ask = TEMPLATES.get_template("predict.j2").render(thought=thought)
+    predicted = await gateway.chat(
+        [{"role": "user", "content": [text_part(ask), image]}], stage="thought.predict", json_mode=True
+    )
+    try:
+        action = get_codec("canonical").parse(predicted.text, Screen(step.view.width, step.view.height))
+    except ParseError:
+        return thought, "prediction_unparseable"
+    return thought, check(action, step, tolerance)
+
+
+async def synthesise(
+    steps: list[StepToThink],
+    styles: list[str],
+    tolerance: int,
+    gateway: LLMGateway | None = None,
+    frames: Callable[[str], bytes] | None = None,
+) -> tuple[list[SampleDraft], ThoughtReport]:
+    report = ThoughtReport()
+
+    async def attempt(step: StepToThink, style: str, hint: str | None) -> tuple[str, str | None]:
+        if gateway is not None and frames is not None:
+            return await think_with_model(step, style, hint, gateway, frames, tolerance)
+        thought = template_thought(step, style)
+        return thought, check(read_action(thought, step.view), step, tolerance)
+
+    async def one(step: StepToThink) -> SampleDraft:
+        tries: list[dict[str, Any]] = []
+        plan = [("free", s, None) for s in styles] + [("hinted", styles[0], describe(step.action, step.view))]
+        chosen: tuple[str, str, str] | None = None
+        for phase, style, hint in plan:
+            thought, code = await attempt(step, style, hint)
+            tries.append({"pass": phase, "style": style, "result": code or "match"})
+            report.attempts[code or "match"] += 1
+            if code is None:
+                chosen = (phase, style, thought)
+                break
+        draft = _draft(step, chosen, tries, gateway)
+        if chosen is None:
+            draft.reason = THOUGHT_ACTION_MISMATCH
+            report.dropped[THOUGHT_ACTION_MISMATCH] += 1
+        else:
+            report.kept[chosen[0] if gateway is not None else "template"] += 1
+        return draft
+
+    drafts = list(await asyncio.gather(*(one(s) for s in steps)))
+    return drafts, report
+
+
+def _draft(
+    step: StepToThink, chosen: tuple[str, str, str] | None, tries: list[dict[str, Any]], gateway: Any
+) -> SampleDraft:
+    target = step.action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
+    thought = chosen[2] if chosen else ""
+    return SampleDraft(
+        CATEGORY,
+        step.index,
+        {
+            "images": [step.view.before],
+            "prompt": f"Task: {step.query.instruction}\nHistory: " + ("; ".join(step.history) or "none"),
+            "thought": thought,
+            "action": target,
+            "screen": [step.view.width, step.view.height],
+            "response": f"<think>{thought}</think>\n{Action.model_validate(target).to_json()}",
+        },
+        {
+            "episode": step.episode,
+            "steps": [step.index],
+            "query": step.query.uid,
+            "pass": (chosen[0] if gateway is not None else "template") if chosen else None,
+            "style": chosen[1] if chosen else None,
+            "attempts": tries,
+            "model": gateway.settings.model if gateway is not None else TEMPLATE_VERSION,
+        },
+    )
