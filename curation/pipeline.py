@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.csrs import SampleDraft, store_drafts
+from critics.csrs import CATEGORIES, SampleDraft, store_drafts
 from curation import balance as balancing
 from curation.dedup import Decision, DedupReport, Trajectory, dedup, trajectory_embedding
 from curation.features import CacheStats, FeatureStore, Featurizer, make_featurizer
@@ -188,10 +188,12 @@ def _store_dedup(
             ],
             ["stage", "item_type", "item_key", "reason"],
         )
-        for d in drops:  # the samples of a dropped trajectory go with it
+        for d in drops:  # the samples extracted from a dropped trajectory go with it
             s.execute(
                 update(Sample)
-                .where(Sample.episode_id == ids[d.uid], Sample.status == "kept")
+                .where(
+                    Sample.episode_id == ids[d.uid], Sample.status == "kept", Sample.category.in_(CATEGORIES)
+                )
                 .values(status="dropped", reason=d.reason)
             )
 

@@ -67,7 +67,7 @@ class ThoughtReport:
 
 
 _QUOTED = re.compile(
-    r"(tap|type|press|swipe|finish)\b[^'\n]*?(?:'([^']*)'|\b(back|home|enter|menu|up|down|left|right)\b|\((success|failure)\))",
+    r"\b(tap|type|press|swipe|finish)\b[^'\n.;]*?(?:'([^']*)'|\b(back|home|enter|menu|up|down|left|right)\b|\((success|failure)\))",
     re.I,
 )
 

@@ -1,0 +1,145 @@
+"""`curate_round` on a real round: dedup drops with their evidence, recovery from recorded
+observations, guidance for hard queries, balancing, and reruns that change nothing."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine, func, select
+from typer.testing import CliRunner
+
+from critics.csrs import CATEGORIES
+from curation.guidance import load_guidance
+from curation.pipeline import curate_round
+from curation.rollouts import load_rollouts
+from flows.cli import app as cli
+from rollout.smoke import run_smoke_round
+from storage.db import session_factory
+from storage.keys import blob_key
+from storage.models import Episode, Exclusion, Guidance, Sample, ScreenFeature, Step
+from storage.objectstore import open_object_store
+from trajforge.appspec import builtin_app_names, load_app
+from trajforge.settings import load_settings
+
+APPS = [load_app(n) for n in builtin_app_names()]
+
+
+@pytest.fixture
+def curated(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch):
+    """Round 1 of the main job: 1 query per app, 4 rollouts each, judged, extracted and curated."""
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    monkeypatch.setenv("TRAJFORGE_CURATE_GUIDANCE_PASS_RATE", "1.0")  # every query gets guidance
+    settings = load_settings()
+    report = run_smoke_round(settings, queries_per_app=1, rollouts=4)
+    return settings, session_factory(engine), report.curation
+
+
+def _counts(sessions) -> dict[str, int]:
+    with sessions() as s:
+        return {
+            t.__tablename__: s.scalar(select(func.count()).select_from(t)) or 0
+            for t in (Sample, Exclusion, Guidance, ScreenFeature)
+        }
+
+
+def test_dedup_drops_carry_the_retained_duplicate_and_its_similarity(curated) -> None:
+    settings, sessions, report = curated
+    assert report.dedup.total == 16 and 0 < report.dedup.kept < 16
+    with sessions() as s:
+        drops = s.scalars(select(Exclusion).where(Exclusion.stage == "dedup")).all()
+        assert len(drops) == 16 - report.dedup.kept == sum(report.dedup.reasons.values())
+        dropped = {d.item_key for d in drops}
+        for d in drops:
+            assert d.detail["duplicate_of"] not in dropped  # compared with a retained trajectory
+            assert d.detail["similarity"] > settings.curate.dedup_threshold
+            mine, theirs = (
+                s.scalars(select(Episode).where(Episode.uid == uid)).one()
+                for uid in (d.item_key, d.detail["duplicate_of"])
+            )
+            assert mine.query_id == theirs.query_id  # within one query group
+            samples = s.scalars(select(Sample).where(Sample.episode_id == mine.id)).all()
+            assert all(x.status == "dropped" for x in samples if x.category in CATEGORIES)
+    assert sum(kept for kept, _ in report.dedup.groups.values()) == report.dedup.kept
+    assert report.cache.computed == report.cache.unique < report.cache.requested
+
+
+def test_a_rerun_writes_nothing_and_featurises_nothing(curated) -> None:
+    settings, sessions, first = curated
+    before = _counts(sessions)
+    with sessions() as s:
+        states = sorted(s.execute(select(Sample.uid, Sample.status, Sample.reason, Sample.weight)).all())
+    again = curate_round(sessions, 1, open_object_store(settings), settings.curate, APPS)
+    assert _counts(sessions) == before
+    with sessions() as s:
+        assert (
+            sorted(s.execute(select(Sample.uid, Sample.status, Sample.reason, Sample.weight)).all()) == states
+        )
+    assert again.cache.computed == 0 and again.cache.cached == first.cache.unique
+    assert again.samples == first.samples
+
+
+def test_recovery_samples_use_the_recorded_observations(curated) -> None:
+    settings, sessions, report = curated
+    store = open_object_store(settings)
+    with sessions() as s:
+        escapes = s.scalars(select(Sample).where(Sample.category == "error_escape")).all()
+        tracks = {x.uid: x for x in s.scalars(select(Sample).where(Sample.category == "back_on_track"))}
+        assert escapes and len(tracks) == len(escapes) == report.recovery.samples["error_escape"]
+        for esc in escapes:
+            prov = esc.provenance
+            wrong = s.scalars(
+                select(Step)
+                .join(Episode)
+                .where(Episode.uid == prov["episode"], Step.index == prov["steps"][0])
+            ).one()
+            right = s.scalars(
+                select(Step)
+                .join(Episode)
+                .where(
+                    Episode.uid == prov["correct_from"]["episode"], Step.index == prov["correct_from"]["step"]
+                )
+            ).one()
+            assert wrong.action == prov["wrong_action"] and wrong.screenshot == right.screenshot
+            assert esc.payload["images"] == [wrong.screenshot_after] != [wrong.screenshot]
+            assert esc.payload["action"] == {"kind": "press", "key": "back"}
+            assert store.exists(blob_key(wrong.screenshot_after))
+            track = next(t for t in tracks.values() if t.provenance == prov)
+            assert track.payload["images"] == [right.screenshot]
+            assert track.payload["action"] == right.action
+            assert track.payload["prompt"].endswith("; Press back")
+
+
+def test_hard_queries_get_guidance_for_their_next_rollouts(curated) -> None:
+    _, sessions, report = curated
+    assert report.guidance.queries == 4 and sum(report.guidance.written.values()) == 4
+    with sessions() as s:
+        rows = s.scalars(select(Guidance)).all()
+        outcomes = dict(s.execute(select(Episode.uid, Episode.outcome)).all())
+    for g in rows:
+        assert g.source == "template" and g.text.startswith("To ") and "1. Tap" in g.text
+        assert g.reference == "replay" or outcomes[g.reference] == "success"
+        kept = [st for st in g.steps if st["kept"]]
+        assert kept and all(st["reason"] for st in g.steps if not st["kept"])
+    rollouts = load_rollouts(sessions, 1)
+    assert set(load_guidance(sessions, [r.query.uid for r in rollouts])) == {g.query_uid for g in rows}
+
+
+def test_balancing_reasons_are_counted_and_kept(curated) -> None:
+    _, sessions, report = curated
+    with sessions() as s:
+        balanced = s.execute(
+            select(Sample.reason, func.count())
+            .where(Sample.reason.in_(("task_downsampled", "class_balance")))
+            .group_by(Sample.reason)
+        ).all()
+        excluded = s.scalar(select(func.count()).select_from(Exclusion).where(Exclusion.stage == "balance"))
+    assert dict(balanced) == dict(report.balance.dropped) and excluded == sum(report.balance.dropped.values())
+    assert sum(report.balance.composition.values()) == report.samples["kept"]
+
+
+def test_cli_curates_a_round_and_prints_counts_by_reason(engine: Engine, db_url: str, monkeypatch) -> None:
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    run_smoke_round(load_settings(), queries_per_app=1, rollouts=2)
+    result = CliRunner().invoke(cli, ["curate", "--round", "1"])
+    assert result.exit_code == 0, result.output
+    assert "round 1" in result.output and "dedup: kept" in result.output
+    assert "samples retained:" in result.output and "dropped by reason:" in result.output

@@ -1,0 +1,91 @@
+"""Thought synthesis by hint-guided rejection sampling, against the scripted model server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+from curation.thoughts import STYLES, StepToThink, read_action, synthesise, template_thought
+from storage.objectstore import frame_reader
+from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from trajforge.actions import Action
+from trajforge.gateway import LLMGateway
+from trajforge.settings import LLMSettings
+
+from .conftest import sample_queries
+
+
+def steps_of(replayed) -> list[StepToThink]:
+    _, runs = replayed
+    query = sample_queries("takeout", 3)[0]
+    views = runs[0]
+    return [
+        StepToThink(query, "ep-1", i, v, [f"did step {j}" for j in range(i)], Action.model_validate(v.action))
+        for i, v in enumerate(views[:3])
+    ]
+
+
+def scripted(steps: list[StepToThink]):
+    """Step 0 matches on the second style, step 1 only when hinted, step 2 never (once unparseable)."""
+    style_of = {text: name for name, text in STYLES.items()}
+
+    def responder(rec: Recorded) -> Reply:
+        if "Write only your reasoning" in rec.text:
+            step = rec.text.count("did step")
+            style = next(name for text, name in style_of.items() if text in rec.text)
+            hinted = "The correct next action is" in rec.text
+            return Reply(content=f"[step={step} style={style} hinted={hinted}] I should open the next thing.")
+        marker = re.search(r"\[step=(\d) style=(\w+) hinted=(\w+)\]", rec.text)
+        assert marker, rec.text
+        step, style, hinted = int(marker[1]), marker[2], marker[3] == "True"
+        gold = steps[step].action.model_dump(mode="json", exclude_none=True)
+        wrong = {"kind": "press", "key": "back"}
+        if step == 2 and style == "observe_then_act":
+            return Reply(content="I would tap it")  # malformed: recorded, not raised
+        right = (step == 0 and style == "concise") or (step == 1 and hinted)
+        return Reply(content=json.dumps(gold if right else wrong))
+
+    return responder
+
+
+def test_only_thoughts_that_predict_the_recorded_action_are_kept(replayed) -> None:
+    store, _ = replayed
+    steps = steps_of(replayed)
+    with ScriptedLLM(responder=scripted(steps)) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="thinker"))
+        drafts, report = asyncio.run(
+            synthesise(steps, ["cot", "concise", "observe_then_act"], 40, gateway, frame_reader(store))
+        )
+        predictions = [r for r in llm.requests if "Give the single action" in r.text]
+    first, second, third = drafts
+    assert (
+        first.reason is None and first.provenance["pass"] == "free" and first.provenance["style"] == "concise"
+    )
+    assert "style=concise" in first.payload["thought"]
+    assert [a["result"] for a in first.provenance["attempts"]] == ["kind_mismatch", "match"]
+    assert second.reason is None and second.provenance["pass"] == "hinted"
+    assert second.payload["response"].startswith("<think>[step=1 style=cot hinted=True]")
+    assert third.reason == "thought_action_mismatch" and third.provenance["pass"] is None
+    assert [a["result"] for a in third.provenance["attempts"]] == [
+        "kind_mismatch",
+        "kind_mismatch",
+        "prediction_unparseable",
+        "kind_mismatch",
+    ]
+    assert report.kept == {"free": 1, "hinted": 1} and report.dropped == {"thought_action_mismatch": 1}
+    # the predictor sees the reasoning and the screen, never the task or the history
+    assert predictions and all(r.images == 1 and "did step" not in r.text for r in predictions)
+    assert all(steps[0].query.instruction not in r.text for r in predictions)
+    assert first.payload["action"] == steps[0].action.model_dump(mode="json", exclude_none=True)
+
+
+def test_offline_thoughts_are_checked_by_reading_the_action_back(replayed) -> None:
+    steps = steps_of(replayed)
+    for step in steps:
+        for style in STYLES:
+            predicted = read_action(template_thought(step, style), step.view)
+            assert predicted is not None and predicted.kind == step.action.kind
+    drafts, report = asyncio.run(synthesise(steps, list(STYLES), 40))
+    assert all(d.reason is None and d.provenance["pass"] == "template" for d in drafts)
+    assert report.kept == {"template": 3}
