@@ -26,6 +26,8 @@ test: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python -m pip install -q --no-deps imagededup==0.3.3.post2
 	$(BIN)/python -m bench
 
 clean:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import sys
 
 from bench import (
+    bench_dedup_quality,
+    bench_faiss,
+    bench_features,
     bench_gateway,
     bench_objectstore,
     bench_querygen,
@@ -24,6 +27,9 @@ def main() -> None:
         bench_querygen,
         bench_rollout,
         critic_throughput,
+        bench_features,
+        bench_dedup_quality,
+        bench_faiss,
     ):
         sys.argv = [module.__name__]
         module.main()

@@ -119,9 +119,10 @@ class CurationSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAJFORGE_CURATE_", extra="forbid")
 
     featurizer: Literal["thumb", "phash", "resnet"] = Field(
-        "thumb",
-        description="Screenshot features for trajectory dedup: thumb (grey 16x32 thumbnail) and phash "
-        "need no weights; resnet needs resnet_weights.",
+        "phash",
+        description="Screenshot features for trajectory dedup: phash (64-bit DCT hash) and thumb (grey "
+        "16x32 thumbnail) need no weights; resnet needs resnet_weights. phash is the most precise "
+        "without weights (bench/bench_dedup_quality.py).",
     )
     resnet_weights: str | None = Field(
         None, description="Local directory (or hub id, where a hub is reachable) of a ResNet checkpoint."

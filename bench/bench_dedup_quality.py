@@ -1,0 +1,215 @@
+"""Trajectory-dedup quality on a labelled near-duplicate set built from the simulator.
+
+For each generated query, the ground-truth path is played on a fault-free device (the
+base trajectory) and again with one variation that keeps it the same trajectory:
+
+- pop-ups: dialogs cover screens on entry and are dismissed;
+- scroll offsets: lists are scrolled away and back before acting;
+- list contents: the app's lists show other items around the chosen one (a feed that
+  changed between visits).
+
+Those pairs are labelled duplicates. Pairs of base trajectories of two different
+queries of the same app whose routes visit different screens are labelled distinct. Each
+method embeds every frame, averages a trajectory's frames, and calls a pair a duplicate
+when the cosine exceeds the threshold (AgentCPM-GUI §3.4). Methods: ResNet-50 with
+RANDOM weights (no pretrained weights can be downloaded here, so its figures say
+little about a trained ResNet), our `thumb` and `phash` fallbacks, and imagededup's
+PHash (its hashing module, unmodified) as ±1 vectors on the same pairs.
+
+Usage: python -m bench.bench_dedup_quality [--queries 6 --threshold 0.97]
+Needs `pip install --no-deps imagededup==0.3.3.post2` and `pip install -e '.[bench]'`
+(`make bench` does both); imagededup's CNN module needs torchvision, which has no CPU
+build here, so only its hashing module is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import itertools
+import pathlib
+import sys
+import types
+from collections.abc import Callable
+
+import numpy as np
+from PIL import Image
+from transformers import ResNetConfig
+
+from bench.common import table, timed
+from curation.dedup import trajectory_embedding
+from curation.features import PHashFeaturizer, ResNetFeaturizer, ThumbFeaturizer, _normalise
+from querygen.pipeline import generate_queries
+from rollout.sim.device import POPUP_CLOSE, FaultConfig, Move
+from rollout.sim.env import SimEnv
+from rollout.sim.oracle import actions_for
+from trajforge.actions import Action, ActionKind
+from trajforge.appspec import AppSpec, builtin_app_names, load_app
+from trajforge.domain import Query
+
+Frames = list[bytes]
+
+
+def _dismiss(env: SimEnv, frames: Frames) -> None:
+    while env.device.state.popup:
+        close = next(e for e in env.device.elements() if e.id == POPUP_CLOSE)
+        env.step(Action(kind=ActionKind.CLICK, point=env.device.size.from_px(*close.center)))
+        frames.append(env.last_frame)
+
+
+def play(
+    query: Query, apps: list[AppSpec], faults: FaultConfig | None = None, wiggle: bool = False
+) -> Frames:
+    env = SimEnv(apps, faults=faults)
+    env.reset(query)
+    frames = [env.last_frame]
+    _dismiss(env, frames)
+    for action in actions_for(env.device, query.app, [Move.from_json(m) for m in query.path]):
+        if wiggle and action.kind == ActionKind.CLICK and env.device.state.scroll == 0:
+            for direction in ("up", "down"):  # scroll away and back: offsets, same route
+                env.step(Action(kind=ActionKind.SWIPE, point=(500, 600), direction=direction))
+                frames.append(env.last_frame)
+        env.step(action)
+        frames.append(env.last_frame)
+        _dismiss(env, frames)
+    return frames
+
+
+def changed_lists(spec: AppSpec, query: Query) -> AppSpec:
+    """The app with every list showing other items around the ones the path picks."""
+    chosen = {m.get("value") for m in query.path}
+    slots = {
+        name: [v for v in values if v in chosen] + [f"{v} (new)" for v in values if v not in chosen][::-1]
+        for name, values in spec.slots.items()
+    }
+    return spec.model_copy(update={"slots": slots})
+
+
+def labelled_set(per_app: int) -> tuple[dict[str, Frames], list[tuple[str, str, bool, str]]]:
+    apps = [load_app(n) for n in builtin_app_names()]
+    trajs: dict[str, Frames] = {}
+    pairs: list[tuple[str, str, bool, str]] = []
+    for spec in apps:
+        queries = list(generate_queries(spec, per_app, seed=3).kept)
+        for i, q in enumerate(queries):
+            base = f"{q.uid}:base"
+            trajs[base] = play(q, apps)
+            variants = {
+                "popups": play(q, apps, FaultConfig(popup_rate=0.35, seed=i)),
+                "scroll": play(q, apps, wiggle=True),
+                "lists": play(q, [changed_lists(spec, q) if a.name == spec.name else a for a in apps]),
+            }
+            for kind, frames in variants.items():
+                trajs[f"{q.uid}:{kind}"] = frames
+                pairs.append((base, f"{q.uid}:{kind}", True, kind))
+        for a, b in itertools.combinations(queries, 2):
+            if [m["screen"] for m in a.path] != [m["screen"] for m in b.path]:  # another route
+                pairs.append((f"{a.uid}:base", f"{b.uid}:base", False, "other route"))
+    return trajs, pairs
+
+
+def imagededup_phash() -> Callable[[Frames], np.ndarray]:
+    """imagededup's PHash.encode_image, without importing its CNN (torchvision) package inits."""
+    spec = importlib.util.find_spec("imagededup")
+    if spec is None or spec.origin is None:
+        raise SystemExit("imagededup is missing: pip install --no-deps imagededup==0.3.3.post2")
+    root = pathlib.Path(spec.origin).parent
+    for name in ("imagededup", "imagededup.methods", "imagededup.utils"):
+        module = types.ModuleType(name)
+        module.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
+        sys.modules[name] = module
+    from imagededup.methods.hashing import PHash
+
+    phash = PHash(verbose=False)
+
+    def embed(images: Frames) -> np.ndarray:
+        rows = []
+        for png in images:
+            arr = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+            bits = bin(int(phash.encode_image(image_array=arr), 16))[2:].zfill(64)
+            rows.append([1.0 if b == "1" else -1.0 for b in bits])
+        return _normalise(np.array(rows, dtype=np.float32))
+
+    return embed
+
+
+Pair = tuple[str, str, bool, str]
+
+
+def scores(
+    embed: Callable[[Frames], np.ndarray], trajs: dict[str, Frames], pairs: list[Pair]
+) -> tuple[list[float], float]:
+    distinct: dict[bytes, None] = {}
+    for frames in trajs.values():
+        for png in frames:
+            distinct.setdefault(png, None)
+    pngs = list(distinct)
+    vecs, seconds = timed(lambda: embed(pngs))
+    by_png = dict(zip(pngs, vecs, strict=True))
+    emb = {k: trajectory_embedding(by_png[p] for p in frames) for k, frames in trajs.items()}
+    return [float(emb[a] @ emb[b]) for a, b, _, _ in pairs], seconds
+
+
+def prf(sims: list[float], labels: list[bool], threshold: float) -> tuple[float, float, float]:
+    pred = [s > threshold for s in sims]
+    tp = sum(p and y for p, y in zip(pred, labels, strict=True))
+    precision = tp / max(sum(pred), 1)
+    recall = tp / max(sum(labels), 1)
+    return precision, recall, 2 * precision * recall / max(precision + recall, 1e-9)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--queries", type=int, default=6, help="queries per app")
+    parser.add_argument("--threshold", type=float, default=0.97)
+    args = parser.parse_args()
+    trajs, pairs = labelled_set(args.queries)
+    labels = [dup for _, _, dup, _ in pairs]
+    kinds = sorted({k for *_, k in pairs})
+    print(
+        f"labelled set: {len(trajs)} trajectories, {sum(labels)} duplicate pairs "
+        f"({', '.join(kinds)}), {len(labels) - sum(labels)} distinct pairs\n"
+    )
+    resnet = ResNetFeaturizer.random(ResNetConfig(), batch_size=32)  # ResNet-50 shape, random weights
+    methods: dict[str, Callable[[Frames], np.ndarray]] = {
+        "resnet-50 (random init)": resnet.embed,
+        "thumb (ours)": ThumbFeaturizer().embed,
+        "phash (ours)": PHashFeaturizer().embed,
+        "imagededup PHash": imagededup_phash(),
+    }
+    sweep = (0.95, 0.97, 0.99, 0.995, 0.998)
+    rows, curves = [], []
+    for name, embed in methods.items():
+        sims, seconds = scores(embed, trajs, pairs)
+        p, r, f = prf(sims, labels, args.threshold)
+        grid = [float(t) for t in np.arange(0.80, 0.9995, 0.0005)]
+        best = max(((*prf(sims, labels, t), t) for t in grid), key=lambda x: x[2])
+        per_kind = []
+        for kind in kinds:
+            idx = [i for i, (*_, k) in enumerate(pairs) if k == kind]
+            per_kind.append(f"{kind} {sum(sims[i] > args.threshold for i in idx)}/{len(idx)}")
+        rows.append(
+            [
+                name,
+                f"{p:.2f}",
+                f"{r:.2f}",
+                f"{f:.2f}",
+                f"{best[3]:.4f} (P {best[0]:.2f} R {best[1]:.2f})",
+                "; ".join(per_kind),
+                f"{seconds:.1f}",
+            ]
+        )
+        curves.append([name, *("P {:.2f} R {:.2f}".format(*prf(sims, labels, t)[:2]) for t in sweep)])
+    print(
+        table(
+            f"trajectory dedup quality at threshold {args.threshold} (flagged = called duplicate)",
+            ["method", "precision", "recall", "F1", "best-F1 threshold", "flagged per pair kind", "embed s"],
+            rows,
+        )
+    )
+    print(table("precision / recall by threshold", ["method", *map(str, sweep)], curves))
+
+
+if __name__ == "__main__":
+    main()
