@@ -181,11 +181,11 @@ def test_bad_configuration_is_one_line_and_exit_1(
 def test_run_then_rerun_keeps_state_in_the_working_directory(tmp_path: Path) -> None:
     first = cli("run", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.startswith("round 1: 12 new queries, 12 episodes, ")
+    assert first.stdout.startswith("round 1: 8 new queries, 32 episodes, ")
     shots = re.compile(r"screenshots: (\d+) stored, (\d+) already there")
     stored_first, _ = map(int, shots.search(first.stdout).groups())  # type: ignore[union-attr]
     second = cli("run", cwd=tmp_path)
-    assert second.stdout.startswith("round 2: 12 new queries")
+    assert second.stdout.startswith("round 2: 8 new queries")
     stored_second, reused = map(int, shots.search(second.stdout).groups())  # type: ignore[union-attr]
     assert (
         stored_first > stored_second and reused > 0
@@ -193,13 +193,15 @@ def test_run_then_rerun_keeps_state_in_the_working_directory(tmp_path: Path) -> 
     assert (tmp_path / ".trajforge" / "trajforge.db").is_file()
     other = tmp_path / "elsewhere"
     other.mkdir()
-    assert cli("run", cwd=other).stdout.startswith("round 1:")  # another directory, another state
+    assert cli("run", "--rollouts", "1", cwd=other).stdout.startswith(
+        "round 1:"
+    )  # another directory, another state
 
 
 def test_home_override(tmp_path: Path) -> None:
     result = cli("db", "upgrade", env={"TRAJFORGE_HOME": str(tmp_path / "h")}, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"database sqlite:///{tmp_path / 'h' / 'trajforge.db'} at revision 0004"
+    assert result.stdout.strip() == f"database sqlite:///{tmp_path / 'h' / 'trajforge.db'} at revision 0005"
 
 
 def test_config_show_masks_secrets(tmp_path: Path) -> None:
@@ -348,7 +350,7 @@ def test_critics_run_is_idempotent_and_calibrate_reports(tmp_path: Path) -> None
 
     missing = cli("critics", "run", cwd=tmp_path)
     assert missing.returncode == 1 and "no round" in missing.stderr
-    assert cli("run", cwd=tmp_path).returncode == 0  # judges once already
+    assert cli("run", "--queries", "3", "--rollouts", "1", cwd=tmp_path).returncode == 0  # judges once
     db = tmp_path / ".trajforge" / "trajforge.db"
     with sqlite3.connect(db) as conn:
         before = conn.execute("select count(*) from judgment").fetchone()[0]
