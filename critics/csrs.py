@@ -26,8 +26,8 @@ from critics.heuristic import HeuristicStepCritic, StepVerdict, StepView, descri
 from critics.judge import round_episodes, step_view
 from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Exclusion, Sample
-from trajforge.actions import Action
-from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH
+from trajforge.actions import Action, Screen
+from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway, image_part, text_part
 
@@ -170,6 +170,11 @@ def extract(
             )
         )
         target = action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
+        grounding = {  # what exports and RL rewards need: the action, the screen, the target's bbox
+            "action": target,
+            "screen": [view.width, view.height],
+            "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
+        }
         out.append(
             SampleDraft(
                 "intent_execution",
@@ -178,6 +183,7 @@ def extract(
                     "images": images,
                     "prompt": f"Instruction: {words}",
                     "response": json.dumps(target, ensure_ascii=False),
+                    **grounding,
                 },
                 prov,
             )
@@ -190,6 +196,7 @@ def extract(
                     "images": images,
                     "prompt": f"Task: {query.instruction}\nHistory: " + ("; ".join(done) or "none"),
                     "response": json.dumps(target, ensure_ascii=False),
+                    **grounding,
                 },
                 prov,
             )

@@ -29,7 +29,7 @@ from critics.csrs import SampleDraft, screen_text
 from critics.heuristic import StepView, describe
 from curation.guidance import TEMPLATES
 from trajforge.actions import Action, ActionKind, Screen, get_codec
-from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch
+from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch, target_bbox
 from trajforge.domain import Query
 from trajforge.errors import ParseError
 from trajforge.gateway import LLMGateway, image_part, text_part
@@ -196,6 +196,7 @@ def _draft(
             "thought": thought,
             "action": target,
             "screen": [step.view.width, step.view.height],
+            "bbox": target_bbox(step.action, step.view.elements, Screen(step.view.width, step.view.height)),
             "response": f"<think>{thought}</think>\n{Action.model_validate(target).to_json()}",
         },
         {

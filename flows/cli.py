@@ -28,6 +28,9 @@ app.add_typer(db_app, name="db")
 app.add_typer(apps_app, name="apps")
 app.add_typer(queries_app, name="queries")
 critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their calibration.")
+datasets_app = typer.Typer(no_args_is_help=True, help="Versioned datasets: publish, inspect, verify, export.")
+app.add_typer(datasets_app, name="datasets")
+DatasetOpt = Annotated[str, typer.Option("--dataset", "-d", help="Dataset name.")]
 app.add_typer(critics_app, name="critics")
 
 ConfigOpt = Annotated[
@@ -282,6 +285,119 @@ def curate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
     apps = [load_app(name) for name in builtin_app_names()]
     typer.echo(f"round {number}")
     report = curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps, gateway)
+    typer.echo(report.render())
+
+
+def _spine(config: Path | None):  # type: ignore[no-untyped-def]
+    from storage.db import engine_from_settings, session_factory, upgrade
+    from storage.objectstore import open_object_store
+
+    settings = _settings(config)
+    engine = engine_from_settings(settings)
+    upgrade(engine)
+    return settings, session_factory(engine), open_object_store(settings)
+
+
+@datasets_app.command("publish")
+def datasets_publish(
+    dataset: DatasetOpt = "trajforge",
+    rounds: Annotated[str | None, typer.Option(help="Round numbers, e.g. 1,2,5; default: all.")] = None,
+    val_fraction: Annotated[float, typer.Option(min=0, max=0.5, help="Share of queries held out.")] = 0.1,
+    config: ConfigOpt = None,
+) -> None:
+    """Seal the next version from the kept samples (shards re-used where unchanged)."""
+    from storage.datasets import PublishConfig, publish
+
+    settings, sessions, store = _spine(config)
+    picked = tuple(int(r) for r in rounds.split(",")) if rounds else None
+    filters = {"curate": settings.curate.model_dump(mode="json")}
+    cfg = PublishConfig(rounds=picked, val_fraction=val_fraction, filters=filters)
+    typer.echo(publish(sessions, store, dataset, cfg).render())
+
+
+@datasets_app.command("list")
+def datasets_list(config: ConfigOpt = None) -> None:
+    """Every dataset version, its status and manifest hash."""
+    from storage.datasets import list_versions
+
+    _, sessions, _ = _spine(config)
+    for v in list_versions(sessions):
+        sealed = v.sealed_at.isoformat(timespec="seconds") if v.sealed_at else "-"
+        typer.echo(f"{v.name} v{v.version}  {v.status:6}  {(v.manifest_sha256 or '-')[:16]}  sealed {sealed}")
+
+
+@datasets_app.command("show")
+def datasets_show(version: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
+    """A version's manifest in short: sizes, splits, composition, lineage, shards."""
+    from storage.datasets import manifest
+
+    _, sessions, store = _spine(config)
+    man = manifest(sessions, store, dataset, version)
+    lineage = man["lineage"]
+    parent = f"v{man['parent']['version']}" if man["parent"] else "none"
+    typer.echo(f"{dataset} v{version}: {man['rows']} rows in {len(man['shards'])} shards; parent {parent}")
+    typer.echo("splits: " + ", ".join(f"{k}={v}" for k, v in man["splits"].items()))
+    typer.echo("categories: " + ", ".join(f"{k}={v}" for k, v in man["categories"].items()))
+    policies = ", ".join(f"r{p['round']}:{p['policy']}@{p['version']}" for p in lineage["policies"])
+    typer.echo(
+        f"lineage: rounds {lineage['rounds']}; policies {policies}; critics {', '.join(lineage['critics'])}"
+    )
+    typer.echo(f"config hash: {man['config_hash'][:16]}")
+
+
+@datasets_app.command("diff")
+def datasets_diff(old: int, new: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
+    """Samples added, removed (by reason) and changed between two versions, by category."""
+    from storage.datasets import diff
+
+    _, sessions, store = _spine(config)
+    typer.echo(diff(sessions, store, dataset, old, new).render(old, new))
+
+
+@datasets_app.command("verify")
+def datasets_verify(version: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
+    """Re-hash every shard against the manifest; exit 1 on any mismatch."""
+    from storage.datasets import manifest, verify
+
+    _, sessions, store = _spine(config)
+    problems = verify(sessions, store, dataset, version)
+    for p in problems:
+        typer.echo(f"mismatch: {p}")
+    if problems:
+        raise typer.Exit(1)
+    typer.echo(
+        f"{dataset} v{version}: {len(manifest(sessions, store, dataset, version)['shards'])} shards ok"
+    )
+
+
+@datasets_app.command("export")
+def datasets_export(
+    version: int,
+    fmt: Annotated[str, typer.Option("--format", help="sft-sharegpt, sft-messages, rl-verl or hf.")],
+    out: Annotated[str, typer.Option("--out", help="A directory, or s3://bucket/prefix.")],
+    action_format: Annotated[
+        str, typer.Option(help="canonical, agentcpm, qwen, uitars or mobiler1.")
+    ] = "canonical",
+    max_side: Annotated[int | None, typer.Option(help="Downscale screenshots to this many px.")] = None,
+    dataset: DatasetOpt = "trajforge",
+    config: ConfigOpt = None,
+) -> None:
+    """Write a version for a trainer (streams: memory stays one shard)."""
+    from storage.exports import export
+
+    settings, sessions, store = _spine(config)
+    report = export(
+        sessions,
+        store,
+        dataset,
+        version,
+        fmt,
+        out,
+        action_format,
+        max_side,
+        settings.curate.point_tolerance,
+        settings,
+    )
     typer.echo(report.render())
 
 

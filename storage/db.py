@@ -12,13 +12,15 @@ from alembic.config import Config
 from sqlalchemy import Engine, Table, create_engine, event, inspect, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.models import Base
-from trajforge.errors import ConfigError, StorageError
+from trajforge.errors import ConfigError, SealedVersion, StorageError
 from trajforge.logs import redact_url
 from trajforge.settings import Settings
+
+SEALED_MESSAGE = "dataset version is sealed"  # raised by the triggers of migration 0006
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _DIALECTS = ("sqlite", "postgresql")
@@ -122,9 +124,21 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
 
 @contextmanager
 def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """A session whose work commits on success and rolls back on any error."""
-    with factory() as session, session.begin():
-        yield session
+    """A session whose work commits on success and rolls back on any error.
+
+    Raises:
+        SealedVersion: the work tried to change a sealed dataset version (the database's
+            triggers refuse it, whoever writes; migration 0006).
+    """
+    try:
+        with factory() as session, session.begin():
+            yield session
+    except DBAPIError as exc:
+        if SEALED_MESSAGE in str(exc.orig):
+            raise SealedVersion(
+                f"{SEALED_MESSAGE}: a sealed version and its shard list never change; publish a new version"
+            ) from exc
+        raise
 
 
 def insert_ignore(

@@ -34,6 +34,25 @@ class ObjectNotFound(StorageError, KeyError):
         return str(self.args[0]) if self.args else "object not found"
 
 
+class DatasetError(StorageError):
+    """A dataset operation that cannot proceed."""
+
+
+class VersionConflict(DatasetError):
+    """Another publisher claimed the same dataset version first."""
+
+
+class SealedVersion(DatasetError):
+    """An attempt to change a sealed (immutable) dataset version."""
+
+
+class UnknownVersion(DatasetError, KeyError):
+    """No such dataset or version."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class LLMError(TrajforgeError):
     """A model endpoint failed after retries, or refused the request."""
 

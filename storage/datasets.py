@@ -1,0 +1,495 @@
+"""Versioned datasets: immutable, content-addressed snapshots of the kept samples, with lineage.
+
+The model is lakeFS / DVC / Delta Lake / the Hugging Face Hub on our spine:
+
+- A version's rows are the samples curation kept (selected by round), split train/val by
+  query (no query is in both), written as Parquet shards (polars) under their sha256.
+- Shards are partitioned by (split, round, category) and cut inside a partition where a
+  row's uid hash says so (content-defined chunking), so a new version re-uses every
+  shard whose rows did not change, however many rows were added elsewhere.
+- The manifest lists the shards with their sha256 and row counts, the splits, the schema,
+  the filters and thresholds, the lineage and the config hash. It holds no timestamps,
+  so rebuilding from the same inputs and configuration gives the same manifest hash.
+  It is stored in the object store, and its hash in `dataset_version`.
+- Publishing first claims the next version number as a draft (the unique key on
+  (dataset, version) makes a racing publisher fail with `VersionConflict`), then writes
+  the shards and the manifest, then seals. A rerun after a crash resumes its draft.
+- A sealed version is immutable: database triggers refuse any change to it or to its
+  shard list, whoever writes (`SealedVersion`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.db import insert_ignore, transaction
+from storage.keys import manifest_key, sha256_hex, shard_key
+from storage.models import (
+    Dataset,
+    DatasetVersion,
+    Episode,
+    Judgment,
+    Policy,
+    Round,
+    Sample,
+    Shard,
+    VersionShard,
+)
+from storage.objectstore import ObjectStore
+from trajforge.errors import DatasetError, SealedVersion, TrajforgeError, UnknownVersion, VersionConflict
+
+SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "uid": pl.Utf8,
+    "split": pl.Utf8,
+    "round": pl.Int64,
+    "category": pl.Utf8,
+    "query": pl.Utf8,
+    "episode": pl.Utf8,
+    "step": pl.Int64,
+    "weight": pl.Float64,
+    "images": pl.List(pl.Utf8),
+    "prompt": pl.Utf8,
+    "response": pl.Utf8,
+    "payload": pl.Utf8,  # the sample's full payload, JSON
+    "provenance": pl.Utf8,  # JSON
+    "content": pl.Utf8,  # sha256 of what the row says: diff's "changed"
+}
+MANIFEST_FORMAT = "trajforge-manifest/1"
+
+
+@dataclass(frozen=True)
+class PublishConfig:
+    rounds: tuple[int, ...] | None = None  # round numbers; None: every round
+    val_fraction: float = 0.1
+    chunk_rows: int = 4096  # average rows per shard inside a partition
+    max_shard_rows: int = 65536
+    filters: dict[str, Any] = field(default_factory=dict)  # the thresholds the samples passed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rounds": list(self.rounds) if self.rounds is not None else None,
+            "val_fraction": self.val_fraction,
+            "chunk_rows": self.chunk_rows,
+            "max_shard_rows": self.max_shard_rows,
+            "filters": self.filters,
+        }
+
+    @property
+    def config_hash(self) -> str:
+        return sha256_hex(canonical(self.as_dict()))
+
+
+@dataclass
+class PublishReport:
+    dataset: str
+    version: int
+    manifest_sha256: str
+    rows: int
+    shards: int
+    shards_reused: int
+    splits: dict[str, int]
+    resumed: bool = False
+
+    def render(self) -> str:
+        reuse = self.shards_reused / self.shards if self.shards else 0.0
+        return (
+            f"{self.dataset} v{self.version} sealed: {self.rows} rows in {self.shards} shards "
+            f"({self.shards_reused} reused from earlier versions, {reuse:.0%}); "
+            + ", ".join(f"{k}={v}" for k, v in sorted(self.splits.items()))
+            + f"; manifest sha256 {self.manifest_sha256[:16]}"
+        )
+
+
+def canonical(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def split_of(query_uid: str, val_fraction: float) -> str:
+    """train or val, decided by the query alone: all samples of a query land in one split."""
+    bucket = int(hashlib.sha256(f"split:{query_uid}".encode()).hexdigest()[:8], 16) / 16**8
+    return "val" if bucket < val_fraction else "train"
+
+
+def _boundary(uid: str, chunk_rows: int) -> bool:
+    return int(hashlib.sha256(f"chunk:{uid}".encode()).hexdigest()[:8], 16) % max(chunk_rows, 1) == 0
+
+
+def selected_rows(
+    sessions: sessionmaker[Session], config: PublishConfig, batch: int = 5000
+) -> Iterator[dict[str, Any]]:
+    """The kept samples of the selected rounds as dataset rows, ordered by partition then uid."""
+    stmt = (
+        select(Sample, Round.number, Episode.uid)
+        .join(Round, Round.id == Sample.round_id)
+        .outerjoin(Episode, Episode.id == Sample.episode_id)
+        .where(Sample.status == "kept")
+        .order_by(Round.number, Sample.category, Sample.uid)
+    )
+    if config.rounds is not None:
+        stmt = stmt.where(Round.number.in_(config.rounds))
+    with sessions() as s:
+        for sample, number, episode in s.execute(stmt.execution_options(yield_per=batch)):
+            query = str(sample.provenance.get("query") or "")
+            payload = sample.payload
+            row = {
+                "uid": sample.uid,
+                "split": split_of(query, config.val_fraction),
+                "round": number,
+                "category": sample.category,
+                "query": query,
+                "episode": episode or str(sample.provenance.get("episode") or ""),
+                "step": sample.step_index,
+                "weight": float(sample.weight),
+                "images": list(payload.get("images", [])),
+                "prompt": str(payload.get("prompt", "")),
+                "response": str(payload.get("response", "")),
+                "payload": canonical(payload).decode(),
+                "provenance": canonical(sample.provenance).decode(),
+            }
+            row["content"] = sha256_hex(canonical([row["payload"], row["weight"], row["split"]]))
+            yield row
+
+
+def shard_bytes(rows: list[dict[str, Any]]) -> bytes:
+    buf = io.BytesIO()
+    pl.DataFrame(rows, schema=SCHEMA).write_parquet(buf, compression="zstd", statistics=False)
+    return buf.getvalue()
+
+
+def _chunks(rows: Iterator[dict[str, Any]], config: PublishConfig) -> Iterator[list[dict[str, Any]]]:
+    """Content-defined shards per (split, round, category) partition; memory: one open shard each."""
+    open_: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    partition: tuple[int, str] | None = None
+    for row in rows:
+        if partition != (row["round"], row["category"]):
+            yield from (chunk for chunk in open_.values() if chunk)
+            open_, partition = {}, (row["round"], row["category"])
+        chunk = open_.setdefault((row["split"], row["round"], row["category"]), [])
+        chunk.append(row)
+        if _boundary(row["uid"], config.chunk_rows) or len(chunk) >= config.max_shard_rows:
+            yield chunk
+            open_[(row["split"], row["round"], row["category"])] = []
+    yield from (chunk for chunk in open_.values() if chunk)
+
+
+def _lineage(sessions: sessionmaker[Session], rounds: list[int]) -> dict[str, Any]:
+    with sessions() as s:
+        policies = s.execute(
+            select(Round.number, Policy.name, Policy.version, Round.config_hash)
+            .join(Policy, Policy.id == Round.policy_id)
+            .where(Round.number.in_(rounds))
+            .order_by(Round.number)
+        ).all()
+        critics = s.execute(
+            select(Judgment.critic, Judgment.critic_version)
+            .join(Episode, (Judgment.target == "episode") & (Judgment.target_id == Episode.id))
+            .join(Round, Round.id == Episode.round_id)
+            .where(Round.number.in_(rounds))
+            .distinct()
+        ).all()
+    return {
+        "rounds": rounds,
+        "policies": [{"round": n, "policy": name, "version": v} for n, name, v, _ in policies],
+        "critics": sorted(f"{c}:{v}" for c, v in critics),
+    }
+
+
+def publish(
+    sessions: sessionmaker[Session],
+    store: ObjectStore,
+    name: str,
+    config: PublishConfig | None = None,
+    description: str = "",
+) -> PublishReport:
+    """Publish the next version of dataset `name` from the kept samples (see the module docstring).
+
+    Raises:
+        VersionConflict: another publisher sealed or claimed that version number first.
+    """
+    config = config or PublishConfig()
+    version_id, number, parent, resumed = _claim(sessions, name, config, description)
+    known = _known_shards(sessions)
+    shards: list[dict[str, Any]] = []
+    splits: Counter[str] = Counter()
+    categories: Counter[str] = Counter()
+    rounds: set[int] = set()
+    for chunk in _chunks(selected_rows(sessions, config), config):
+        data = shard_bytes(chunk)
+        digest = sha256_hex(data)
+        key = shard_key(digest)
+        if digest not in known and not store.exists(key):
+            store.put(key, data, "application/vnd.apache.parquet")
+        first = chunk[0]
+        shards.append(
+            {
+                "sha256": digest,
+                "key": key,
+                "rows": len(chunk),
+                "split": first["split"],
+                "round": first["round"],
+                "category": first["category"],
+            }
+        )
+        splits[first["split"]] += len(chunk)
+        categories[first["category"]] += len(chunk)
+        rounds.add(first["round"])
+    parent_info = None
+    if parent is not None:
+        parent_info = {"version": parent.version, "manifest_sha256": parent.manifest_sha256}
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "dataset": name,
+        "version": number,
+        "parent": parent_info,
+        "config_hash": config.config_hash,
+        "config": config.as_dict(),
+        "schema": {k: str(v) for k, v in SCHEMA.items()},
+        "rows": sum(splits.values()),
+        "splits": dict(sorted(splits.items())),
+        "categories": dict(sorted(categories.items())),
+        "lineage": _lineage(sessions, sorted(rounds)),
+        "shards": shards,
+    }
+    body = canonical(manifest)
+    digest = sha256_hex(body)
+    key = manifest_key(name, number)
+    if store.exists(key) and sha256_hex(store.get(key)) != digest:
+        raise SealedVersion(f"dataset {name} v{number}: a different manifest is already stored at {key}")
+    store.put(key, body, "application/json")
+    with transaction(sessions) as s:
+        ids = _shard_ids(s, [sh["sha256"] for sh in shards])
+        insert_ignore(
+            s,
+            Shard,
+            [
+                {
+                    "sha256": sh["sha256"],
+                    "object_key": sh["key"],
+                    "rows": sh["rows"],
+                    "split": sh["split"],
+                    "format": "parquet",
+                }
+                for sh in shards
+                if sh["sha256"] not in ids
+            ],
+            ["sha256"],
+        )
+        ids = _shard_ids(s, [sh["sha256"] for sh in shards])
+        insert_ignore(
+            s,
+            VersionShard,
+            [{"version_id": version_id, "shard_id": ids[sh["sha256"]]} for sh in shards],
+            ["version_id", "shard_id"],
+        )
+        sealed = s.execute(
+            update(DatasetVersion)
+            .where(DatasetVersion.id == version_id, DatasetVersion.status == "draft")
+            .values(
+                status="sealed",
+                manifest_key=key,
+                manifest_sha256=digest,
+                lineage=manifest["lineage"],
+                sealed_at=datetime.now(UTC),
+            )
+        )
+        if sealed.rowcount != 1:  # type: ignore[attr-defined]
+            raise VersionConflict(f"dataset {name} v{number} was sealed by another publisher; publish again")
+    reused = sum(1 for sh in shards if sh["sha256"] in known)
+    return PublishReport(
+        name, number, digest, sum(splits.values()), len(shards), reused, dict(splits), resumed
+    )
+
+
+def _shard_ids(s: Session, digests: list[str]) -> dict[str, int]:
+    ids: dict[str, int] = {}
+    for start in range(0, len(digests), 500):
+        chunk = digests[start : start + 500]
+        ids.update(s.execute(select(Shard.sha256, Shard.id).where(Shard.sha256.in_(chunk))).tuples().all())
+    return ids
+
+
+def _known_shards(sessions: sessionmaker[Session]) -> set[str]:
+    with sessions() as s:
+        return set(s.scalars(select(Shard.sha256)))
+
+
+def _claim(
+    sessions: sessionmaker[Session], name: str, config: PublishConfig, description: str
+) -> tuple[int, int, DatasetVersion | None, bool]:
+    """(version id, number, parent, resumed): resume our own draft, else claim the next number."""
+    with transaction(sessions) as s:
+        insert_ignore(s, Dataset, [{"name": name, "description": description}], ["name"])
+    with sessions() as s:
+        dataset_id = s.scalars(select(Dataset.id).where(Dataset.name == name)).one()
+        parent = s.scalars(
+            select(DatasetVersion)
+            .where(DatasetVersion.dataset_id == dataset_id, DatasetVersion.status == "sealed")
+            .order_by(DatasetVersion.version.desc())
+            .limit(1)
+        ).first()
+        parent_id = parent.id if parent is not None else None
+        draft = s.scalars(
+            select(DatasetVersion).where(
+                DatasetVersion.dataset_id == dataset_id,
+                DatasetVersion.status == "draft",
+                DatasetVersion.config_hash == config.config_hash,
+                DatasetVersion.parent_id.is_(None)
+                if parent_id is None
+                else DatasetVersion.parent_id == parent_id,
+            )
+        ).first()
+        if draft is not None:
+            return draft.id, draft.version, parent, True
+        latest = select(func.max(DatasetVersion.version)).where(DatasetVersion.dataset_id == dataset_id)
+        number = (s.scalar(latest) or 0) + 1
+    try:
+        with transaction(sessions) as s:
+            row = DatasetVersion(
+                dataset_id=dataset_id, version=number, parent_id=parent_id, config_hash=config.config_hash
+            )
+            s.add(row)
+            s.flush()
+            return row.id, number, parent, False
+    except IntegrityError as exc:
+        raise VersionConflict(
+            f"dataset {name} v{number} was claimed by another publisher at the same time; "
+            "run publish again to make the next version"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class VersionRef:
+    name: str
+    version: int
+    status: str
+    manifest_sha256: str | None
+    manifest_key: str | None
+    created: datetime
+    sealed_at: datetime | None
+
+
+def list_versions(sessions: sessionmaker[Session], name: str | None = None) -> list[VersionRef]:
+    with sessions() as s:
+        stmt = select(Dataset.name, DatasetVersion).join(Dataset, Dataset.id == DatasetVersion.dataset_id)
+        if name is not None:
+            stmt = stmt.where(Dataset.name == name)
+        return [
+            VersionRef(n, v.version, v.status, v.manifest_sha256, v.manifest_key, v.created, v.sealed_at)
+            for n, v in s.execute(stmt.order_by(Dataset.name, DatasetVersion.version))
+        ]
+
+
+def manifest(sessions: sessionmaker[Session], store: ObjectStore, name: str, version: int) -> dict[str, Any]:
+    """The sealed version's manifest, checked against the hash in the database."""
+    refs = [r for r in list_versions(sessions, name) if r.version == version]
+    if not refs:
+        known = ", ".join(f"v{r.version}" for r in list_versions(sessions, name)) or "none"
+        raise UnknownVersion(f"dataset {name!r} has no version {version} (versions: {known})")
+    ref = refs[0]
+    if ref.status != "sealed" or ref.manifest_key is None:
+        raise UnknownVersion(f"dataset {name} v{version} is a draft (an unfinished publish); publish again")
+    body = store.get(ref.manifest_key)
+    if sha256_hex(body) != ref.manifest_sha256:
+        raise DatasetError(f"dataset {name} v{version}: the stored manifest does not match its recorded hash")
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
+def read_shard(store: ObjectStore, shard: dict[str, Any], columns: list[str] | None = None) -> pl.DataFrame:
+    return pl.read_parquet(io.BytesIO(store.get(shard["key"])), columns=columns)
+
+
+def iter_rows(store: ObjectStore, man: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every row of a version, one shard in memory at a time."""
+    for shard in man["shards"]:
+        yield from read_shard(store, shard).iter_rows(named=True)
+
+
+def verify(sessions: sessionmaker[Session], store: ObjectStore, name: str, version: int) -> list[str]:
+    """Problems found re-hashing every shard against the manifest (empty: the version is intact)."""
+    man = manifest(sessions, store, name, version)
+    problems = []
+    for shard in man["shards"]:
+        try:
+            data = store.get(shard["key"])
+        except TrajforgeError as exc:
+            problems.append(f"{shard['key']}: unreadable ({exc})")
+            continue
+        if sha256_hex(data) != shard["sha256"]:
+            problems.append(
+                f"{shard['key']}: sha256 {sha256_hex(data)[:16]}… != manifest {shard['sha256'][:16]}…"
+            )
+        elif pl.read_parquet(io.BytesIO(data)).height != shard["rows"]:
+            problems.append(f"{shard['key']}: row count differs from the manifest's {shard['rows']}")
+    return problems
+
+
+@dataclass
+class Diff:
+    added: Counter[str] = field(default_factory=Counter)  # by category
+    removed: Counter[str] = field(default_factory=Counter)
+    changed: Counter[str] = field(default_factory=Counter)
+    removed_reasons: Counter[str] = field(default_factory=Counter)
+    shared_shards: int = 0
+
+    def render(self, a: int, b: int) -> str:
+        def fmt(c: Counter[str]) -> str:
+            return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "none"
+
+        return "\n".join(
+            [
+                f"v{a} -> v{b}: {self.shared_shards} shards shared",
+                f"added   {sum(self.added.values())}: {fmt(self.added)}",
+                f"removed {sum(self.removed.values())}: {fmt(self.removed)}",
+                f"  by reason: {fmt(self.removed_reasons)}",
+                f"changed {sum(self.changed.values())}: {fmt(self.changed)}",
+            ]
+        )
+
+
+def diff(sessions: sessionmaker[Session], store: ObjectStore, name: str, a: int, b: int) -> Diff:
+    """Samples added, removed and changed from version a to b, by category; removals by reason."""
+    old, new = manifest(sessions, store, name, a), manifest(sessions, store, name, b)
+    shared = {s["sha256"] for s in old["shards"]} & {s["sha256"] for s in new["shards"]}
+    result = Diff(shared_shards=len(shared))
+
+    def index(man: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        out: dict[str, tuple[str, str]] = {}
+        for shard in man["shards"]:
+            if shard["sha256"] not in shared:  # rows of shared shards are identical on both sides
+                df = read_shard(store, shard, ["uid", "category", "content"])
+                out.update(zip(df["uid"], zip(df["category"], df["content"], strict=True), strict=True))
+        return out
+
+    before, after = index(old), index(new)
+    for uid, (category, content) in after.items():
+        if uid not in before:
+            result.added[category] += 1
+        elif before[uid][1] != content:
+            result.changed[category] += 1
+    gone = [uid for uid in before if uid not in after]
+    for uid in gone:
+        result.removed[before[uid][0]] += 1
+    with sessions() as s:
+        reasons: dict[str, str | None] = {}
+        for start in range(0, len(gone), 500):
+            reasons.update(
+                s.execute(select(Sample.uid, Sample.reason).where(Sample.uid.in_(gone[start : start + 500])))
+                .tuples()
+                .all()
+            )
+    for uid in gone:
+        result.removed_reasons[reasons.get(uid) or "not_selected"] += 1
+    return result
