@@ -316,7 +316,8 @@ def _shard_ids(s: Session, digests: list[str]) -> dict[str, int]:
     ids: dict[str, int] = {}
     for start in range(0, len(digests), 500):
         chunk = digests[start : start + 500]
-        ids.update(s.execute(select(Shard.sha256, Shard.id).where(Shard.sha256.in_(chunk))).tuples().all())
+        rows = s.execute(select(Shard.sha256, Shard.id).where(Shard.sha256.in_(chunk)))
+        ids.update({sha: id_ for sha, id_ in rows})
     return ids
 
 
@@ -429,7 +430,8 @@ def verify(sessions: sessionmaker[Session], store: ObjectStore, name: str, versi
             continue
         if sha256_hex(data) != shard["sha256"]:
             problems.append(
-                f"{shard['key']}: sha256 {sha256_hex(data)[:16]}… != manifest {shard['sha256'][:16]}…"
+                f"{shard['key']}: sha256 {sha256_hex(data)[:16]}… differs from the manifest's "
+                f"{shard['sha256'][:16]}…"
             )
         elif pl.read_parquet(io.BytesIO(data)).height != shard["rows"]:
             problems.append(f"{shard['key']}: row count differs from the manifest's {shard['rows']}")
@@ -485,11 +487,9 @@ def diff(sessions: sessionmaker[Session], store: ObjectStore, name: str, a: int,
     with sessions() as s:
         reasons: dict[str, str | None] = {}
         for start in range(0, len(gone), 500):
-            reasons.update(
-                s.execute(select(Sample.uid, Sample.reason).where(Sample.uid.in_(gone[start : start + 500])))
-                .tuples()
-                .all()
-            )
+            chunk = gone[start : start + 500]
+            rows = s.execute(select(Sample.uid, Sample.reason).where(Sample.uid.in_(chunk)))
+            reasons.update({uid: reason for uid, reason in rows})
     for uid in gone:
         result.removed_reasons[reasons.get(uid) or "not_selected"] += 1
     return result
