@@ -131,7 +131,16 @@ def selected_rows(
 ) -> Iterator[dict[str, Any]]:
     """The kept samples of the selected rounds as dataset rows, ordered by partition then uid."""
     stmt = (
-        select(Sample, Round.number, Episode.uid)
+        select(
+            Sample.uid,
+            Sample.category,
+            Sample.step_index,
+            Sample.weight,
+            Sample.payload,
+            Sample.provenance,
+            Round.number,
+            Episode.uid,
+        )
         .join(Round, Round.id == Sample.round_id)
         .outerjoin(Episode, Episode.id == Sample.episode_id)
         .where(Sample.status == "kept")
@@ -139,24 +148,25 @@ def selected_rows(
     )
     if config.rounds is not None:
         stmt = stmt.where(Round.number.in_(config.rounds))
-    with sessions() as s:
-        for sample, number, episode in s.execute(stmt.execution_options(yield_per=batch)):
-            query = str(sample.provenance.get("query") or "")
-            payload = sample.payload
+    with sessions() as s:  # plain columns, streamed: no ORM objects for a million rows
+        for uid, category, step, weight, payload, prov, number, episode in s.execute(
+            stmt.execution_options(yield_per=batch)
+        ):
+            query = str(prov.get("query") or "")
             row = {
-                "uid": sample.uid,
+                "uid": uid,
                 "split": split_of(query, config.val_fraction),
                 "round": number,
-                "category": sample.category,
+                "category": category,
                 "query": query,
-                "episode": episode or str(sample.provenance.get("episode") or ""),
-                "step": sample.step_index,
-                "weight": float(sample.weight),
+                "episode": episode or str(prov.get("episode") or ""),
+                "step": step,
+                "weight": float(weight),
                 "images": list(payload.get("images", [])),
                 "prompt": str(payload.get("prompt", "")),
                 "response": str(payload.get("response", "")),
                 "payload": canonical(payload).decode(),
-                "provenance": canonical(sample.provenance).decode(),
+                "provenance": canonical(prov).decode(),
             }
             row["content"] = sha256_hex(canonical([row["payload"], row["weight"], row["split"]]))
             yield row

@@ -1,0 +1,193 @@
+"""Publishing a 1M-sample dataset version on SQLite and PostgreSQL, the cost of the next
+version when 5% changed, and export throughput per format.
+
+Synthetic step samples (realistic payloads, 10 categories, 20 rounds of 50k) are
+bulk-inserted, then `publish` runs in a child process under `/usr/bin/time -v` for its
+wall time and peak memory. 5% of the samples (one round's) are then rewritten, as a
+re-curated round would be, and the next version is published: the baseline is the
+first version, and the figure that matters is how many shards it re-uses. Exports run
+on a smaller version (`--export-rows`) into a temporary directory.
+
+Usage: python -m bench.bench_publish [--rows 1000000 --export-rows 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+from sqlalchemy import update
+
+from bench.common import scratch_postgres, table, timed
+from rollout.sim.device import SimDevice
+from rollout.sim.render import FrameRenderer
+from storage.datasets import PublishConfig, publish
+from storage.db import create_db_engine, insert_ignore, session_factory, transaction, upgrade
+from storage.exports import FORMATS, export
+from storage.models import Policy, Round, Sample
+from storage.objectstore import LocalObjectStore, put_blob
+from trajforge.appspec import builtin_app_names, load_app
+
+CATEGORIES = (
+    "action_prediction",
+    "reasoning",
+    "state_summary",
+    "progress_tracking",
+    "effect_prediction",
+    "self_reflection",
+    "state_verification",
+    "intent_execution",
+    "error_escape",
+    "back_on_track",
+)
+PER_ROUND = 50_000
+
+
+def seed(url: str, store_root: Path, rows: int) -> None:
+    engine = create_db_engine(url)
+    upgrade(engine)
+    sessions = session_factory(engine)
+    store = LocalObjectStore(store_root)
+    device = SimDevice([load_app(n) for n in builtin_app_names()])
+    device.reset()
+    png, _ = FrameRenderer().frame(device)
+    sha, _ = put_blob(store, png)
+    with transaction(sessions) as s:
+        policy = Policy(name="synthetic", version=0)
+        s.add(policy)
+        s.flush()
+        rounds = [Round(number=n + 1, policy_id=policy.id) for n in range(max(1, rows // PER_ROUND))]
+        s.add_all(rounds)
+        s.flush()
+        round_ids = [r.id for r in rounds]
+    batch = []
+    for i in range(rows):
+        category = CATEGORIES[i % len(CATEGORIES)]
+        action = {"kind": "click", "point": [i % 1000, (7 * i) % 1000]}
+        batch.append(
+            {
+                "uid": f"{i:064x}",
+                "round_id": round_ids[min(i // PER_ROUND, len(round_ids) - 1)],
+                "step_index": i % 12,
+                "category": category,
+                "payload": {
+                    "images": [sha],
+                    "prompt": f"Task: order item {i % 977} from shop {i % 31}\nHistory: Tap 'Home'",
+                    "response": json.dumps(action),
+                    "action": action,
+                    "screen": [1080, 2400],
+                    "bbox": None,
+                },
+                "provenance": {"episode": f"ep-{i // 10}", "query": f"q-{i // 40}", "steps": [i % 12]},
+                "status": "kept",
+            }
+        )
+        if len(batch) == 20_000:
+            with transaction(sessions) as s:
+                insert_ignore(s, Sample, batch, ["uid"])
+            batch = []
+    if batch:
+        with transaction(sessions) as s:
+            insert_ignore(s, Sample, batch, ["uid"])
+
+
+def change_last_round(url: str) -> int:
+    sessions = session_factory(create_db_engine(url))
+    with transaction(sessions) as s:
+        last = s.query(Round.id).order_by(Round.number.desc()).limit(1).scalar()
+        return s.execute(update(Sample).where(Sample.round_id == last).values(weight=2.0)).rowcount  # type: ignore[attr-defined]
+
+
+def publish_child(url: str, store_root: str) -> None:
+    sessions = session_factory(create_db_engine(url))
+    report = publish(sessions, LocalObjectStore(Path(store_root)), "bench", PublishConfig())
+    print(json.dumps({"shards": report.shards, "reused": report.shards_reused, "rows": report.rows}))
+
+
+def timed_publish(url: str, store_root: Path) -> dict[str, float]:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        ["/usr/bin/time", "-v", sys.executable, "-m", "bench.bench_publish", "--child", url, str(store_root)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seconds = time.perf_counter() - start
+    peak = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)[1])  # type: ignore[index]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**out, "seconds": seconds, "peak_mb": peak / 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--export-rows", type=int, default=20_000)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        publish_child(*args.child)
+        return
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, scratch_postgres() as pg:
+        dbs = {"sqlite": f"sqlite:///{tmp}/bench.db"}
+        if pg is not None:
+            dbs["postgres"] = pg
+        for name, url in dbs.items():
+            store_root = Path(tmp) / f"objects-{name}"
+            _, seed_s = timed(partial(seed, url, store_root, args.rows))
+            first = timed_publish(url, store_root)
+            changed = change_last_round(url)
+            second = timed_publish(url, store_root)
+            for label, r in (("v1", first), (f"v2 ({changed / args.rows:.0%} changed)", second)):
+                rows.append(
+                    [
+                        name,
+                        label,
+                        f"{int(r['rows']):,}",
+                        f"{r['seconds']:.1f}",
+                        f"{r['rows'] / r['seconds']:,.0f}",
+                        f"{r['peak_mb']:.0f}",
+                        f"{int(r['reused'])}/{int(r['shards'])} ({r['reused'] / r['shards']:.0%})",
+                    ]
+                )
+            print(f"({name}: seeding {args.rows:,} samples took {seed_s:.0f} s)", file=sys.stderr)
+    print(
+        table(
+            f"publishing {args.rows:,} step samples (child process under /usr/bin/time -v)",
+            ["database", "version", "rows", "seconds", "rows/s", "peak RSS MB", "shards reused"],
+            rows,
+        )
+    )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/export.db"
+        store = LocalObjectStore(Path(tmp) / "objects")
+        seed(url, Path(tmp) / "objects", args.export_rows)
+        sessions = session_factory(create_db_engine(url))
+        publish(sessions, store, "bench", PublishConfig())
+        out_rows = []
+        for fmt in FORMATS:
+            report, seconds = timed(
+                partial(export, sessions, store, "bench", 1, fmt, os.path.join(tmp, fmt), "qwen")
+            )
+            n = sum(report.rows.values())
+            out_rows.append([fmt, f"{n:,}", f"{seconds:.2f}", f"{n / seconds:,.0f}"])
+    print(
+        table(
+            f"export throughput ({args.export_rows:,} samples, qwen actions)",
+            ["format", "rows", "s", "rows/s"],
+            out_rows,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
