@@ -115,11 +115,10 @@ def test_verify_finds_a_corrupted_shard(spine) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # real concurrency: SQLite serialises writers
 def test_racing_publishers_one_wins_the_other_gets_a_clear_conflict(
-    engine: Engine, db_url, tmp_path, monkeypatch
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("real concurrency is a PostgreSQL property; SQLite serialises writers")
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
     sessions = session_factory(engine)
