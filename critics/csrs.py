@@ -23,13 +23,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.heuristic import HeuristicStepCritic, StepVerdict, StepView, describe
-from critics.judge import round_episodes, step_view
-from storage.db import insert_ignore, transaction
-from storage.models import Anchor, Exclusion, Sample
+from critics.judge import deciding_anchor, round_episodes, step_view
+from storage.db import insert_ignore, record_exclusions, transaction
+from storage.models import Anchor, Sample
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.logs import counts
 
 CATEGORIES = (
     "progress_tracking",
@@ -78,7 +79,7 @@ class ExtractionReport:
 
     def render(self) -> str:
         kept = ", ".join(f"{k}={v}" for k, v in sorted(self.kept.items()))
-        dropped = ", ".join(f"{k}={v}" for k, v in sorted(self.dropped.items())) or "none"
+        dropped = counts(self.dropped)
         return f"samples kept: {kept}\nsamples dropped: {dropped}"
 
 
@@ -263,10 +264,9 @@ def extract_round(
     batches: list[tuple[int, list[SampleDraft]]] = []
     with sessions() as s:
         for episode, query, steps in round_episodes(s, round_id):
-            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
-            if not anchors:
+            anchor = deciding_anchor(s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all())
+            if anchor is None:
                 continue
-            anchor = next((a for a in anchors if a.source == "human"), anchors[0])
             views = [step_view(st) for st in steps]
             verdicts = critic.judge(query, views)
             anchor_info = {"source": anchor.source, "label": anchor.label}
@@ -274,8 +274,8 @@ def extract_round(
             batches.append((episode.id, drafts))
     if gateway is not None and frames is not None:  # one event loop for every model call
         asyncio.run(write_with_model([d for _, drafts in batches for d in drafts], gateway, frames))
-    for bucket, counts in store_drafts(sessions, round_id, batches, "csrs").items():
-        getattr(report, bucket).update(counts)
+    for bucket, tally in store_drafts(sessions, round_id, batches, "csrs").items():
+        getattr(report, bucket).update(tally)
     return report
 
 
@@ -289,7 +289,7 @@ def store_drafts(
 
     Returns counts: "kept" by category, "dropped" by reason.
     """
-    counts: dict[str, Counter[str]] = {"kept": Counter(), "dropped": Counter()}
+    tally: dict[str, Counter[str]] = {"kept": Counter(), "dropped": Counter()}
     with transaction(sessions) as s:
         for episode_id, drafts in batches:
             rows = [
@@ -306,23 +306,21 @@ def store_drafts(
                 }
                 for d in drafts
             ]
-            drops = [
-                {
-                    "round_id": round_id,
-                    "stage": stage,
-                    "item_type": "sample",
-                    "item_key": d.uid,
-                    "reason": d.reason,
-                    "detail": {"category": d.category, "step": d.step_index},
-                }
-                for d in drafts
-                if d.reason
-            ]
             for d in drafts:
                 if d.reason:
-                    counts["dropped"][d.reason] += 1
+                    tally["dropped"][d.reason] += 1
                 else:
-                    counts["kept"][d.category] += 1
+                    tally["kept"][d.category] += 1
             insert_ignore(s, Sample, rows, ["uid"])
-            insert_ignore(s, Exclusion, drops, ["stage", "item_type", "item_key", "reason"])
-    return counts
+            record_exclusions(
+                s,
+                round_id,
+                stage,
+                "sample",
+                (
+                    (d.uid, d.reason, {"category": d.category, "step": d.step_index})
+                    for d in drafts
+                    if d.reason
+                ),
+            )
+    return tally

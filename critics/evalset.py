@@ -124,17 +124,7 @@ def _episode(
             continue
         after = env.step(action)
         after_pos = _position(states, env.device)
-        steps.append(
-            StepView(
-                action.model_dump(mode="json", exclude_none=True),
-                None,
-                obs.screenshot,
-                after.screenshot,
-                obs.elements or [],
-                obs.width,
-                obs.height,
-            )
-        )
+        steps.append(StepView.observed(action, obs, after))
         if action.kind == ActionKind.TERMINATE:
             status = action.status
             at_end = before_pos == len(states) - 1

@@ -25,7 +25,7 @@ from rollout.sim.oracle import replay
 from rollout.sim.render import FrameRenderer
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.appspec import AppSpec
-from trajforge.domain import Query
+from trajforge.domain import Observation, Query
 
 Label = Literal["GOOD", "NEUTRAL", "HARMFUL"]
 
@@ -41,6 +41,19 @@ class StepView:
     elements: list[dict[str, Any]]
     width: int
     height: int
+
+    @classmethod
+    def observed(cls, action: Action, before: Observation, after: Observation) -> StepView:
+        """The step an action made between two observations of a live environment."""
+        return cls(
+            action.model_dump(mode="json", exclude_none=True),
+            None,
+            before.screenshot,
+            after.screenshot,
+            before.elements or [],
+            before.width,
+            before.height,
+        )
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway
+from trajforge.logs import counts
 
 CONSENSUS = ("consensus_and", "1")
 
@@ -46,6 +47,11 @@ class JudgeReport:
     def render(self) -> str:
         labels = ", ".join(f"{k}={v}" for k, v in sorted(self.steps.items()))
         return f"judged {self.episodes} episodes: {self.correct} correct by consensus; step labels: {labels}"
+
+
+def deciding_anchor(anchors: Sequence[Anchor]) -> Anchor | None:
+    """The anchor that decides an episode's outcome: a human's overrides the verifier's."""
+    return next((a for a in anchors if a.source == "human"), anchors[0] if anchors else None)
 
 
 def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[Step]]]:
@@ -179,10 +185,9 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
     with transaction(sessions) as s:
         episodes = s.scalars(select(Episode).where(Episode.round_id == round_id)).all()
         for episode in episodes:
-            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
-            if not anchors:
+            anchor = deciding_anchor(s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all())
+            if anchor is None:
                 continue
-            anchor = next((a for a in anchors if a.source == "human"), anchors[0])  # humans override
             actual = anchor.label == "success"
             judged = s.scalars(
                 select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
@@ -225,8 +230,7 @@ def render_calibration(report: dict[str, Any]) -> str:
             f"  {st['tp']:3} {st['fp']:3} {st['tn']:3} {st['fn']:3}"
         )
     for outcome, labels in report["step_labels_by_outcome"].items():
-        counts = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
-        lines.append(f"step labels in {outcome} episodes: {counts}")
+        lines.append(f"step labels in {outcome} episodes: {counts(labels)}")
     lines.append(f"review queue (disagreements and unparsed verdicts): {len(report['review_queue'])}")
     return "\n".join(lines)
 

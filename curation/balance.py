@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from trajforge.logs import counts
+
 if TYPE_CHECKING:
     from trajforge.settings import CurationSettings
 
@@ -51,7 +53,7 @@ class BalanceReport:
             f"{c}={n} ({n / total:.0%}, weight {self.weight[c]:g})"
             for c, n in sorted(self.composition.items())
         )
-        drops = ", ".join(f"{k}={v}" for k, v in sorted(self.dropped.items())) or "none"
+        drops = counts(self.dropped)
         return f"balance: dropped {drops}; {self.upweighted} up-weighted\ncomposition: {mix}"
 
 
@@ -105,8 +107,8 @@ def balance(
     shares = {c: w for c, w in settings.category_weights.items() if w > 0}
     if shares:
         total = sum(shares.values())
-        counts = Counter(i.category for i in live if i.category in shares)
-        scale = min((counts[c] / (w / total) for c, w in shares.items()), default=0.0)
+        present = Counter(i.category for i in live if i.category in shares)
+        scale = min((present[c] / (w / total) for c, w in shares.items()), default=0.0)
         for c, w in shares.items():
             drop([i for i in live if i.category == c], math.floor(scale * w / total + 1e-9), CATEGORY_MIX)
 

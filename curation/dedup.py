@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import faiss
 import numpy as np
 
+from trajforge.logs import counts
+
 NEAR_DUPLICATE = "near_duplicate"
 EXACT_DUPLICATE = "exact_duplicate"
 DUPLICATE_OF_PREVIOUS = "duplicate_of_previous_version"
@@ -62,7 +64,7 @@ class DedupReport:
         return self.kept / self.total if self.total else 1.0
 
     def render(self) -> str:
-        drops = ", ".join(f"{k}={v}" for k, v in sorted(self.reasons.items())) or "none"
+        drops = counts(self.reasons)
         return (
             f"dedup: kept {self.kept}/{self.total} trajectories ({self.retention:.0%}) "
             f"in {len(self.groups)} query groups; dropped: {drops}"

@@ -43,6 +43,7 @@ from trajforge.actions import Action, Screen
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.logs import counts
 
 TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
@@ -68,13 +69,11 @@ class GuidanceReport:
     failed: Counter[str] = field(default_factory=Counter)  # queries left without guidance, by reason
 
     def render(self) -> str:
-        def fmt(c: Counter[str]) -> str:
-            return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "none"
-
         return (
-            f"guidance: {sum(self.written.values())} of {self.queries} hard queries ({fmt(self.written)}); "
-            f"references: {fmt(self.references)}; steps dropped: {fmt(self.dropped_steps)}; "
-            f"no guidance: {fmt(self.failed)}"
+            f"guidance: {sum(self.written.values())} of {self.queries} hard queries "
+            f"({counts(self.written)}); "
+            f"references: {counts(self.references)}; steps dropped: {counts(self.dropped_steps)}; "
+            f"no guidance: {counts(self.failed)}"
         )
 
 
@@ -96,17 +95,7 @@ def replay_reference(query: Query, apps: list[AppSpec], store: ObjectStore | Non
     views = []
     for action in actions_for(env.device, query.app, [Move.from_json(m) for m in query.path]):
         after = env.step(action)
-        views.append(
-            StepView(
-                action.model_dump(mode="json", exclude_none=True),
-                None,
-                obs.screenshot,
-                after.screenshot,
-                obs.elements or [],
-                obs.width,
-                obs.height,
-            )
-        )
+        views.append(StepView.observed(action, obs, after))
         obs = after
     return views
 

@@ -25,7 +25,7 @@ from curation.guidance import GuidanceReport, write_guidance
 from curation.recovery import RecoveryReport, recovery_samples
 from curation.rollouts import Rollout, by_query, load_rollouts, pass_rate
 from curation.thoughts import StepToThink, ThoughtReport, synthesise
-from storage.db import insert_ignore, transaction
+from storage.db import record_exclusions, transaction
 from storage.models import Episode, Exclusion, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
@@ -150,12 +150,17 @@ def _trajectories(
                 Episode.uid.not_in(excluded),
             )
         ).all()
+        shots_of: dict[int, list[tuple[str, str | None]]] = {}
+        for i in range(0, len(earlier), 500):  # one query per 500 episodes, not one per episode
+            ids = [e[0] for e in earlier[i : i + 500]]
+            for episode_id, before, after in s.execute(
+                select(Step.episode_id, Step.screenshot, Step.screenshot_after)
+                .where(Step.episode_id.in_(ids))
+                .order_by(Step.episode_id, Step.index)
+            ):
+                shots_of.setdefault(episode_id, []).append((before, after))
         for episode_id, uid, outcome, query_uid in earlier:
-            steps = s.execute(
-                select(Step.screenshot, Step.screenshot_after)
-                .where(Step.episode_id == episode_id)
-                .order_by(Step.index)
-            ).all()
+            steps = shots_of.get(episode_id)
             if steps:
                 shots = (*(b for b, _ in steps), steps[-1][1] or steps[-1][0])
                 frames_of[uid] = (shots, outcome == "success", True, query_uid)
@@ -172,21 +177,19 @@ def _store_dedup(
     ids = {r.uid: r.episode_id for r in rollouts}
     drops = [d for d in decisions if not d.kept]
     with transaction(sessions) as s:
-        insert_ignore(
+        record_exclusions(
             s,
-            Exclusion,
-            [
-                {
-                    "round_id": round_id,
-                    "stage": DEDUP_STAGE,
-                    "item_type": "episode",
-                    "item_key": d.uid,
-                    "reason": d.reason,
-                    "detail": {"duplicate_of": d.duplicate_of, "similarity": d.similarity, "query": d.group},
-                }
+            round_id,
+            DEDUP_STAGE,
+            "episode",
+            (
+                (
+                    d.uid,
+                    d.reason or "",
+                    {"duplicate_of": d.duplicate_of, "similarity": d.similarity, "query": d.group},
+                )
                 for d in drops
-            ],
-            ["stage", "item_type", "item_key", "reason"],
+            ),
         )
         for d in drops:  # the samples extracted from a dropped trajectory go with it
             s.execute(
@@ -246,21 +249,11 @@ def _balance(
                     .where(Sample.uid.in_(uids[start : start + 500]))
                     .values(status="dropped" if reason else "kept", reason=reason, weight=weight)
                 )
-        insert_ignore(
+        record_exclusions(
             s,
-            Exclusion,
-            [
-                {
-                    "round_id": round_id,
-                    "stage": "balance",
-                    "item_type": "sample",
-                    "item_key": uid,
-                    "reason": reason,
-                    "detail": {},
-                }
-                for uid, (reason, _) in decided.items()
-                if reason
-            ],
-            ["stage", "item_type", "item_key", "reason"],
+            round_id,
+            "balance",
+            "sample",
+            ((uid, reason, {}) for uid, (reason, _) in decided.items() if reason),
         )
     return report

@@ -25,6 +25,7 @@ from critics.heuristic import StepView, describe
 from curation.rollouts import Rollout
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import target_bbox
+from trajforge.logs import counts
 
 ESCAPE = Action(kind=ActionKind.PRESS, key="back")
 CATEGORIES = ("error_escape", "back_on_track")
@@ -37,8 +38,8 @@ class RecoveryReport:
     skipped: Counter[str] = field(default_factory=Counter)
 
     def render(self) -> str:
-        made = ", ".join(f"{k}={v}" for k, v in sorted(self.samples.items())) or "none"
-        skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
+        made = counts(self.samples)
+        skipped = counts(self.skipped)
         return f"recovery: {self.prone_steps} prone-to-error steps; samples {made}; skipped {skipped}"
 
 

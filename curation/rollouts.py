@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.heuristic import HeuristicStepCritic, StepView, describe
-from critics.judge import round_episodes, step_view
+from critics.judge import deciding_anchor, round_episodes, step_view
 from storage.models import Anchor, Judgment
 from trajforge.actions import Action
 from trajforge.domain import Query
@@ -43,8 +43,7 @@ def load_rollouts(sessions: sessionmaker[Session], round_id: int) -> list[Rollou
     out = []
     with sessions() as s:
         for episode, query, steps in round_episodes(s, round_id):
-            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
-            anchor = next((a for a in anchors if a.source == "human"), anchors[0] if anchors else None)
+            anchor = deciding_anchor(s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all())
             success = anchor.label == "success" if anchor is not None else episode.verifier_success
             views = [step_view(st) for st in steps]
             stored: dict[int, dict[str, str]] = {}

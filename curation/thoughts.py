@@ -33,6 +33,7 @@ from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch, target_
 from trajforge.domain import Query
 from trajforge.errors import ParseError
 from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.logs import counts
 
 CATEGORY = "reasoning"
 STYLES = {
@@ -60,10 +61,10 @@ class ThoughtReport:
     attempts: Counter[str] = field(default_factory=Counter)  # attempt outcomes (match or mismatch code)
 
     def render(self) -> str:
-        def fmt(c: Counter[str]) -> str:
-            return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "none"
-
-        return f"thoughts: kept {fmt(self.kept)}; dropped {fmt(self.dropped)}; attempts {fmt(self.attempts)}"
+        return (
+            f"thoughts: kept {counts(self.kept)}; dropped {counts(self.dropped)}; "
+            f"attempts {counts(self.attempts)}"
+        )
 
 
 _QUOTED = re.compile(

@@ -31,6 +31,7 @@ from storage.models import Query as QueryRow
 from trajforge.actions import ActionKind, Screen, get_codec
 from trajforge.domain import Query
 from trajforge.errors import LLMError, ParseError
+from trajforge.logs import counts
 
 
 class RolloutConfig(BaseModel):
@@ -70,9 +71,8 @@ class RolloutReport:
             f"({self.completed} run now, {self.skipped} already stored)",
             f"success rate: {self.successes}/{self.completed} = {rate:.0%}",
             *([f"not run (no free device; rerun to resume): {self.not_run}"] if self.not_run else []),
-            "failures: " + (", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())) or "none"),
-            "device failures retried: "
-            + (", ".join(f"{k}={v}" for k, v in sorted(self.attempt_failures.items())) or "none"),
+            "failures: " + (counts(self.outcomes)),
+            "device failures retried: " + (counts(self.attempt_failures)),
             f"steps: {self.steps} in {self.seconds:.1f}s = {self.steps / secs:.1f} steps/s, "
             f"{60 * self.completed / secs:.0f} episodes/min",
         ]

@@ -49,6 +49,7 @@ from storage.models import (
 )
 from storage.objectstore import ObjectStore
 from trajforge.errors import DatasetError, SealedVersion, TrajforgeError, UnknownVersion, VersionConflict
+from trajforge.logs import counts
 
 SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "uid": pl.Utf8,
@@ -279,8 +280,7 @@ def publish(
         raise SealedVersion(f"dataset {name} v{number}: a different manifest is already stored at {key}")
     store.put(key, body, "application/json")
     with transaction(sessions) as s:
-        ids = _shard_ids(s, [sh["sha256"] for sh in shards])
-        insert_ignore(
+        insert_ignore(  # shards other versions already hold are left as they are
             s,
             Shard,
             [
@@ -292,7 +292,6 @@ def publish(
                     "format": "parquet",
                 }
                 for sh in shards
-                if sh["sha256"] not in ids
             ],
             ["sha256"],
         )
@@ -457,16 +456,13 @@ class Diff:
     shared_shards: int = 0
 
     def render(self, a: int, b: int) -> str:
-        def fmt(c: Counter[str]) -> str:
-            return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "none"
-
         return "\n".join(
             [
                 f"v{a} -> v{b}: {self.shared_shards} shards shared",
-                f"added   {sum(self.added.values())}: {fmt(self.added)}",
-                f"removed {sum(self.removed.values())}: {fmt(self.removed)}",
-                f"  by reason: {fmt(self.removed_reasons)}",
-                f"changed {sum(self.changed.values())}: {fmt(self.changed)}",
+                f"added   {sum(self.added.values())}: {counts(self.added)}",
+                f"removed {sum(self.removed.values())}: {counts(self.removed)}",
+                f"  by reason: {counts(self.removed_reasons)}",
+                f"changed {sum(self.changed.values())}: {counts(self.changed)}",
             ]
         )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.models import Base
+from storage.models import Base, Exclusion
 from trajforge.errors import ConfigError, SealedVersion, StorageError
 from trajforge.logs import redact_url
 from trajforge.settings import Settings
@@ -177,3 +177,25 @@ def insert_ignore(
 
 
 __all__ = ["Base", "create_db_engine", "insert_ignore", "session_factory", "transaction", "upgrade"]
+
+
+def record_exclusions(
+    session: Session,
+    round_id: int | None,
+    stage: str,
+    item_type: str,
+    drops: Iterable[tuple[str, str, dict[str, Any]]],
+) -> None:
+    """Keep every filtered item with its reason: (item key, reason code, detail) rows, idempotently."""
+    rows = [
+        {
+            "round_id": round_id,
+            "stage": stage,
+            "item_type": item_type,
+            "item_key": key,
+            "reason": reason,
+            "detail": detail,
+        }
+        for key, reason, detail in drops
+    ]
+    insert_ignore(session, Exclusion, rows, ["stage", "item_type", "item_key", "reason"])

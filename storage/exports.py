@@ -40,6 +40,7 @@ from storage.objectstore import ObjectStore, S3ObjectStore
 from trajforge.actions import Action, Screen, get_codec
 from trajforge.actions.compare import DEFAULT_TOLERANCE
 from trajforge.errors import ActionError, ConfigError
+from trajforge.logs import counts
 from trajforge.settings import Settings
 
 FORMATS = ("sft-sharegpt", "sft-messages", "rl-verl", "hf")
@@ -57,8 +58,8 @@ class ExportReport:
     files: list[str] = field(default_factory=list)
 
     def render(self) -> str:
-        rows = ", ".join(f"{k}={v}" for k, v in sorted(self.rows.items())) or "none"
-        skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
+        rows = counts(self.rows)
+        skipped = counts(self.skipped)
         return (
             f"exported {sum(self.rows.values())} rows ({rows}) as {self.format} to {self.out}; "
             f"{self.images} images; skipped: {skipped}"

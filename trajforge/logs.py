@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -53,3 +54,8 @@ def configure_logging(level: int = logging.INFO) -> None:
     if not any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
         root.addHandler(handler)
     root.setLevel(level)
+
+
+def counts(tally: Mapping[str, int] | Mapping[str, float], empty: str = "none") -> str:
+    """`a=1, b=2` in key order, for one-line reports; `empty` when there is nothing."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(tally.items())) or empty
