@@ -12,8 +12,9 @@ The model is lakeFS / DVC / Delta Lake / the Hugging Face Hub on our spine:
   so rebuilding from the same inputs and configuration gives the same manifest hash.
   It is stored in the object store, and its hash in `dataset_version`.
 - Publishing first claims the next version number as a draft (the unique key on
-  (dataset, version) makes a racing publisher fail with `VersionConflict`), then writes
-  the shards and the manifest, then seals. A rerun after a crash resumes its draft.
+  (dataset, version) makes a racing publisher fail with `VersionConflict`, and so does
+  finding another publisher's draft in flight), then writes the shards and the manifest,
+  then seals. A rerun after a crash resumes its draft.
 - A sealed version is immutable: database triggers refuse any change to it or to its
   shard list, whoever writes (`SealedVersion`).
 """
@@ -362,6 +363,19 @@ def _claim(
         ).first()
         if draft is not None:
             return draft.id, draft.version, parent, True
+        other = s.scalars(  # another publisher's version in flight on the same parent: do not fork it
+            select(DatasetVersion.version).where(
+                DatasetVersion.dataset_id == dataset_id,
+                DatasetVersion.status == "draft",
+                DatasetVersion.version > (parent.version if parent is not None else 0),
+            )
+        ).first()
+        if other is not None:
+            raise VersionConflict(
+                f"dataset {name} v{other} is being published by another run with another configuration; "
+                "publish again once it is sealed (if that run died, rerun it with its configuration "
+                "to finish it)"
+            )
         latest = select(func.max(DatasetVersion.version)).where(DatasetVersion.dataset_id == dataset_id)
         number = (s.scalar(latest) or 0) + 1
     try:
