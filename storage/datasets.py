@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -376,8 +376,9 @@ def _claim(
                 "publish again once it is sealed (if that run died, rerun it with its configuration "
                 "to finish it)"
             )
-        latest = select(func.max(DatasetVersion.version)).where(DatasetVersion.dataset_id == dataset_id)
-        number = (s.scalar(latest) or 0) + 1
+        # The number follows the parent, not the highest row: two publishers on the same parent
+        # always claim the same number, so the unique key lets exactly one of them through.
+        number = (parent.version if parent is not None else 0) + 1
     try:
         with transaction(sessions) as s:
             row = DatasetVersion(
