@@ -182,12 +182,18 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
     channels: dict[str, ChannelStats] = {}
     by_outcome: dict[str, Counter[str]] = {"success": Counter(), "failure": Counter()}
     review: list[dict[str, Any]] = []
+    sources: Counter[str] = Counter()
     with transaction(sessions) as s:
         episodes = s.scalars(select(Episode).where(Episode.round_id == round_id)).all()
         for episode in episodes:
-            anchor = deciding_anchor(s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all())
+            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
+            anchor = deciding_anchor(anchors)
             if anchor is None:
                 continue
+            sources[anchor.source] += 1
+            verifier = next((a.label for a in anchors if a.source == "verifier"), None)
+            if anchor.source == "human" and verifier not in (None, anchor.label):
+                sources["human_overrode_verifier"] += 1
             actual = anchor.label == "success"
             judged = s.scalars(
                 select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
@@ -213,6 +219,7 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
             "channels": {k: v.summary() for k, v in sorted(channels.items())},
             "step_labels_by_outcome": {k: dict(v) for k, v in by_outcome.items()},
             "review_queue": review,
+            "anchors": dict(sources),
         }
         rnd = s.get(Round, round_id)
         if rnd is not None:
@@ -232,6 +239,7 @@ def render_calibration(report: dict[str, Any]) -> str:
     for outcome, labels in report["step_labels_by_outcome"].items():
         lines.append(f"step labels in {outcome} episodes: {counts(labels)}")
     lines.append(f"review queue (disagreements and unparsed verdicts): {len(report['review_queue'])}")
+    lines.append(f"anchors deciding the outcome: {counts(report.get('anchors', {}))}")
     return "\n".join(lines)
 
 

@@ -155,6 +155,7 @@ class Anchor(Base):
     label: Mapped[str] = mapped_column(String(16))  # success | failure
     confidence: Mapped[float] = mapped_column(Float, default=1.0)
     meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    annotated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # a human's, when given
 
 
 class Sample(Base):
@@ -288,3 +289,57 @@ class LLMCall(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     latency_ms: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class AnnotationProject(Base):
+    """A Label Studio project trajforge created (one per app or per purpose)."""
+
+    __tablename__ = "annotation_project"
+    key: Mapped[str] = mapped_column(String(128), unique=True)  # "app:<name>" or "purpose:<name>"
+    ls_project_id: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(String(256))
+    config_sha256: Mapped[str] = mapped_column(String(64))
+
+
+class AnnotationTask(Base):
+    """One trajectory pushed to Label Studio; an episode is pushed at most once."""
+
+    __tablename__ = "annotation_task"
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episode.id", ondelete="CASCADE"), unique=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("round.id"), index=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("annotation_project.id"), index=True)
+    ls_task_id: Mapped[int] = mapped_column(Integer, index=True)
+    reasons: Mapped[list[Any]] = mapped_column(default=list)  # why it was queued
+    status: Mapped[str] = mapped_column(String(16), default="pushed")  # pushed | deleted
+
+
+class HumanAnnotation(Base):
+    """One annotator's verdict on a task, as last pulled from Label Studio."""
+
+    __tablename__ = "human_annotation"
+    ls_annotation_id: Mapped[int] = mapped_column(Integer, unique=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("annotation_task.id", ondelete="CASCADE"), index=True)
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episode.id", ondelete="CASCADE"), index=True)
+    annotator: Mapped[str] = mapped_column(String(256))
+    verdict: Mapped[str | None] = mapped_column(String(16))  # success | failure | unsure; None when skipped
+    step_labels: Mapped[dict[str, Any]] = mapped_column(default=dict)  # step index -> GOOD|NEUTRAL|HARMFUL
+    skipped: Mapped[bool] = mapped_column(Boolean, default=False)
+    withdrawn: Mapped[bool] = mapped_column(Boolean, default=False)  # deleted in Label Studio
+    lead_time_s: Mapped[float | None] = mapped_column(Float)
+    ls_updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Correction(Base):
+    """An annotator's corrected action and/or thought for one step (Mobile-R1)."""
+
+    __tablename__ = "correction"
+    __table_args__ = (UniqueConstraint("annotation_id", "step_index"),)
+    annotation_id: Mapped[int] = mapped_column(ForeignKey("human_annotation.id", ondelete="CASCADE"))
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episode.id", ondelete="CASCADE"), index=True)
+    step_index: Mapped[int] = mapped_column(Integer)
+    annotator: Mapped[str] = mapped_column(String(256))
+    action_text: Mapped[str | None] = mapped_column(Text)  # as typed
+    action: Mapped[dict[str, Any] | None] = mapped_column(Json)  # canonical, when it parsed
+    action_format: Mapped[str | None] = mapped_column(String(32))  # the codec that parsed it
+    thought: Mapped[str | None] = mapped_column(Text)
+    parse_error: Mapped[str | None] = mapped_column(String(64))

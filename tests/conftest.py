@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Base
+from tests.support.label_studio import LabelStudioServer, label_studio_bin, running_server, serve
 from tests.support.scripted_llm import ScriptedLLM
 from trajforge.settings import S3Settings
 
@@ -125,4 +126,21 @@ def s3_settings(moto_endpoint: str) -> S3Settings:
 @pytest.fixture
 def scripted_llm() -> Iterator[ScriptedLLM]:
     with ScriptedLLM() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def label_studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStudioServer]:
+    """A real Label Studio server (see tests/support/label_studio.py)."""
+    running = running_server()
+    if running is not None:
+        yield running
+        return
+    binary = label_studio_bin()
+    if binary is None:
+        service_missing(
+            "Label Studio is not installed (.ci/run installs label-studio 1.23.2 into its own virtualenv; "
+            "set TRAJFORGE_TEST_LS_BIN to its label-studio)"
+        )
+    with serve(str(binary), tmp_path_factory.mktemp("label-studio"), free_port()) as server:
         yield server

@@ -53,6 +53,10 @@ class UnknownVersion(DatasetError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class AnnotationError(TrajforgeError):
+    """Label Studio is unreachable, refused the token, or answered something unexpected."""
+
+
 class LLMError(TrajforgeError):
     """A model endpoint failed after retries, or refused the request."""
 

@@ -159,6 +159,57 @@ class CurationSettings(BaseSettings):
     seed: int = Field(0, description="Seed of every sampling decision (deterministic reruns).")
 
 
+class AnnotationSettings(BaseSettings):
+    """Human calibration in Label Studio: where it runs, what is pushed, how verdicts resolve."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_ANNOTATE_", extra="forbid")
+
+    url: str = Field("http://127.0.0.1:8080", description="Label Studio base URL, as trajforge reaches it.")
+    api_key: SecretStr | None = Field(
+        None, description="A Label Studio access token (Account & Settings > Access Token)."
+    )
+    project_by: Literal["app", "purpose"] = Field(
+        "app", description="app: one project per app; purpose: one project named by `purpose` for everything."
+    )
+    purpose: str = Field(
+        "calibration", min_length=1, max_length=64, description="Project name under project_by=purpose."
+    )
+    project_prefix: str = Field("trajforge", min_length=1, max_length=64, description="Project title prefix.")
+    audit_fraction: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Share of the other episodes pushed at random, so calibration is not only hard cases.",
+    )
+    low_confidence: float = Field(
+        0.6, ge=0, le=1, description="A trajectory verdict scored below this goes to review."
+    )
+    images: Literal["auto", "data", "presign", "storage"] = Field(
+        "auto",
+        description="How the browser gets screenshots: data (inline data URLs), presign (presigned S3 URLs), "
+        "storage (s3:// URIs resolved by a Label Studio S3 storage connection); auto: data for the local "
+        "store, presign for S3.",
+    )
+    image_max_side: int = Field(
+        720, ge=64, le=4096, description="Longest side of a screenshot shown to annotators."
+    )
+    presign_expiry_h: int = Field(
+        168, ge=1, le=168, description="Lifetime of a presigned URL (S3 allows 7 days)."
+    )
+    storage_endpoint: str | None = Field(
+        None,
+        description="The S3 endpoint URL as Label Studio reaches it, for images=storage (default: the "
+        "trajforge S3 endpoint).",
+    )
+    resolve: Literal["majority", "latest", "unanimous"] = Field(
+        "majority",
+        description="How several verdicts on one task become one anchor: majority (ties give no anchor), "
+        "latest, or unanimous.",
+    )
+    seed: int = Field(0, description="Seed of the random audit sample.")
+    timeout_s: float = Field(30.0, gt=0, le=600, description="Per-request timeout.")
+
+
 class Settings(BaseModel):
     """All settings, composed. Build with `load_settings()`."""
 
@@ -168,6 +219,7 @@ class Settings(BaseModel):
     s3: S3Settings
     llm: LLMSettings
     curate: CurationSettings = Field(default_factory=CurationSettings)
+    annotate: AnnotationSettings = Field(default_factory=AnnotationSettings)
 
     @property
     def db_url(self) -> str:
@@ -187,6 +239,7 @@ _SECTIONS: dict[str, type[BaseSettings]] = {
     "s3": S3Settings,
     "llm": LLMSettings,
     "curate": CurationSettings,
+    "annotate": AnnotationSettings,
 }
 
 
@@ -218,6 +271,7 @@ def load_settings(config_file: Path | None = None) -> Settings:
         s3=parts["s3"],
         llm=parts["llm"],
         curate=parts["curate"],
+        annotate=parts["annotate"],
     )
 
 

@@ -1,0 +1,146 @@
+"""The Label Studio connection, and the projects trajforge keeps there.
+
+Every failure to reach Label Studio becomes one `AnnotationError` naming the fix; the
+SDK's own exceptions never leak to the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import httpx
+from label_studio_sdk import LabelStudio
+from label_studio_sdk.core.api_error import ApiError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from annotation.config import CONFIG_SHA256, LABEL_CONFIG
+from storage.models import AnnotationProject
+from trajforge.errors import AnnotationError, ConfigError
+from trajforge.settings import AnnotationSettings
+
+T = TypeVar("T")
+PREDICTIONS = "trajforge-critics"  # the model_version of the critics' pre-annotations
+
+
+class Studio:
+    """A thin, error-translating wrapper over the SDK client (label-studio-sdk 2.x)."""
+
+    def __init__(self, settings: AnnotationSettings, client: LabelStudio | None = None) -> None:
+        if settings.api_key is None and client is None:
+            raise ConfigError(
+                "Label Studio needs an access token: set TRAJFORGE_ANNOTATE_API_KEY (or annotate.api_key "
+                "in the config) to the token under Account & Settings in Label Studio"
+            )
+        self.settings = settings
+        self.ls = client or LabelStudio(
+            base_url=settings.url.rstrip("/"),
+            api_key=settings.api_key.get_secret_value() if settings.api_key else "",
+            timeout=settings.timeout_s,
+        )
+        self._users: dict[int, str] | None = None
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        url = self.settings.url
+        try:
+            return fn()
+        except httpx.TransportError as exc:
+            raise AnnotationError(
+                f"Label Studio is not reachable at {url} ({type(exc).__name__}) while trying to {what}: "
+                "start it (`docker compose up -d label-studio`) or point TRAJFORGE_ANNOTATE_URL at it"
+            ) from exc
+        except ApiError as exc:
+            if exc.status_code in (401, 403):
+                raise AnnotationError(
+                    f"Label Studio at {url} refused the access token (HTTP {exc.status_code}) while "
+                    f"trying to {what}: copy the token from Account & Settings into "
+                    "TRAJFORGE_ANNOTATE_API_KEY (legacy tokens need "
+                    "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN=true on the server)"
+                ) from exc
+            raise AnnotationError(
+                f"Label Studio at {url} answered HTTP {exc.status_code} while trying to {what}: {exc.body}"
+            ) from exc
+
+    def check(self) -> str:
+        """The user the token belongs to; raises AnnotationError when Label Studio cannot be used."""
+        me = self.call("identify the token's user", self.ls.users.whoami)
+        return str(me.email or me.username or me.id)
+
+    def annotator(self, user: Any) -> str:
+        """An annotation's `completed_by` (a user id, or an object) as an e-mail address."""
+        if isinstance(user, dict):
+            return str(user.get("email") or user.get("id"))
+        if self._users is None:
+            users = self.call("list users", self.ls.users.list)
+            self._users = {u.id: str(u.email or u.username or u.id) for u in users if u.id is not None}
+        return self._users.get(int(user), f"user:{user}") if user is not None else "unknown"
+
+    def tasks(self, project_id: int) -> Iterator[Any]:
+        """Every task of a project, with its annotations (the SDK pages through them)."""
+        pager: Any = self.call("list tasks", lambda: self.ls.tasks.list(project=project_id, fields="all"))
+        yield from self.call("page through tasks", lambda: list(pager))
+
+    def project_exists(self, project_id: int) -> bool:
+        try:
+            self.ls.projects.get(id=project_id)
+        except ApiError as exc:
+            if exc.status_code == 404:
+                return False
+            raise
+        return True
+
+    def ensure_project(self, s: Session, key: str, title: str) -> AnnotationProject:
+        """The project for `key`, created once; its labelling config kept current.
+
+        Idempotent: a project recorded here is reused; one created by a run that crashed
+        before recording it is found again by its title.
+        """
+        row = s.scalar(select(AnnotationProject).where(AnnotationProject.key == key))
+        recorded = row.ls_project_id if row is not None else None
+        if row is not None and self.call("look up a project", lambda: self.project_exists(recorded or 0)):
+            if row.config_sha256 != CONFIG_SHA256:
+                self.call(
+                    "update the labelling config",
+                    lambda: self.ls.projects.update(id=recorded or 0, label_config=LABEL_CONFIG),
+                )
+                row.config_sha256 = CONFIG_SHA256
+            return row
+        listed: list[Any] = self.call("list projects", lambda: list(self.ls.projects.list(title=title)))
+        found = [p for p in listed if p.title == title]
+        if found:
+            project_id = int(found[0].id)
+            self.call(
+                "update the labelling config",
+                lambda: self.ls.projects.update(
+                    id=project_id, label_config=LABEL_CONFIG, model_version=PREDICTIONS
+                ),
+            )
+        else:
+            created = self.call(
+                "create a project",
+                lambda: self.ls.projects.create(
+                    title=title,
+                    label_config=LABEL_CONFIG,
+                    description="Trajectories the trajforge critics disagree on or are unsure about, plus an "
+                    "audit sample. Set the verdict, label the steps, correct what is wrong.",
+                    model_version=PREDICTIONS,
+                    show_collab_predictions=True,
+                ),
+            )
+            project_id = int(created.id or 0)
+        if row is None:
+            row = AnnotationProject(
+                key=key, ls_project_id=project_id, title=title, config_sha256=CONFIG_SHA256
+            )
+            s.add(row)
+        else:  # the recorded project was deleted in Label Studio: its successor takes the key
+            row.ls_project_id, row.title, row.config_sha256 = project_id, title, CONFIG_SHA256
+        s.flush()
+        return row
+
+
+def project_key(settings: AnnotationSettings, app: str) -> tuple[str, str]:
+    """(key, title) of the project a trajectory of `app` goes to."""
+    name = app if settings.project_by == "app" else settings.purpose
+    return f"{settings.project_by}:{name}", f"{settings.project_prefix} · {name}"

@@ -1,0 +1,228 @@
+"""Push → annotate → pull against a real Label Studio server (label-studio 1.23.2)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from annotation import config as cfg
+from annotation.client import Studio
+from annotation.pull import pull
+from annotation.push import push_round
+from annotation.stats import annotation_stats, render_stats
+from critics.judge import calibrate_round, deciding_anchor
+from rollout.smoke import run_smoke_round
+from storage.db import engine_from_settings, session_factory, transaction
+from storage.models import Anchor, AnnotationTask, Correction, Episode, HumanAnnotation, Round
+from storage.objectstore import open_object_store
+from tests.support.label_studio import LabelStudioServer
+from trajforge.errors import AnnotationError, ConfigError
+from trajforge.settings import AnnotationSettings, Settings, load_settings
+
+pytestmark = pytest.mark.labelstudio
+
+
+def _settings(server: LabelStudioServer, **overrides: Any) -> AnnotationSettings:
+    fields: dict[str, Any] = {
+        "url": server.url,
+        "api_key": server.token,
+        "project_prefix": f"t-{uuid.uuid4().hex[:8]}",  # each test its own projects
+        "audit_fraction": 0.0,
+        **overrides,
+    }
+    return AnnotationSettings(**fields)
+
+
+def _round(db_url: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, sessionmaker[Session], int]:
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, queries_per_app=1, rollouts=4)
+    sessions = session_factory(engine_from_settings(settings))
+    with sessions() as s:
+        round_id = s.scalars(select(Round.id).where(Round.number == 1)).one()
+    return settings, sessions, round_id
+
+
+def _choice(name: str, to: str, value: str) -> dict[str, Any]:
+    return {"from_name": name, "to_name": to, "type": "choices", "value": {"choices": [value]}}
+
+
+def _text(name: str, to: str, value: str) -> dict[str, Any]:
+    return {"from_name": name, "to_name": to, "type": "textarea", "value": {"text": [value]}}
+
+
+def _tasks(sessions: sessionmaker[Session]) -> dict[int, tuple[int, str | None]]:
+    """ls task id -> (episode id, the verifier's label)."""
+    with sessions() as s:
+        rows = s.execute(
+            select(AnnotationTask.ls_task_id, AnnotationTask.episode_id, Anchor.label)
+            .outerjoin(
+                Anchor, (Anchor.episode_id == AnnotationTask.episode_id) & (Anchor.source == "verifier")
+            )
+            .order_by(AnnotationTask.id)
+        ).all()
+    return {t: (e, label) for t, e, label in rows}
+
+
+def _deciding(sessions: sessionmaker[Session], episode_id: int) -> Anchor | None:
+    with sessions() as s:
+        return deciding_anchor(s.scalars(select(Anchor).where(Anchor.episode_id == episode_id)).all())
+
+
+@pytest.mark.slow
+def test_push_annotate_pull_round_trip(
+    label_studio: LabelStudioServer, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, sessions, round_id = _round(db_url, monkeypatch)
+    annotate = _settings(label_studio, audit_fraction=1.0)
+    store = open_object_store(settings)
+    studio = Studio(annotate)
+    ls = studio.ls
+
+    report = push_round(sessions, round_id, store, annotate, settings.s3)
+    pushed = sum(report.pushed.values())
+    assert pushed == sum(1 for _ in _tasks(sessions)) >= 4
+    assert report.queued["audit"] > 0  # hard cases plus the audit sample
+    again = push_round(sessions, round_id, store, annotate, settings.s3)
+    assert sum(again.pushed.values()) == 0 and again.already == pushed  # never pushed twice
+
+    tasks = _tasks(sessions)
+    # each task shows every step, with the critics' verdicts as a pre-annotation
+    first = ls.tasks.get(id=next(iter(tasks)))
+    with sessions() as s:
+        n_steps = s.scalar(select(Episode.num_steps).where(Episode.id == tasks[first.id][0]))
+    assert len(first.data["steps"]) == n_steps
+    assert all(step["image"].startswith("data:image/jpeg;base64,") for step in first.data["steps"])
+    prediction = ls.predictions.list(task=first.id)[0]
+    assert {r["from_name"] for r in prediction.result} >= {cfg.VERDICT, cfg.step_label(0)}
+
+    before = calibrate_round(sessions, round_id)
+    assert "human" not in before["anchors"]
+
+    # annotate as humans would: one overrides the verifier and corrects step 0, two disagree,
+    # one skips
+    second = ls.users.create(email=f"second-{uuid.uuid4().hex[:6]}@trajforge.test", username="second")
+    third = ls.users.create(email=f"third-{uuid.uuid4().hex[:6]}@trajforge.test", username="third")
+    (t_override, (e_override, verifier)), (t_split, (e_split, _)), (t_skip, (e_skip, _)), *_ = tasks.items()
+    flipped = "failure" if verifier == "success" else "success"
+    ls.annotations.create(
+        id=t_override,
+        result=[
+            _choice(cfg.VERDICT, cfg.INSTRUCTION, flipped),
+            _choice(cfg.step_label(0), cfg.screen(0), "HARMFUL"),
+            _text(cfg.corrected_action(0), cfg.screen(0), '{"kind":"click","point":[500,300]}'),
+            _text(cfg.corrected_thought(0), cfg.screen(0), "The search box is at the top."),
+            _text(cfg.corrected_action(1), cfg.screen(1), "poke the blue thing"),
+        ],
+        lead_time=42.0,
+    )
+    ls.annotations.create(
+        id=t_split, result=[_choice(cfg.VERDICT, cfg.INSTRUCTION, "success")], lead_time=5.0
+    )
+    ls.annotations.create(
+        id=t_split, result=[_choice(cfg.VERDICT, cfg.INSTRUCTION, "failure")], completed_by=second.id
+    )
+    ls.annotations.create(id=t_skip, result=[], was_cancelled=True)
+
+    pulled = pull(sessions, annotate)
+    assert pulled.annotations["new"] == 4 and pulled.annotations["skipped"] == 1
+    assert pulled.anchors["set"] == 1 and pulled.unresolved == {"tie": 1, "no_verdict": 1}
+    assert pulled.corrections == {"parsed": 1, "unparseable": 1}
+    human = _deciding(sessions, e_override)
+    assert human is not None and human.source == "human" and human.label == flipped
+    assert human.annotator == label_studio.username and human.annotated_at is not None
+    with sessions() as s:
+        corrections = {
+            c.step_index: c for c in s.scalars(select(Correction).where(Correction.episode_id == e_override))
+        }
+    assert corrections[0].action == {"kind": "click", "point": [500, 300]}
+    assert (
+        corrections[0].thought == "The search box is at the top."
+        and corrections[0].annotator == label_studio.username
+    )
+    assert corrections[1].action is None and corrections[1].parse_error == "unparseable_correction"
+    assert _deciding(sessions, e_split).source == "verifier"  # type: ignore[union-attr]  # a tie decides nothing
+
+    after = calibrate_round(sessions, round_id)
+    assert after["anchors"]["human"] == 1 and after["anchors"]["human_overrode_verifier"] == 1
+    assert after["channels"] != before["channels"]  # the override moved the critics' scores
+
+    unchanged = pull(sessions, annotate)
+    assert set(unchanged.annotations) == {"unchanged"} and not unchanged.anchors.get("set")
+
+    # a third annotator breaks the tie; the first annotator changes their mind
+    ls.annotations.create(
+        id=t_split, result=[_choice(cfg.VERDICT, cfg.INSTRUCTION, "failure")], completed_by=third.id
+    )
+    mine = next(a for a in ls.annotations.list(id=t_override))
+    ls.annotations.update(id=mine.id, result=[_choice(cfg.VERDICT, cfg.INSTRUCTION, verifier or "success")])
+    changed = pull(sessions, annotate)
+    assert changed.annotations["new"] == 1 and changed.annotations["updated"] == 1
+    assert _deciding(sessions, e_split).label == "failure"  # type: ignore[union-attr]
+    assert _deciding(sessions, e_override).source == "human"  # type: ignore[union-attr]
+    with sessions() as s:
+        assert (
+            s.scalar(select(func.count()).select_from(Correction).where(Correction.episode_id == e_override))
+            == 0
+        )
+
+    stats = annotation_stats(sessions)
+    assert stats["inter_annotator"]["pairs"] == 3 and stats["human_vs_verifier"]["n"] == 2
+    assert stats["critics_vs_human"]["consensus_and:1"]["n"] == 2
+    assert label_studio.username in stats["throughput"]
+    assert "inter-annotator: 1 tasks with 2+ verdicts" in render_stats(stats)
+
+    # a task deleted in Label Studio withdraws what it said
+    ls.tasks.delete(id=t_split)
+    gone = pull(sessions, annotate)
+    assert gone.tasks_deleted == 1 and gone.annotations["withdrawn"] == 3 and gone.anchors["removed"] == 1
+    assert _deciding(sessions, e_split).source == "verifier"  # type: ignore[union-attr]
+    with sessions() as s:
+        assert (
+            s.scalar(select(AnnotationTask.status).where(AnnotationTask.episode_id == e_split)) == "deleted"
+        )
+    assert _deciding(sessions, e_skip).source == "verifier"  # type: ignore[union-attr]
+
+
+def test_push_records_tasks_a_crashed_push_left_in_label_studio(
+    label_studio: LabelStudioServer, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, sessions, round_id = _round(f"sqlite:///{tmp_path / 'crash.db'}", monkeypatch)
+    annotate = _settings(label_studio, audit_fraction=1.0)
+    store = open_object_store(settings)
+    first = push_round(sessions, round_id, store, annotate, settings.s3, limit=3)
+    assert sum(first.pushed.values()) == 3 and first.limited > 0
+    with transaction(sessions) as s:  # as if the process died after the import, before recording it
+        s.execute(delete(AnnotationTask))
+    resumed = push_round(sessions, round_id, store, annotate, settings.s3, limit=2)
+    assert resumed.recovered == 3 and sum(resumed.pushed.values()) == 2
+    with sessions() as s:
+        recorded = s.scalar(select(func.count()).select_from(AnnotationTask))
+    studio = Studio(annotate)
+    projects = {
+        p.title: p.id for p in studio.ls.projects.list() if p.title.startswith(annotate.project_prefix)
+    }
+    in_ls = sum(len(list(studio.tasks(pid))) for pid in projects.values())
+    assert recorded == in_ls == 5
+
+
+def test_label_studio_failures_are_one_clear_error_and_write_nothing(
+    label_studio: LabelStudioServer, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, sessions, round_id = _round(f"sqlite:///{tmp_path / 'fail.db'}", monkeypatch)
+    store = open_object_store(settings)
+    with pytest.raises(ConfigError, match="TRAJFORGE_ANNOTATE_API_KEY"):
+        push_round(sessions, round_id, store, AnnotationSettings(url=label_studio.url), settings.s3)
+    wrong = _settings(label_studio, api_key="not-a-token-" + uuid.uuid4().hex)
+    with pytest.raises(AnnotationError, match="refused the access token"):
+        push_round(sessions, round_id, store, wrong, settings.s3)
+    closed = _settings(label_studio, url="http://127.0.0.1:9", timeout_s=2)
+    with pytest.raises(AnnotationError, match="not reachable at http://127.0.0.1:9.*TRAJFORGE_ANNOTATE_URL"):
+        push_round(sessions, round_id, store, closed, settings.s3)
+    with sessions() as s:
+        for table in (AnnotationTask, HumanAnnotation):
+            assert s.scalar(select(func.count()).select_from(table)) == 0
