@@ -92,12 +92,13 @@ def test_push_annotate_pull_round_trip(
 
     tasks = _tasks(sessions)
     # each task shows every step, with the critics' verdicts as a pre-annotation
-    first = ls.tasks.get(id=next(iter(tasks)))
+    first_id = next(iter(tasks))
+    first = ls.tasks.get(id=str(first_id))
     with sessions() as s:
-        n_steps = s.scalar(select(Episode.num_steps).where(Episode.id == tasks[first.id][0]))
-    assert len(first.data["steps"]) == n_steps
+        n_steps = s.scalar(select(Episode.num_steps).where(Episode.id == tasks[first_id][0]))
+    assert first.data is not None and len(first.data["steps"]) == n_steps
     assert all(step["image"].startswith("data:image/jpeg;base64,") for step in first.data["steps"])
-    prediction = ls.predictions.list(task=first.id)[0]
+    prediction = ls.predictions.list(task=first_id)[0]
     assert {r["from_name"] for r in prediction.result} >= {cfg.VERDICT, cfg.step_label(0)}
 
     before = calibrate_round(sessions, round_id)
@@ -177,7 +178,7 @@ def test_push_annotate_pull_round_trip(
     assert "inter-annotator: 1 tasks with 2+ verdicts" in render_stats(stats)
 
     # a task deleted in Label Studio withdraws what it said
-    ls.tasks.delete(id=t_split)
+    ls.tasks.delete(id=str(t_split))
     gone = pull(sessions, annotate)
     assert gone.tasks_deleted == 1 and gone.annotations["withdrawn"] == 3 and gone.anchors["removed"] == 1
     assert _deciding(sessions, e_split).source == "verifier"  # type: ignore[union-attr]
@@ -203,9 +204,8 @@ def test_push_records_tasks_a_crashed_push_left_in_label_studio(
     with sessions() as s:
         recorded = s.scalar(select(func.count()).select_from(AnnotationTask))
     studio = Studio(annotate)
-    projects = {
-        p.title: p.id for p in studio.ls.projects.list() if p.title.startswith(annotate.project_prefix)
-    }
+    listed: list[Any] = list(studio.ls.projects.list())
+    projects = {p.title: p.id for p in listed if p.title.startswith(annotate.project_prefix)}
     in_ls = sum(len(list(studio.tasks(pid))) for pid in projects.values())
     assert recorded == in_ls == 5
 
@@ -221,7 +221,9 @@ def test_label_studio_failures_are_one_clear_error_and_write_nothing(
     with pytest.raises(AnnotationError, match="refused the access token"):
         push_round(sessions, round_id, store, wrong, settings.s3)
     closed = _settings(label_studio, url="http://127.0.0.1:9", timeout_s=2)
-    with pytest.raises(AnnotationError, match="not reachable at http://127.0.0.1:9.*TRAJFORGE_ANNOTATE_URL"):
+    with pytest.raises(
+        AnnotationError, match=r"not reachable at http://127\.0\.0\.1:9 .*TRAJFORGE_ANNOTATE_URL"
+    ):
         push_round(sessions, round_id, store, closed, settings.s3)
     with sessions() as s:
         for table in (AnnotationTask, HumanAnnotation):

@@ -94,9 +94,9 @@ def test_overlay_circles_the_action_point_and_scales_down() -> None:
     assert img.size == (270, 600)
     # the circle's rim passes left of the centre: some pixel on that row is red
     row = [img.getpixel((x, 300)) for x in range(0, 135)]
-    assert any(r > 200 and g < 80 and b < 80 for r, g, b in row)  # type: ignore[misc]
+    assert any(p[0] > 200 and p[1] < 80 and p[2] < 80 for p in row)  # type: ignore[index]
     plain = Image.open(io.BytesIO(overlay(_png(), None, max_side=600))).convert("RGB")
-    assert all(min(plain.getpixel((x, 300))) > 240 for x in range(0, 135))  # type: ignore[type-var]
+    assert all(min(plain.getpixel((x, 300))) > 240 for x in range(0, 135))  # type: ignore[arg-type]
 
 
 def test_image_links_on_the_local_store_are_data_urls_and_s3_modes_are_refused(tmp_path: Path) -> None:
