@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.heuristic import HeuristicStepCritic, StepVerdict, StepView, describe
 from critics.judge import deciding_anchor, round_episodes, step_view
 from storage.db import insert_ignore, record_exclusions, transaction
-from storage.models import Anchor, Sample
+from storage.models import Anchor, Exclusion, Sample
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
 from trajforge.domain import Query
@@ -45,6 +45,7 @@ KNOWLEDGE = CATEGORIES[:6]  # what a failed trajectory still teaches
 SCORES = {"GOOD": 1.0, "NEUTRAL": 0.5, "HARMFUL": 0.0}
 TAU_C = 0.5  # keep GOOD and NEUTRAL steps as action targets, drop HARMFUL ones
 TEMPLATE_VERSION = "csrs-templates-1"
+SUPERSEDED = "superseded_by_human_anchor"  # written under an outcome a human has since reversed
 
 
 @dataclass
@@ -58,7 +59,10 @@ class SampleDraft:
     @property
     def uid(self) -> str:
         # identity is what is asked, not what was answered: a rewrite by a model keeps the uid
-        asked = {k: self.payload[k] for k in ("prompt", "images")}
+        asked: dict[str, Any] = {k: self.payload[k] for k in ("prompt", "images")}
+        overrides = (self.provenance.get("anchor") or {}).get("overrides")
+        if overrides:  # a human reversed the verifier: the answers differ, so do the identities
+            asked["overrides"] = overrides
         key = json.dumps(
             [self.provenance["episode"], self.step_index, self.category, asked],
             sort_keys=True,
@@ -262,21 +266,60 @@ def extract_round(
     critic = HeuristicStepCritic()
     report = ExtractionReport()
     batches: list[tuple[int, list[SampleDraft]]] = []
+    outcomes: dict[int, str] = {}
     with sessions() as s:
         for episode, query, steps in round_episodes(s, round_id):
-            anchor = deciding_anchor(s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all())
+            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
+            anchor = deciding_anchor(anchors)
             if anchor is None:
                 continue
             views = [step_view(st) for st in steps]
             verdicts = critic.judge(query, views)
             anchor_info = {"source": anchor.source, "label": anchor.label}
+            verifier = next((a.label for a in anchors if a.source == "verifier"), None)
+            if anchor.source == "human" and verifier not in (None, anchor.label):
+                anchor_info["overrides"] = str(verifier)
+            outcomes[episode.id] = anchor.label
             drafts = extract(query, episode.uid, anchor.label == "success", anchor_info, views, verdicts)
             batches.append((episode.id, drafts))
     if gateway is not None and frames is not None:  # one event loop for every model call
         asyncio.run(write_with_model([d for _, drafts in batches for d in drafts], gateway, frames))
+    superseded = revise_outcomes(sessions, round_id, outcomes)
     for bucket, tally in store_drafts(sessions, round_id, batches, "csrs").items():
         getattr(report, bucket).update(tally)
+    if superseded:
+        report.dropped[SUPERSEDED] = superseded
     return report
+
+
+def revise_outcomes(sessions: sessionmaker[Session], round_id: int, outcomes: dict[int, str]) -> int:
+    """Samples written under an outcome the deciding anchor no longer gives are dropped as
+    `superseded_by_human_anchor`; ones dropped so, whose outcome holds again, are restored.
+
+    Returns how many were dropped now.
+    """
+    dropped = 0
+    with transaction(sessions) as s:
+        rows = s.scalars(
+            select(Sample).where(
+                Sample.episode_id.in_(list(outcomes)),
+                Sample.category.in_(CATEGORIES),
+                Sample.round_id == round_id,
+            )
+        )
+        for sample in rows:
+            written = (sample.provenance.get("anchor") or {}).get("label")
+            holds = written == outcomes[sample.episode_id or 0]
+            if sample.status == "kept" and not holds:
+                sample.status, sample.reason = "dropped", SUPERSEDED
+                record_exclusions(s, round_id, "csrs", "sample", [(sample.uid, SUPERSEDED, {"was": written})])
+                dropped += 1
+            elif sample.reason == SUPERSEDED and holds:
+                sample.status, sample.reason = "kept", None
+                s.execute(
+                    delete(Exclusion).where(Exclusion.item_key == sample.uid, Exclusion.reason == SUPERSEDED)
+                )
+    return dropped
 
 
 def store_drafts(

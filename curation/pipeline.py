@@ -2,7 +2,8 @@
 
 In order: trajectory dedup (features cached by screenshot hash, faiss per query group,
 seeded with what earlier rounds retained); query-specific guidance for the hard
-queries; thoughts for the accepted steps; error-recovery samples; balancing of
+queries; thoughts for the accepted steps; error-recovery samples; annotators'
+corrections (which supersede the model's action samples of those steps); balancing of
 everything the round kept. Every stage writes idempotently, so a rerun changes nothing,
 and every drop is kept with its reason: dropped episodes in `exclusion` (stage dedup),
 dropped samples with their reason on the `sample` row and in `exclusion`.
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from critics.csrs import CATEGORIES, SampleDraft, store_drafts
 from curation import balance as balancing
+from curation.corrections import correction_samples, supersede
 from curation.dedup import Decision, DedupReport, Trajectory, dedup, trajectory_embedding
 from curation.features import CacheStats, FeatureStore, Featurizer, make_featurizer
 from curation.guidance import GuidanceReport, write_guidance
@@ -32,6 +34,7 @@ from storage.objectstore import ObjectStore, frame_reader
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.gateway import LLMGateway
+from trajforge.logs import counts
 from trajforge.settings import CurationSettings
 
 DEDUP_STAGE = "dedup"
@@ -46,6 +49,7 @@ class CurationReport:
     recovery: RecoveryReport = field(default_factory=RecoveryReport)
     balance: balancing.BalanceReport = field(default_factory=balancing.BalanceReport)
     samples: Counter[str] = field(default_factory=Counter)  # the round's samples: kept, and dropped by reason
+    corrections: Counter[str] = field(default_factory=Counter)  # human corrections used, or why not
 
     def render(self) -> str:
         kept = self.samples.get("kept", 0)
@@ -59,6 +63,7 @@ class CurationReport:
                 self.guidance.render(),
                 self.thoughts.render(),
                 self.recovery.render(),
+                f"human corrections: {counts(self.corrections)}",
                 self.balance.render(),
                 f"samples retained: {kept}; dropped by reason: {drops}",
             ]
@@ -116,6 +121,9 @@ def curate_round(
     for d in thoughts + recovered:
         batches.setdefault(ids.get(d.provenance["episode"]), []).append(d)
     store_drafts(sessions, round_id, list(batches.items()), "curate")
+    corrected, report.corrections = correction_samples(sessions, round_id)
+    store_drafts(sessions, round_id, corrected, "curate")
+    report.corrections["superseded_samples"] += supersede(sessions, round_id, corrected)
 
     report.balance = _balance(sessions, round_id, {q: pass_rate(g) for q, g in groups.items()}, settings)
     with sessions() as s:

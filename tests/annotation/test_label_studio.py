@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, func, select
+from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from annotation import config as cfg
@@ -75,7 +75,7 @@ def _deciding(sessions: sessionmaker[Session], episode_id: int) -> Anchor | None
 
 @pytest.mark.slow
 def test_push_annotate_pull_round_trip(
-    label_studio: LabelStudioServer, db_url: str, monkeypatch: pytest.MonkeyPatch
+    label_studio: LabelStudioServer, engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, sessions, round_id = _round(db_url, monkeypatch)
     annotate = _settings(label_studio, audit_fraction=1.0)

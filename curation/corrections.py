@@ -1,0 +1,136 @@
+"""Annotators' corrections (Mobile-R1) as training samples.
+
+A step an annotator corrected becomes a `corrected_action` sample: the step's screen, the
+task and history, and the corrected action (or the original action with the corrected
+thought). The step's model-made action samples (`action_prediction`, `intent_execution`)
+are then dropped as `superseded_by_human_correction` when the action itself was corrected.
+Corrections that did not parse stay in the `correction` table with their `parse_error`
+and are counted here, never turned into samples.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from critics.csrs import SampleDraft
+from critics.heuristic import describe
+from critics.judge import round_episodes, step_view
+from storage.db import record_exclusions, transaction
+from storage.models import Correction, HumanAnnotation, Sample
+from trajforge.actions import Action, Screen
+from trajforge.actions.compare import target_bbox
+
+CATEGORY = "corrected_action"
+SUPERSEDED = "superseded_by_human_correction"
+REPLACED = ("action_prediction", "intent_execution")
+
+
+Batches = list[tuple[int, list[SampleDraft]]]  # (episode id, its samples), as store_drafts takes them
+
+
+def correction_samples(sessions: sessionmaker[Session], round_id: int) -> tuple[Batches, Counter[str]]:
+    """The round's corrected steps as samples, per episode; counts by outcome."""
+    tally: Counter[str] = Counter()
+    batches: Batches = []
+    with sessions() as s:
+        live = (
+            select(Correction, HumanAnnotation.ls_annotation_id)
+            .join(HumanAnnotation, HumanAnnotation.id == Correction.annotation_id)
+            .where(HumanAnnotation.withdrawn.is_(False))
+        )
+        by_episode: dict[int, list[tuple[Correction, int]]] = {}
+        for correction, ls_id in s.execute(live):
+            by_episode.setdefault(correction.episode_id, []).append((correction, ls_id))
+        if not by_episode:
+            return batches, tally
+        for episode, query, steps in round_episodes(s, round_id):
+            if episode.id not in by_episode:
+                continue
+            drafts: list[SampleDraft] = []
+            batches.append((episode.id, drafts))
+            views = [step_view(st) for st in steps]
+            done = [
+                describe(Action.model_validate(v.action), v) if v.action is not None else "(no action)"
+                for v in views
+            ]
+            for correction, ls_id in by_episode.get(episode.id, []):
+                if correction.parse_error is not None:
+                    tally[correction.parse_error] += 1
+                    continue
+                view = views[correction.step_index]
+                original = Action.model_validate(view.action) if view.action is not None else None
+                target = correction.action or (
+                    original.core().model_dump(mode="json", exclude_none=True) if original else None
+                )
+                if target is None:
+                    tally["no_action_to_explain"] += 1
+                    continue
+                action = Action.model_validate(target)
+                thought = correction.thought or (original.thought if original else None)
+                drafts.append(
+                    SampleDraft(
+                        CATEGORY,
+                        correction.step_index,
+                        {
+                            "images": [view.before],
+                            "prompt": f"Task: {query.instruction}\nHistory: "
+                            + ("; ".join(done[: correction.step_index]) or "none"),
+                            "response": json.dumps(target, ensure_ascii=False),
+                            "action": target,
+                            "screen": [view.width, view.height],
+                            "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
+                            **({"thought": thought} if thought else {}),
+                        },
+                        {
+                            "episode": episode.uid,
+                            "steps": [correction.step_index],
+                            "query": query.uid,
+                            "source": "human_correction",
+                            "annotator": correction.annotator,
+                            "annotation": ls_id,
+                            "corrected": [k for k in ("action", "thought") if getattr(correction, k)],
+                        },
+                    )
+                )
+                tally["action" if correction.action else "thought_only"] += 1
+    return batches, tally
+
+
+def supersede(sessions: sessionmaker[Session], round_id: int, batches: Batches) -> int:
+    """Drop the model-made action samples of steps whose action a human corrected."""
+    steps = sorted(
+        {(e, d.step_index) for e, drafts in batches for d in drafts if "action" in d.provenance["corrected"]}
+    )
+    dropped = 0
+    with transaction(sessions) as s:
+        for episode_id, index in steps:
+            rows = list(
+                s.scalars(
+                    select(Sample).where(
+                        Sample.episode_id == episode_id,
+                        Sample.step_index == index,
+                        Sample.category.in_(REPLACED),
+                        Sample.status == "kept",
+                    )
+                )
+            )
+            if not rows:
+                continue
+            s.execute(
+                update(Sample)
+                .where(Sample.id.in_([r.id for r in rows]))
+                .values(status="dropped", reason=SUPERSEDED)
+            )
+            record_exclusions(
+                s,
+                round_id,
+                "curate",
+                "sample",
+                ((r.uid, SUPERSEDED, {"category": r.category, "step": index}) for r in rows),
+            )
+            dropped += len(rows)
+    return dropped

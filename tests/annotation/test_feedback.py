@@ -1,0 +1,175 @@
+"""What pulled human verdicts and corrections do downstream: CSRS samples and curation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import Engine, delete, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from critics.csrs import SUPERSEDED, extract_round
+from curation.corrections import CATEGORY
+from curation.corrections import SUPERSEDED as CORRECTED
+from curation.pipeline import curate_round
+from rollout.smoke import run_smoke_round
+from storage.db import engine_from_settings, session_factory, transaction
+from storage.models import (
+    Anchor,
+    AnnotationProject,
+    AnnotationTask,
+    Correction,
+    Episode,
+    Exclusion,
+    HumanAnnotation,
+    Round,
+    Sample,
+    Step,
+)
+from storage.objectstore import open_object_store
+from trajforge.appspec import builtin_app_names, load_app
+from trajforge.settings import load_settings
+
+
+def _human_verdict(
+    sessions: sessionmaker[Session], episode_id: int, round_id: int, label: str, step: int
+) -> dict[str, object]:
+    """What `annotate pull` stores for one annotator who reversed the verifier and corrected a step."""
+    corrected = {"kind": "click", "point": [500, 300]}
+    with transaction(sessions) as s:
+        project = AnnotationProject(key="app:test", ls_project_id=1, title="t", config_sha256="0")
+        s.add(project)
+        s.flush()
+        task = AnnotationTask(episode_id=episode_id, round_id=round_id, project_id=project.id, ls_task_id=1)
+        s.add(task)
+        s.flush()
+        note = HumanAnnotation(
+            ls_annotation_id=1,
+            task_id=task.id,
+            episode_id=episode_id,
+            annotator="ann@x",
+            verdict=label,
+            ls_updated_at=datetime.now(UTC),
+        )
+        s.add(note)
+        s.flush()
+        s.add(Anchor(episode_id=episode_id, source="human", annotator="ann@x", label=label))
+        s.add_all(
+            [
+                Correction(
+                    annotation_id=note.id,
+                    episode_id=episode_id,
+                    step_index=step,
+                    annotator="ann@x",
+                    action_text="{...}",
+                    action=corrected,
+                    action_format="canonical",
+                    thought="The button is at the top.",
+                ),
+                Correction(
+                    annotation_id=note.id,
+                    episode_id=episode_id,
+                    step_index=step + 1,
+                    annotator="ann@x",
+                    action_text="poke it",
+                    parse_error="unparseable_correction",
+                ),
+            ]
+        )
+    return corrected
+
+
+def _samples(sessions: sessionmaker[Session], episode_id: int) -> list[Sample]:
+    with sessions() as s:
+        return list(s.scalars(select(Sample).where(Sample.episode_id == episode_id)))
+
+
+def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, queries_per_app=1, rollouts=2)
+    sessions = session_factory(engine_from_settings(settings))
+    with sessions() as s:
+        round_id = s.scalars(select(Round.id).where(Round.number == 1)).one()
+        # a successful episode with action samples on step 0
+        episode_id, verifier = s.execute(
+            select(Anchor.episode_id, Anchor.label)
+            .join(Episode, Episode.id == Anchor.episode_id)
+            .where(Anchor.source == "verifier", Anchor.label == "success", Episode.num_steps >= 3)
+            .order_by(Anchor.episode_id)
+        ).first()  # type: ignore[misc]
+    before = {x.uid: x for x in _samples(sessions, episode_id)}
+    assert any(x.category == "action_prediction" and x.status == "kept" for x in before.values())
+    corrected = _human_verdict(sessions, episode_id, round_id, "failure", step=0)
+
+    extracted = extract_round(sessions, round_id)
+    assert extracted.dropped[SUPERSEDED] > 0
+    after = _samples(sessions, episode_id)
+    stale = [x for x in after if x.uid in before and x.status == "dropped" and x.reason == SUPERSEDED]
+    assert stale and all(x.provenance["anchor"]["label"] == "success" for x in stale)
+    fresh = [x for x in after if x.uid not in before]
+    assert fresh and all(
+        x.provenance["anchor"] == {"source": "human", "label": "failure", "overrides": "success"}
+        for x in fresh
+    )
+    assert not any(
+        x.category == "action_prediction" and x.status == "kept" for x in after
+    )  # failure: no targets
+    verification = [x for x in fresh if x.category == "state_verification"]
+    assert verification and all(x.payload["response"] == "no" for x in verification)
+
+    apps = [load_app(n) for n in builtin_app_names()]
+    report = curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps)
+    assert report.corrections["action"] == 1 and report.corrections["unparseable_correction"] == 1
+    (sample,) = [x for x in _samples(sessions, episode_id) if x.category == CATEGORY]
+    assert sample.payload["action"] == corrected and sample.payload["thought"] == "The button is at the top."
+    assert sample.provenance["annotator"] == "ann@x" and sample.step_index == 0
+    with sessions() as s:
+        shot = s.scalar(select(Step.screenshot).where(Step.episode_id == episode_id, Step.index == 0))
+    assert sample.payload["images"] == [shot]
+
+    # reruns change nothing
+    with sessions() as s:
+        rows = s.scalar(select(func.count()).select_from(Sample))
+    extract_round(sessions, round_id)
+    curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps)
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Sample)) == rows
+
+    # the human anchor withdrawn: the verifier decides again and its samples come back
+    with transaction(sessions) as s:
+        s.execute(delete(Anchor).where(Anchor.episode_id == episode_id, Anchor.source == "human"))
+    extract_round(sessions, round_id)
+    restored = {x.uid: x for x in _samples(sessions, episode_id)}
+    assert all(restored[uid].status == before[uid].status for uid in before)
+    reversed_ = [x for uid, x in restored.items() if uid not in before and x.category != CATEGORY]
+    assert reversed_ and not any(x.status == "kept" for x in reversed_)  # the overridden outcome is gone
+    with sessions() as s:
+        back = select(func.count()).select_from(Exclusion)
+        assert s.scalar(back.where(Exclusion.item_key.in_(list(before)), Exclusion.reason == SUPERSEDED)) == 0
+    assert verifier == "success"
+
+
+def test_a_corrected_action_supersedes_the_models_action_samples(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, queries_per_app=1, rollouts=2)
+    sessions = session_factory(engine_from_settings(settings))
+    with sessions() as s:
+        round_id = s.scalars(select(Round.id).where(Round.number == 1)).one()
+        episode_id, index = s.execute(
+            select(Sample.episode_id, Sample.step_index)
+            .where(Sample.category == "action_prediction", Sample.status == "kept")
+            .order_by(Sample.id)
+        ).first()  # type: ignore[misc]
+    _human_verdict(sessions, episode_id, round_id, "success", step=index)
+    apps = [load_app(n) for n in builtin_app_names()]
+    report = curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps)
+    assert report.corrections["superseded_samples"] >= 1
+    step = [x for x in _samples(sessions, episode_id) if x.step_index == index]
+    assert {x.reason for x in step if x.category in ("action_prediction", "intent_execution")} == {CORRECTED}
+    assert [x.status for x in step if x.category == CATEGORY] == ["kept"]
