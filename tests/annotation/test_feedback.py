@@ -35,7 +35,7 @@ def _human_verdict(
     sessions: sessionmaker[Session], episode_id: int, round_id: int, label: str, step: int
 ) -> dict[str, object]:
     """What `annotate pull` stores for one annotator who reversed the verifier and corrected a step."""
-    corrected = {"kind": "click", "point": [500, 300]}
+    corrected: dict[str, object] = {"kind": "click", "point": [500, 300]}
     with transaction(sessions) as s:
         project = AnnotationProject(key="app:test", ls_project_id=1, title="t", config_sha256="0")
         s.add(project)
@@ -161,11 +161,13 @@ def test_a_corrected_action_supersedes_the_models_action_samples(
     sessions = session_factory(engine_from_settings(settings))
     with sessions() as s:
         round_id = s.scalars(select(Round.id).where(Round.number == 1)).one()
-        episode_id, index = s.execute(
+        found = s.execute(
             select(Sample.episode_id, Sample.step_index)
             .where(Sample.category == "action_prediction", Sample.status == "kept")
             .order_by(Sample.id)
-        ).first()  # type: ignore[misc]
+        ).first()
+    assert found is not None and found[0] is not None and found[1] is not None
+    episode_id, index = int(found[0]), int(found[1])
     _human_verdict(sessions, episode_id, round_id, "success", step=index)
     apps = [load_app(n) for n in builtin_app_names()]
     report = curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps)
