@@ -66,6 +66,7 @@ def test_healthchecks_and_startup_order(compose: dict[str, Any]) -> None:
     assert {k for k, v in worker_deps.items() if v["condition"] == "service_healthy"} == {
         "postgres",
         "minio",
+        "label-studio",
         "prefect-server",
     }
 
@@ -102,6 +103,14 @@ def test_worker_env_is_valid_trajforge_config(
     assert settings.s3.access_key.get_secret_value() == minio["MINIO_ROOT_USER"]
     assert settings.s3.secret_key.get_secret_value() == minio["MINIO_ROOT_PASSWORD"]
     assert env["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+    label_studio = services["label-studio"]
+    assert settings.annotate.url == "http://label-studio:8080"
+    assert "127.0.0.1:8080:8080" in label_studio["ports"]
+    assert settings.annotate.api_key is not None
+    assert (
+        settings.annotate.api_key.get_secret_value() == label_studio["environment"]["LABEL_STUDIO_USER_TOKEN"]
+    )
+    assert label_studio["environment"]["LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN"] == "true"
     init_sql = (ROOT / "deploy" / "postgres-init.sql").read_text()
     for db_url in (services["prefect-server"]["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"],):
         assert f"CREATE DATABASE {db_url.rsplit('/', 1)[1]};" in init_sql
