@@ -82,13 +82,16 @@ class Studio:
         yield from self.call("page through tasks", lambda: list(pager))
 
     def project_exists(self, project_id: int) -> bool:
-        try:
-            self.ls.projects.get(id=project_id)
-        except ApiError as exc:
-            if exc.status_code == 404:
-                return False
-            raise
-        return True
+        def get() -> bool:
+            try:
+                self.ls.projects.get(id=project_id)
+            except ApiError as exc:
+                if exc.status_code == 404:
+                    return False
+                raise
+            return True
+
+        return self.call("look up a project", get)
 
     def ensure_project(self, s: Session, key: str, title: str) -> AnnotationProject:
         """The project for `key`, created once; its labelling config kept current.
@@ -97,12 +100,12 @@ class Studio:
         before recording it is found again by its title.
         """
         row = s.scalar(select(AnnotationProject).where(AnnotationProject.key == key))
-        recorded = row.ls_project_id if row is not None else None
-        if row is not None and self.call("look up a project", lambda: self.project_exists(recorded or 0)):
+        if row is not None and self.project_exists(row.ls_project_id):
             if row.config_sha256 != CONFIG_SHA256:
+                recorded = row.ls_project_id
                 self.call(
                     "update the labelling config",
-                    lambda: self.ls.projects.update(id=recorded or 0, label_config=LABEL_CONFIG),
+                    lambda: self.ls.projects.update(id=recorded, label_config=LABEL_CONFIG),
                 )
                 row.config_sha256 = CONFIG_SHA256
             return row

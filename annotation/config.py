@@ -35,6 +35,11 @@ def corrected_thought(i: int) -> str:
 _EXAMPLE = "{&quot;kind&quot;:&quot;tap&quot;,&quot;point&quot;:[500,300]}"
 
 
+def choice(from_name: str, to_name: str, value: str) -> dict[str, object]:
+    """One `choices` result item, as predictions carry it and annotations return it."""
+    return {"from_name": from_name, "to_name": to_name, "type": "choices", "value": {"choices": [value]}}
+
+
 def _choices(values: tuple[str, ...]) -> str:
     return "".join(f'<Choice value="{v}"/>' for v in values)
 

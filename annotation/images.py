@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 from PIL import Image
 
-from critics.llm import mark_point
+from critics.llm import draw_action
 from storage.keys import blob_key
 from storage.objectstore import ObjectStore, S3ObjectStore, put_blob
-from trajforge.actions import Action, Screen
+from trajforge.actions import Action
 from trajforge.errors import ConfigError
 from trajforge.settings import AnnotationSettings
 
@@ -45,11 +45,9 @@ def image_mode(settings: AnnotationSettings, store: ObjectStore) -> Mode:
 
 def overlay(png: bytes, action: dict[str, Any] | None, max_side: int) -> bytes:
     """The screenshot with the action's point circled, scaled to `max_side`, as JPEG."""
-    if action is not None:
-        parsed = Action.model_validate(action)
-        with Image.open(io.BytesIO(png)) as probe:
-            png = mark_point(png, parsed, Screen(probe.width, probe.height))
     img = Image.open(io.BytesIO(png)).convert("RGB")
+    if action is not None:
+        draw_action(img, Action.model_validate(action))
     img.thumbnail((max_side, max_side))
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=85)

@@ -161,7 +161,7 @@ def _pull_project(s: Session, studio: Studio, project: AnnotationProject, report
             )
         )
     }
-    exists = studio.call("look up a project", lambda: studio.project_exists(project.ls_project_id))
+    exists = studio.project_exists(project.ls_project_id)
     live = {int(t.id): t for t in studio.tasks(project.ls_project_id)} if exists else {}
     touched: set[int] = set()
     for ls_id, task in ours.items():
@@ -231,8 +231,11 @@ def _store(
         report.annotations["skipped"] += 1
     s.flush()
     s.execute(delete(Correction).where(Correction.annotation_id == row.id))
+    corrected = sorted(set(parsed.actions) | set(parsed.thoughts))
+    if not corrected:
+        return True
     steps = {st.index: st for st in s.scalars(select(Step).where(Step.episode_id == task.episode_id))}
-    for index in sorted(set(parsed.actions) | set(parsed.thoughts)):
+    for index in corrected:
         step = steps.get(index)
         if step is None:
             report.ignored["correction_of_unknown_step"] += 1

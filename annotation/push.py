@@ -76,16 +76,22 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
         .where(Episode.round_id == round_id, Episode.status == "done")
         .order_by(Episode.id)
     ).all()
-    for episode_id, uid, goal in rows:
-        judged = {
-            f"{j.critic}:{j.critic_version}": j
-            for j in s.scalars(
-                select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode_id)
+    in_round = select(Episode.id).where(Episode.round_id == round_id).scalar_subquery()
+    judgments: dict[int, dict[str, Judgment]] = {}
+    for j in s.scalars(
+        select(Judgment).where(Judgment.target == "episode", Judgment.target_id.in_(in_round))
+    ):
+        judgments.setdefault(j.target_id, {})[f"{j.critic}:{j.critic_version}"] = j
+    verifiers = dict(
+        s.execute(
+            select(Anchor.episode_id, Anchor.label).where(
+                Anchor.source == "verifier", Anchor.episode_id.in_(in_round)
             )
-        }
-        verifier = s.scalar(
-            select(Anchor.label).where(Anchor.episode_id == episode_id, Anchor.source == "verifier")
-        )
+        ).all()
+    )
+    for episode_id, uid, goal in rows:
+        judged = judgments.get(episode_id, {})
+        verifier = verifiers.get(episode_id)
         reasons = []
         agreed = judged.get(consensus)
         if (
@@ -142,7 +148,7 @@ def build_task(s: Session, candidate: Candidate, images: ImageLinks) -> dict[str
     if "verifier" in anchors:
         critics_line.insert(0, f"verifier = {anchors['verifier']}")
     task_steps = []
-    result: list[dict[str, Any]] = []
+    result: list[dict[str, object]] = []
     for i, st in enumerate(steps):
         labels = step_judgments.get(st.id, {})
         judged = "; ".join(
@@ -158,10 +164,10 @@ def build_task(s: Session, candidate: Candidate, images: ImageLinks) -> dict[str
         preferred = sorted(labels.items(), key=lambda kv: (not kv[0].startswith("llm"), kv[0]))
         label = next((j.label for _, j in preferred if j.label in cfg.STEP_LABELS), None)
         if label is not None:
-            result.append(_choice(cfg.step_label(i), cfg.screen(i), label))
+            result.append(cfg.choice(cfg.step_label(i), cfg.screen(i), label))
     consensus = next((j for j in episode_judgments if (j.critic, j.critic_version) == CONSENSUS), None)
     if consensus is not None:
-        result.insert(0, _choice(cfg.VERDICT, cfg.INSTRUCTION, _verdict(consensus.label)))
+        result.insert(0, cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, _verdict(consensus.label)))
     decided = [j for j in episode_judgments if (j.critic, j.critic_version) != CONSENSUS]
     agreeing = sum(1 for j in decided if consensus is not None and j.label == consensus.label)
     score = consensus.score if consensus is not None and consensus.score is not None else None
@@ -182,10 +188,6 @@ def build_task(s: Session, candidate: Candidate, images: ImageLinks) -> dict[str
         },
         "predictions": [{"model_version": PREDICTIONS, "score": round(score, 4), "result": result}],
     }
-
-
-def _choice(from_name: str, to_name: str, value: str) -> dict[str, Any]:
-    return {"from_name": from_name, "to_name": to_name, "type": "choices", "value": {"choices": [value]}}
 
 
 def _connect_storage(

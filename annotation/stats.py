@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.judge import ChannelStats
+from critics.judge import ChannelStats, channel_row
 from storage.models import Anchor, HumanAnnotation, Judgment, Step
 from trajforge.logs import counts
 
@@ -135,9 +135,7 @@ def _throughput(annotations: list[HumanAnnotation]) -> dict[str, dict[str, Any]]
 def render_stats(stats: dict[str, Any]) -> str:
     lines = ["critic vs human (trajectory verdicts)       n  accuracy  precision  recall"]
     for name, st in stats["critics_vs_human"].items():
-        lines.append(
-            f"  {name:38} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
-        )
+        lines.append("  " + channel_row(name, st, width=38))
     if not stats["critics_vs_human"]:
         lines.append("  (no human anchors yet: run `trajforge annotate pull`)")
     lines.append("step critic vs human step labels")

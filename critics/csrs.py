@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from critics.heuristic import HeuristicStepCritic, StepVerdict, StepView, describe
 from critics.judge import deciding_anchor, round_episodes, step_view
 from storage.db import insert_ignore, record_exclusions, transaction
-from storage.models import Anchor, Exclusion, Sample
+from storage.models import Anchor, Exclusion, HumanAnnotation, Sample
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
 from trajforge.domain import Query
@@ -300,16 +300,21 @@ def revise_outcomes(sessions: sessionmaker[Session], round_id: int, outcomes: di
     """
     dropped = 0
     with transaction(sessions) as s:
+        # only episodes a human ever annotated can hold samples of an outcome that changed
+        annotated = select(HumanAnnotation.episode_id).distinct()
         rows = s.scalars(
             select(Sample).where(
-                Sample.episode_id.in_(list(outcomes)),
+                Sample.episode_id.in_(annotated),
                 Sample.category.in_(CATEGORIES),
                 Sample.round_id == round_id,
             )
         )
         for sample in rows:
+            outcome = outcomes.get(sample.episode_id or 0)
+            if outcome is None:
+                continue
             written = (sample.provenance.get("anchor") or {}).get("label")
-            holds = written == outcomes[sample.episode_id or 0]
+            holds = written == outcome
             if sample.status == "kept" and not holds:
                 sample.status, sample.reason = "dropped", SUPERSEDED
                 record_exclusions(s, round_id, "csrs", "sample", [(sample.uid, SUPERSEDED, {"was": written})])

@@ -229,13 +229,15 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
     return report
 
 
+def channel_row(name: str, st: dict[str, Any], width: int = 24) -> str:
+    """One `ChannelStats.summary()` as a table row: name, n, accuracy, precision, recall."""
+    return f"{name:{width}} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
+
+
 def render_calibration(report: dict[str, Any]) -> str:
     lines = ["critic                     n    accuracy  precision  recall   tp  fp  tn  fn"]
     for name, st in report["channels"].items():
-        lines.append(
-            f"{name:24} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
-            f"  {st['tp']:3} {st['fp']:3} {st['tn']:3} {st['fn']:3}"
-        )
+        lines.append(f"{channel_row(name, st)}  {st['tp']:3} {st['fp']:3} {st['tn']:3} {st['fn']:3}")
     for outcome, labels in report["step_labels_by_outcome"].items():
         lines.append(f"step labels in {outcome} episodes: {counts(labels)}")
     lines.append(f"review queue (disagreements and unparsed verdicts): {len(report['review_queue'])}")

@@ -41,11 +41,10 @@ class LLMJudgment:
     completion_tokens: int = 0
 
 
-def mark_point(png: bytes, action: Action, screen: Screen) -> bytes:
-    """The screenshot with the action's interaction point circled (and a swipe's arrow) in red."""
+def draw_action(img: Image.Image, action: Action) -> None:
+    """Circle the action's interaction point (and draw a swipe's line) in red, in place."""
     if action.point is None:
-        return png
-    img = Image.open(io.BytesIO(png)).convert("RGB")
+        return
     draw = ImageDraw.Draw(img)
     x, y = Screen(img.width, img.height).to_px(action.point)
     r = max(12, img.width // 30)
@@ -53,6 +52,14 @@ def mark_point(png: bytes, action: Action, screen: Screen) -> bytes:
     if action.kind == ActionKind.SWIPE:
         ex, ey = Screen(img.width, img.height).to_px(action.swipe_end())
         draw.line((x, y, ex, ey), fill="#ff0000", width=max(3, r // 4))
+
+
+def mark_point(png: bytes, action: Action, screen: Screen) -> bytes:
+    """The screenshot with the action's interaction point circled (and a swipe's arrow) in red."""
+    if action.point is None:
+        return png
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    draw_action(img, action)
     buf = io.BytesIO()
     img.save(buf, format="PNG", compress_level=1)  # it is sent once; level 6 costs ~3x the CPU
     return buf.getvalue()

@@ -20,7 +20,7 @@ from critics.csrs import SampleDraft
 from critics.heuristic import describe
 from critics.judge import round_episodes, step_view
 from storage.db import record_exclusions, transaction
-from storage.models import Correction, HumanAnnotation, Sample
+from storage.models import Correction, Episode, HumanAnnotation, Sample
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import target_bbox
 
@@ -40,7 +40,8 @@ def correction_samples(sessions: sessionmaker[Session], round_id: int) -> tuple[
         live = (
             select(Correction, HumanAnnotation.ls_annotation_id)
             .join(HumanAnnotation, HumanAnnotation.id == Correction.annotation_id)
-            .where(HumanAnnotation.withdrawn.is_(False))
+            .join(Episode, Episode.id == Correction.episode_id)
+            .where(HumanAnnotation.withdrawn.is_(False), Episode.round_id == round_id)
         )
         by_episode: dict[int, list[tuple[Correction, int]]] = {}
         for correction, ls_id in s.execute(live):

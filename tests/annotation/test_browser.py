@@ -15,14 +15,13 @@ from annotation.client import Studio
 from annotation.pull import pull
 from annotation.push import push_round
 from critics.judge import deciding_anchor
-from rollout.smoke import run_smoke_round
 from rollout.web.env import chromium_available
-from storage.db import engine_from_settings, session_factory
-from storage.models import Anchor, AnnotationProject, AnnotationTask, Round
+from storage.models import Anchor, AnnotationProject, AnnotationTask
 from storage.objectstore import open_object_store
+from tests.annotation.conftest import smoke_round
 from tests.conftest import service_missing
 from tests.support.label_studio import LabelStudioServer, logged_in_page
-from trajforge.settings import AnnotationSettings, S3Settings, load_settings
+from trajforge.settings import AnnotationSettings, S3Settings
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.browser, pytest.mark.slow]
 
@@ -54,11 +53,7 @@ def test_annotator_sees_every_screenshot_and_submits_a_verdict(
 ) -> None:
     if not chromium_available():
         service_missing("Chromium or Playwright missing (apt-get install chromium)")
-    settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=2)
-    sessions = session_factory(engine_from_settings(settings))
-    with sessions() as s:
-        round_id = s.scalars(select(Round.id).where(Round.number == 1)).one()
+    settings, sessions, round_id = smoke_round(rollouts=2)
     annotate = AnnotationSettings(
         url=label_studio.url,
         api_key=label_studio.token,

@@ -12,8 +12,7 @@ from critics.csrs import SUPERSEDED, extract_round
 from curation.corrections import CATEGORY
 from curation.corrections import SUPERSEDED as CORRECTED
 from curation.pipeline import curate_round
-from rollout.smoke import run_smoke_round
-from storage.db import engine_from_settings, session_factory, transaction
+from storage.db import transaction
 from storage.models import (
     Anchor,
     AnnotationProject,
@@ -22,13 +21,12 @@ from storage.models import (
     Episode,
     Exclusion,
     HumanAnnotation,
-    Round,
     Sample,
     Step,
 )
 from storage.objectstore import open_object_store
+from tests.annotation.conftest import smoke_round
 from trajforge.appspec import builtin_app_names, load_app
-from trajforge.settings import load_settings
 
 
 def _human_verdict(
@@ -88,11 +86,8 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
     engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=2)
-    sessions = session_factory(engine_from_settings(settings))
+    settings, sessions, round_id = smoke_round(rollouts=2)
     with sessions() as s:
-        round_id = s.scalars(select(Round.id).where(Round.number == 1)).one()
         # a successful episode with action samples on step 0
         episode_id, verifier = s.execute(
             select(Anchor.episode_id, Anchor.label)
@@ -156,11 +151,8 @@ def test_a_corrected_action_supersedes_the_models_action_samples(
     engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=2)
-    sessions = session_factory(engine_from_settings(settings))
+    settings, sessions, round_id = smoke_round(rollouts=2)
     with sessions() as s:
-        round_id = s.scalars(select(Round.id).where(Round.number == 1)).one()
         found = s.execute(
             select(Sample.episode_id, Sample.step_index)
             .where(Sample.category == "action_prediction", Sample.status == "kept")

@@ -15,13 +15,13 @@ from annotation.pull import pull
 from annotation.push import push_round
 from annotation.stats import annotation_stats, render_stats
 from critics.judge import calibrate_round, deciding_anchor
-from rollout.smoke import run_smoke_round
-from storage.db import engine_from_settings, session_factory, transaction
-from storage.models import Anchor, AnnotationTask, Correction, Episode, HumanAnnotation, Round
+from storage.db import transaction
+from storage.models import Anchor, AnnotationTask, Correction, Episode, HumanAnnotation
 from storage.objectstore import open_object_store
+from tests.annotation.conftest import smoke_round
 from tests.support.label_studio import LabelStudioServer
 from trajforge.errors import AnnotationError, ConfigError
-from trajforge.settings import AnnotationSettings, Settings, load_settings
+from trajforge.settings import AnnotationSettings, Settings
 
 pytestmark = pytest.mark.labelstudio
 
@@ -39,16 +39,7 @@ def _settings(server: LabelStudioServer, **overrides: Any) -> AnnotationSettings
 
 def _round(db_url: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, sessionmaker[Session], int]:
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=4)
-    sessions = session_factory(engine_from_settings(settings))
-    with sessions() as s:
-        round_id = s.scalars(select(Round.id).where(Round.number == 1)).one()
-    return settings, sessions, round_id
-
-
-def _choice(name: str, to: str, value: str) -> dict[str, Any]:
-    return {"from_name": name, "to_name": to, "type": "choices", "value": {"choices": [value]}}
+    return smoke_round(rollouts=4)
 
 
 def _text(name: str, to: str, value: str) -> dict[str, Any]:
@@ -113,8 +104,8 @@ def test_push_annotate_pull_round_trip(
     ls.annotations.create(
         id=t_override,
         result=[
-            _choice(cfg.VERDICT, cfg.INSTRUCTION, flipped),
-            _choice(cfg.step_label(0), cfg.screen(0), "HARMFUL"),
+            cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, flipped),
+            cfg.choice(cfg.step_label(0), cfg.screen(0), "HARMFUL"),
             _text(cfg.corrected_action(0), cfg.screen(0), '{"kind":"click","point":[500,300]}'),
             _text(cfg.corrected_thought(0), cfg.screen(0), "The search box is at the top."),
             _text(cfg.corrected_action(1), cfg.screen(1), "poke the blue thing"),
@@ -122,10 +113,10 @@ def test_push_annotate_pull_round_trip(
         lead_time=42.0,
     )
     ls.annotations.create(
-        id=t_split, result=[_choice(cfg.VERDICT, cfg.INSTRUCTION, "success")], lead_time=5.0
+        id=t_split, result=[cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, "success")], lead_time=5.0
     )
     ls.annotations.create(
-        id=t_split, result=[_choice(cfg.VERDICT, cfg.INSTRUCTION, "failure")], completed_by=second.id
+        id=t_split, result=[cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, "failure")], completed_by=second.id
     )
     ls.annotations.create(id=t_skip, result=[], was_cancelled=True)
 
@@ -157,10 +148,12 @@ def test_push_annotate_pull_round_trip(
 
     # a third annotator breaks the tie; the first annotator changes their mind
     ls.annotations.create(
-        id=t_split, result=[_choice(cfg.VERDICT, cfg.INSTRUCTION, "failure")], completed_by=third.id
+        id=t_split, result=[cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, "failure")], completed_by=third.id
     )
     mine = next(a for a in ls.annotations.list(id=t_override))
-    ls.annotations.update(id=mine.id, result=[_choice(cfg.VERDICT, cfg.INSTRUCTION, verifier or "success")])
+    ls.annotations.update(
+        id=mine.id, result=[cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, verifier or "success")]
+    )
     changed = pull(sessions, annotate)
     assert changed.annotations["new"] == 1 and changed.annotations["updated"] == 1
     assert _deciding(sessions, e_split).label == "failure"  # type: ignore[union-attr]
