@@ -45,6 +45,7 @@ KNOWLEDGE = CATEGORIES[:6]  # what a failed trajectory still teaches
 SCORES = {"GOOD": 1.0, "NEUTRAL": 0.5, "HARMFUL": 0.0}
 TAU_C = 0.5  # keep GOOD and NEUTRAL steps as action targets, drop HARMFUL ones
 TEMPLATE_VERSION = "csrs-templates-1"
+TRAJECTORY_FAILED = "trajectory_failed"  # action samples of a trajectory the anchor failed
 SUPERSEDED = "superseded_by_human_anchor"  # written under an outcome a human has since reversed
 
 
@@ -193,23 +194,25 @@ def extract(
                 prov,
             )
         )
-        if success:
-            sample = SampleDraft(
-                "action_prediction",
-                i,
-                {
-                    "images": images,
-                    "prompt": f"Task: {query.instruction}\nHistory: " + ("; ".join(done) or "none"),
-                    "response": json.dumps(target, ensure_ascii=False),
-                    **grounding,
-                },
-                prov,
-            )
-            if SCORES[verdict.label] < tau_c:
-                sample.reason = "critic_below_threshold"
-            elif action.thought and not _consistent(action.thought, words):
-                sample.reason = THOUGHT_ACTION_MISMATCH
-            out.append(sample)
+        # A failed trajectory's actions stay as data, dropped with their reason (unfiltered runs use them).
+        sample = SampleDraft(
+            "action_prediction",
+            i,
+            {
+                "images": images,
+                "prompt": f"Task: {query.instruction}\nHistory: " + ("; ".join(done) or "none"),
+                "response": json.dumps(target, ensure_ascii=False),
+                **grounding,
+            },
+            prov,
+        )
+        if not success:
+            sample.reason = TRAJECTORY_FAILED
+        elif SCORES[verdict.label] < tau_c:
+            sample.reason = "critic_below_threshold"
+        elif action.thought and not _consistent(action.thought, words):
+            sample.reason = THOUGHT_ACTION_MISMATCH
+        out.append(sample)
         done.append(words)
     return out
 

@@ -36,6 +36,12 @@ from trajforge.logs import counts
 
 class RolloutConfig(BaseModel):
     rollouts_per_query: int = Field(1, ge=1, le=64, description="K rollouts per query (group statistics).")
+    first_rollout: int = Field(
+        0,
+        ge=0,
+        description="Number of the first rollout: another policy's episodes of the same queries "
+        "(guided demonstrations) take numbers after the policy's own.",
+    )
     max_steps: int = Field(30, ge=1, le=500)
     step_timeout_s: float = Field(
         60.0, gt=0, description="A device step or policy call slower than this fails."
@@ -119,7 +125,8 @@ class EpisodeRunner:
     async def run(self, queries: list[Query], round_id: int, policy_id: int) -> RolloutReport:
         report = RolloutReport(requested=len(queries) * self.config.rollouts_per_query)
         started = time.monotonic()
-        todo = [(q, k) for q in queries for k in range(self.config.rollouts_per_query)]
+        first = self.config.first_rollout
+        todo = [(q, k) for q in queries for k in range(first, first + self.config.rollouts_per_query)]
         with self.sessions() as s:
             stored = set(s.scalars(select(Episode.uid).where(Episode.round_id == round_id)))
             query_ids = dict(

@@ -78,6 +78,7 @@ class PublishConfig:
     chunk_rows: int = 4096  # average rows per shard inside a partition
     max_shard_rows: int = 65536
     filters: dict[str, Any] = field(default_factory=dict)  # the thresholds the samples passed
+    statuses: tuple[str, ...] = ("kept",)  # ("kept", "dropped"): filtering off, for ablations
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +87,7 @@ class PublishConfig:
             "chunk_rows": self.chunk_rows,
             "max_shard_rows": self.max_shard_rows,
             "filters": self.filters,
+            "statuses": list(self.statuses),
         }
 
     @property
@@ -145,7 +147,7 @@ def selected_rows(
         )
         .join(Round, Round.id == Sample.round_id)
         .outerjoin(Episode, Episode.id == Sample.episode_id)
-        .where(Sample.status == "kept")
+        .where(Sample.status.in_(config.statuses))
         .order_by(Round.number, Sample.category, Sample.uid)
     )
     if config.rounds is not None:

@@ -210,6 +210,77 @@ class AnnotationSettings(BaseSettings):
     timeout_s: float = Field(30.0, gt=0, le=600, description="Per-request timeout.")
 
 
+class EvolveSettings(BaseSettings):
+    """The self-evolving loop: how big a round is, what runs it, and when it is scheduled."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_EVOLVE_", extra="forbid")
+
+    rounds: int = Field(4, ge=1, le=1000, description="Rounds `trajforge evolve` brings the loop to.")
+    queries_per_app: int = Field(4, ge=1, le=10_000, description="New task queries per app per round.")
+    rollouts: int = Field(4, ge=1, le=64, description="Rollouts per query (pass rates need groups).")
+    devices: int = Field(2, ge=1, le=256, description="Simulated devices registered in the pool.")
+    max_steps: int = Field(25, ge=1, le=500, description="Step budget of one episode.")
+    guided_fraction: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Round 1: share of queries (hardest first) that also get one guided demonstration, "
+        "the ground-truth path replayed.",
+    )
+    seed: int = Field(0, description="Seed of query sampling; rounds use seed + round number.")
+    dataset: str = Field(
+        "trajforge", min_length=1, max_length=128, description="Dataset each round publishes."
+    )
+    filtering: bool = Field(
+        True,
+        description="false publishes every sample, dropped ones too (no critic, verifier or dedup "
+        "filter): the ablation that shows what filtering buys.",
+    )
+    runner: Literal["thread", "dask"] = Field(
+        "thread", description="Prefect task runner of the rollout and featurisation fan-out."
+    )
+    dask_workers: int = Field(2, ge=1, le=256, description="Workers of the local Dask cluster (runner=dask).")
+    dask_address: str | None = Field(None, description="An existing Dask scheduler (tcp://host:8786).")
+    shards: int = Field(2, ge=1, le=1024, description="Rollout fan-out: query shards run as parallel tasks.")
+    model_calls: int = Field(
+        8, ge=1, le=1024, description="Prefect concurrency limit on model-calling tasks."
+    )
+    schedule: str | None = Field(
+        None, description="Cron schedule of `trajforge serve` (e.g. '0 */6 * * *'); none: run on demand."
+    )
+    work_pool: str = Field("trajforge", min_length=1, description="Prefect work pool of the deployments.")
+
+
+class TrainerSettings(BaseSettings):
+    """What trains policy N+1 from dataset version N: the built-in knn policy, or an external command."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_TRAINER_", extra="forbid")
+
+    command: str | None = Field(
+        None,
+        description="External trainer command line; {dataset} (the export directory), {output} (the "
+        "checkpoint directory), {version} and {round} are filled in. None: the built-in knn policy.",
+    )
+    format: Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"] = Field(
+        "sft-sharegpt", description="Export format handed to an external trainer."
+    )
+    action_format: Literal["canonical", "agentcpm", "qwen", "uitars", "mobiler1"] = Field(
+        "qwen", description="Action format of the export and of the trained policy."
+    )
+    name: str = Field(
+        "trained", min_length=1, max_length=128, description="Policy name of external checkpoints."
+    )
+    endpoint: str | None = Field(
+        None,
+        description="OpenAI-compatible URL the external checkpoint is served from (vLLM, SGLang); "
+        "{output} and {version} are filled in. Required with command.",
+    )
+    model: str = Field(
+        "{output}", description="Model name at the endpoint; {output} and {version} filled in."
+    )
+    timeout_s: float = Field(86_400.0, gt=0, description="The trainer command's time limit.")
+
+
 class Settings(BaseModel):
     """All settings, composed. Build with `load_settings()`."""
 
@@ -220,6 +291,8 @@ class Settings(BaseModel):
     llm: LLMSettings
     curate: CurationSettings = Field(default_factory=CurationSettings)
     annotate: AnnotationSettings = Field(default_factory=AnnotationSettings)
+    evolve: EvolveSettings = Field(default_factory=EvolveSettings)
+    trainer: TrainerSettings = Field(default_factory=TrainerSettings)
 
     @property
     def db_url(self) -> str:
@@ -240,6 +313,8 @@ _SECTIONS: dict[str, type[BaseSettings]] = {
     "llm": LLMSettings,
     "curate": CurationSettings,
     "annotate": AnnotationSettings,
+    "evolve": EvolveSettings,
+    "trainer": TrainerSettings,
 }
 
 
@@ -272,6 +347,8 @@ def load_settings(config_file: Path | None = None) -> Settings:
         llm=parts["llm"],
         curate=parts["curate"],
         annotate=parts["annotate"],
+        evolve=parts["evolve"],
+        trainer=parts["trainer"],
     )
 
 

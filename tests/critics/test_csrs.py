@@ -31,15 +31,17 @@ def _samples(ep, success: bool, verdicts=None):
     return extract(ep.query, "ep-1", success, ANCHOR, ep.steps, verdicts)
 
 
-def test_success_yields_all_seven_failure_never_predicts_actions(episodes) -> None:
+def test_success_yields_all_seven_failure_keeps_no_actions(episodes) -> None:
     for ep in episodes:
         drafts = _samples(ep, ep.true_success)
         categories = {d.category for d in drafts}
         if ep.true_success:
             assert categories == set(CATEGORIES)
         else:
-            assert "action_prediction" not in categories
-            assert categories <= set(CATEGORIES[:6]) and "self_reflection" in categories
+            kept = {d.category for d in drafts if d.reason is None}
+            assert kept <= set(CATEGORIES[:6]) and "self_reflection" in kept
+            actions = [d for d in drafts if d.category == "action_prediction"]
+            assert actions and all(d.reason == "trajectory_failed" for d in actions)
         assert all(d.provenance["episode"] == "ep-1" and d.provenance["anchor"] == ANCHOR for d in drafts)
 
 

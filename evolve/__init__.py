@@ -1,0 +1,1 @@
+"""The self-evolving loop: round steps, policy versions, the trainer hook, round reports."""

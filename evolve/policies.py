@@ -1,0 +1,114 @@
+"""Policy versions: registering them, and building the one a round rolls out.
+
+A registered policy is a `policy` row: name, version, and where it lives. The built-in
+knn checkpoints live in the object store under `checkpoints/knn/v<N>/` (so a worker on
+another machine can load them; each process keeps a local copy under the home). An
+external checkpoint is served behind an OpenAI-compatible endpoint and is rolled out by
+the VLM policy through the gateway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from evolve.spine import Spine
+from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
+from rollout.policies.knn import NAME as KNN
+from rollout.policies.knn import KnnPolicy, Memory
+from storage.db import insert_ignore
+from storage.llm_cache import SqlResponseCache
+from storage.models import Policy as PolicyRow
+from trajforge.errors import ConfigError
+from trajforge.gateway import LLMGateway
+
+STORE_SCHEME = "store:"
+
+
+def register_policy(
+    s: Session,
+    name: str,
+    version: int,
+    meta: dict[str, Any] | None = None,
+    endpoint: str | None = None,
+    checkpoint_uri: str | None = None,
+    parent_id: int | None = None,
+) -> int:
+    """The policy row's id; registering the same name and version again changes nothing."""
+    row = {
+        "name": name,
+        "version": version,
+        "endpoint": endpoint,
+        "checkpoint_uri": checkpoint_uri,
+        "parent_id": parent_id,
+        "meta": meta or {},
+    }
+    insert_ignore(s, PolicyRow, [row], ["name", "version"])
+    return s.scalars(select(PolicyRow.id).where(PolicyRow.name == name, PolicyRow.version == version)).one()
+
+
+def checkpoint_prefix(name: str, version: int) -> str:
+    return f"checkpoints/{name}/v{version}/"
+
+
+def upload_checkpoint(spine: Spine, folder: Path, name: str, version: int) -> str:
+    """Every file of `folder` into the object store; the `store:` URI of the copy."""
+    prefix = checkpoint_prefix(name, version)
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            spine.store.put(prefix + str(path.relative_to(folder)), path.read_bytes())
+    return STORE_SCHEME + prefix
+
+
+def local_checkpoint(spine: Spine, uri: str) -> Path:
+    """A local directory holding the checkpoint (downloaded once per home)."""
+    if not uri.startswith(STORE_SCHEME):
+        return Path(uri)
+    prefix = uri.removeprefix(STORE_SCHEME)
+    folder = spine.settings.home / "cache" / prefix
+    if not (folder / ".complete").exists():
+        keys = list(spine.store.list(prefix))
+        if not keys:
+            raise ConfigError(f"checkpoint {uri} is not in the object store; retrain with `trajforge evolve`")
+        for key in keys:
+            target = folder / key.removeprefix(prefix)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(spine.store.get(key))
+        (folder / ".complete").touch()
+    return folder
+
+
+def policy_factory(spine: Spine, policy_id: int) -> Callable[[], Policy]:
+    """A fresh policy per episode, of the registered version `policy_id`."""
+    with spine.sessions() as s:
+        row = s.get(PolicyRow, policy_id)
+    if row is None:
+        raise ConfigError(f"policy id {policy_id} is not registered")
+    meta = row.meta or {}
+    if row.name == "random-explorer":
+        max_actions = int(meta.get("max_actions", 15))
+        return lambda: RandomExplorer(max_actions=max_actions, version=row.version)
+    if row.name == "guided-demo":
+        return lambda: NoisyOracle(OracleNoise(), version=row.version)
+    if row.name == KNN:
+        if not row.checkpoint_uri:
+            raise ConfigError(f"policy {KNN} v{row.version} has no checkpoint; retrain it")
+        memory = Memory.load(local_checkpoint(spine, row.checkpoint_uri))
+        frames = spine.frames
+        return lambda: KnnPolicy(memory, frames, row.version)
+    if row.endpoint:
+        model = str(meta.get("model") or spine.settings.llm.model)
+        llm = spine.settings.llm.model_copy(update={"base_url": row.endpoint, "model": model})
+        gateway = LLMGateway(llm, SqlResponseCache(spine.sessions))
+        config = VLMPolicyConfig(
+            name=row.name, version=row.version, model=model, format=meta.get("format", "qwen")
+        )
+        return lambda: VLMPolicy(config, gateway, spine.frames)
+    raise ConfigError(
+        f"policy {row.name} v{row.version} has neither a built-in implementation nor an endpoint; "
+        "set trainer.endpoint to where the checkpoint is served"
+    )

@@ -1,0 +1,363 @@
+"""The steps of one self-evolving round, as plain Python: each is idempotent and resumable.
+
+A step takes the settings and the round number and returns a small JSON-able report;
+the Prefect flows in `flows/` only compose them. Killed at any point and run again, a
+step finds what is already stored (queries of the round, episodes by uid, judgments,
+samples, the sealed dataset version, the registered policy) and does only the rest.
+
+Round 1 rolls out the random explorer, plus one guided demonstration (the ground-truth
+path replayed) of the hardest `guided_fraction` of its queries. Round N > 1 rolls out
+the policy trained after round N - 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+
+from critics.csrs import extract_round
+from critics.judge import CONSENSUS, calibrate_round, judge_round, judge_round_llm
+from curation.features import FeatureStore, make_featurizer
+from curation.pipeline import curate_round
+from evolve.policies import policy_factory, register_policy
+from evolve.spine import Spine, open_spine
+from querygen.pipeline import generate_queries, load_history, store_generation
+from rollout.policies import NoisyOracle, OracleNoise, Policy
+from rollout.pool import DevicePool
+from rollout.runner import EpisodeRunner, RolloutConfig
+from rollout.sim.farm import SimFarm
+from storage.datasets import PublishConfig, list_versions, manifest, publish
+from storage.db import transaction
+from storage.llm_cache import SqlResponseCache
+from storage.models import App, Episode, Round, Sample, Step
+from storage.models import Policy as PolicyRow
+from storage.models import Query as QueryRow
+from trajforge.domain import Query
+from trajforge.errors import ConfigError
+from trajforge.gateway import LLMGateway
+from trajforge.settings import Settings
+
+EXPLORER = ("random-explorer", 0)
+GUIDED = ("guided-demo", 0)
+DIFFICULTY = {"hard": 0, "medium": 1, "easy": 2}
+
+
+def config_hash(settings: Settings) -> str:
+    """What makes two runs of a round the same run (resuming with another config is refused)."""
+    ev = settings.evolve
+    keep = ev.model_dump(include={"queries_per_app", "rollouts", "max_steps", "guided_fraction", "seed"})
+    keep |= {"filtering": ev.filtering, "dataset": ev.dataset}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()
+
+
+def _round(spine: Spine, number: int) -> Round:
+    with spine.sessions() as s:
+        row = s.scalars(select(Round).where(Round.number == number)).first()
+    if row is None:
+        raise ConfigError(f"round {number} has not been started; run `trajforge evolve` to start it")
+    return row
+
+
+def start_round(settings: Settings, number: int) -> dict[str, Any]:
+    """Open round `number` with its policy (idempotent); say whether it is already done."""
+    spine = open_spine(settings)
+    wanted = config_hash(settings)
+    with transaction(spine.sessions) as s:
+        row = s.scalars(select(Round).where(Round.number == number)).first()
+        if row is None:
+            if number == 1:
+                policy_id = register_policy(s, *EXPLORER, meta={"max_actions": settings.evolve.max_steps})
+            else:
+                before = s.scalars(select(Round).where(Round.number == number - 1)).first()
+                policy_id = (before.stats or {}).get("next_policy_id") if before else None
+                if policy_id is None:
+                    raise ConfigError(
+                        f"round {number - 1} has not trained a policy yet; run `trajforge evolve` "
+                        f"with --rounds {number} to finish it first"
+                    )
+            row = Round(
+                number=number, policy_id=policy_id, seed=settings.evolve.seed + number, config_hash=wanted
+            )
+            s.add(row)
+            s.flush()
+        elif row.config_hash != wanted and row.status != "done":
+            raise ConfigError(
+                f"round {number} was started with another evolve config (hash {row.config_hash[:12]}); "
+                "rerun with that config, or use a fresh TRAJFORGE_HOME"
+            )
+        policy = s.get(PolicyRow, row.policy_id)
+        assert policy is not None
+        return {
+            "round": number,
+            "round_id": row.id,
+            "policy": f"{policy.name}@{policy.version}",
+            "done": row.status == "done",
+        }
+
+
+def round_queries(settings: Settings, number: int) -> list[str]:
+    """The round's query uids: stored ones, else sampled per app and stored (one transaction per app)."""
+    spine = open_spine(settings)
+    rnd = _round(spine, number)
+    uids: list[str] = []
+    for spec in spine.apps:
+        with spine.sessions() as s:
+            have = s.scalars(
+                select(QueryRow.uid)
+                .join(App, App.id == QueryRow.app_id)
+                .where(QueryRow.round_id == rnd.id, App.name == spec.name, QueryRow.status == "kept")
+                .order_by(QueryRow.uid)
+            ).all()
+        if not have:
+            coverage, dedup = load_history(spine.sessions, spec.name)
+            generated = generate_queries(
+                spec, settings.evolve.queries_per_app, seed=rnd.seed, coverage=coverage, deduper=dedup
+            )
+            store_generation(spine.sessions, spec, generated, round_id=rnd.id)
+            have = sorted(q.uid for q in generated.kept)
+        uids.extend(have)
+    return uids
+
+
+def load_queries(spine: Spine, uids: list[str]) -> list[Query]:
+    with spine.sessions() as s:
+        rows = s.execute(
+            select(QueryRow, App.name).join(App, App.id == QueryRow.app_id).where(QueryRow.uid.in_(uids))
+        ).all()
+    by_uid = {
+        q.uid: Query(
+            uid=q.uid,
+            app=app,
+            instruction=q.instruction,
+            slots=q.slots,
+            path=q.path,
+            goal=q.goal,
+            source=q.source,
+            difficulty=q.difficulty,
+        )
+        for q, app in rows
+    }
+    return [by_uid[u] for u in uids if u in by_uid]
+
+
+def shards(items: list[str], n: int) -> list[list[str]]:
+    """Round-robin shards (balanced by position, stable for a given list)."""
+    return [part for part in (items[i::n] for i in range(max(1, n))) if part]
+
+
+def register_devices(settings: Settings) -> int:
+    """The simulated devices, in the pool every rollout task leases from (idempotent)."""
+    spine = open_spine(settings)
+    SimFarm(store=spine.store).register(DevicePool(spine.sessions), settings.evolve.devices)
+    return settings.evolve.devices
+
+
+def _roll(
+    spine: Spine,
+    rnd: Round,
+    queries: list[Query],
+    policy_id: int,
+    make: Callable[[], Policy],
+    config: RolloutConfig,
+) -> dict[str, Any]:
+    farm = SimFarm(store=spine.store)
+    runner = EpisodeRunner(spine.sessions, DevicePool(spine.sessions), farm, make, config, backend="sim")
+    report = asyncio.run(runner.run(queries, rnd.id, policy_id))
+    return {
+        "episodes": report.completed,
+        "already_stored": report.skipped,
+        "not_run": report.not_run,
+        "successes": report.successes,
+        "steps": report.steps,
+        "seconds": round(report.seconds, 3),
+    }
+
+
+def rollout_shard(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
+    """K rollouts of the round's policy on these queries; episodes stored earlier are not redone."""
+    spine = open_spine(settings)
+    rnd = _round(spine, number)
+    ev = settings.evolve
+    make = policy_factory(spine, rnd.policy_id)
+    config = RolloutConfig(rollouts_per_query=ev.rollouts, workers=ev.devices, max_steps=ev.max_steps)
+    return _roll(spine, rnd, load_queries(spine, uids), rnd.policy_id, make, config)
+
+
+def guided_queries(settings: Settings, number: int, uids: list[str]) -> list[str]:
+    """Round 1's hardest queries of each app (difficulty, then path length), `guided_fraction` of them."""
+    if number != 1 or settings.evolve.guided_fraction <= 0:
+        return []
+    per_app: dict[str, list[Query]] = {}
+    for q in load_queries(open_spine(settings), uids):
+        per_app.setdefault(q.app, []).append(q)
+    picked: list[str] = []
+    for app in sorted(per_app):
+        ranked = sorted(per_app[app], key=lambda q: (DIFFICULTY[q.difficulty], -len(q.path), q.uid))
+        picked += [q.uid for q in ranked[: math.ceil(settings.evolve.guided_fraction * len(ranked))]]
+    return picked
+
+
+def demonstrate(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
+    """One guided demonstration per query: the ground-truth path replayed without noise."""
+    spine = open_spine(settings)
+    rnd = _round(spine, number)
+    with transaction(spine.sessions) as s:
+        policy_id = register_policy(s, *GUIDED, meta={"noise": OracleNoise().model_dump()})
+    ev = settings.evolve
+    config = RolloutConfig(
+        rollouts_per_query=1, first_rollout=ev.rollouts, workers=ev.devices, max_steps=ev.max_steps
+    )
+    return _roll(spine, rnd, load_queries(spine, uids), policy_id, lambda: NoisyOracle(OracleNoise()), config)
+
+
+def episode_uids(settings: Settings, number: int) -> list[str]:
+    spine = open_spine(settings)
+    rnd = _round(spine, number)
+    with spine.sessions() as s:
+        return list(s.scalars(select(Episode.uid).where(Episode.round_id == rnd.id).order_by(Episode.uid)))
+
+
+def featurise_shard(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
+    """Screenshot features of these episodes into the feature cache (curation then finds them)."""
+    spine = open_spine(settings)
+    with spine.sessions() as s:
+        hashes = s.scalars(
+            select(Step.screenshot).join(Episode, Episode.id == Step.episode_id).where(Episode.uid.in_(uids))
+        ).all()
+    features = FeatureStore(spine.sessions, make_featurizer(settings.curate), spine.frames)
+    features.vectors(hashes)
+    return features.stats.as_dict()
+
+
+def _gateway(spine: Spine) -> LLMGateway | None:
+    llm = spine.settings.llm
+    return None if llm.offline else LLMGateway(llm, SqlResponseCache(spine.sessions))
+
+
+def judge(settings: Settings, number: int) -> dict[str, Any]:
+    """Offline critics on every step and episode; the model critics too when an endpoint is set."""
+    spine = open_spine(settings)
+    rnd = _round(spine, number)
+    report = judge_round(spine.sessions, rnd.id, spine.apps)
+    out: dict[str, Any] = {"episodes": report.episodes, "steps": dict(report.steps)}
+    gateway = _gateway(spine)
+    if gateway is not None:
+
+        async def with_model() -> int:
+            try:
+                return (await judge_round_llm(spine.sessions, rnd.id, gateway, spine.frames)).episodes
+            finally:
+                await gateway.aclose()
+
+        out["model_judged"] = asyncio.run(with_model())
+    return out
+
+
+def calibrate(settings: Settings, number: int) -> dict[str, Any]:
+    """Critics against the anchors (verifier, or a human's verdict where one exists); CSRS extraction."""
+    spine = open_spine(settings)
+    rnd = _round(spine, number)
+    report = calibrate_round(spine.sessions, rnd.id)
+    samples = extract_round(spine.sessions, rnd.id, _gateway(spine), spine.frames)
+    consensus = report["channels"].get(":".join(CONSENSUS), {})
+    return {"consensus": consensus, "kept": samples.kept, "dropped": samples.dropped}
+
+
+def curate(settings: Settings, number: int) -> dict[str, Any]:
+    """Dedup, guidance, thoughts, recovery and balancing (features come from the cache when fanned out)."""
+    spine = open_spine(settings)
+    rnd = _round(spine, number)
+    report = curate_round(spine.sessions, rnd.id, spine.store, settings.curate, spine.apps, _gateway(spine))
+    return {
+        "samples": dict(report.samples),
+        "dedup": {
+            "kept": report.dedup.kept,
+            "total": report.dedup.total,
+            "reasons": dict(report.dedup.reasons),
+        },
+    }
+
+
+def publish_config(settings: Settings, number: int) -> PublishConfig:
+    """Every round so far; filtering off publishes dropped samples too."""
+    filters = {"curate": settings.curate.model_dump(mode="json"), "filtering": settings.evolve.filtering}
+    statuses = ("kept",) if settings.evolve.filtering else ("kept", "dropped")
+    return PublishConfig(rounds=tuple(range(1, number + 1)), filters=filters, statuses=statuses)
+
+
+def publish_round(settings: Settings, number: int) -> dict[str, Any]:
+    """Seal the dataset version of this round (once: a version with the same config is reused)."""
+    spine = open_spine(settings)
+    name, config = settings.evolve.dataset, publish_config(settings, number)
+    for ref in list_versions(spine.sessions, name):
+        if ref.status == "sealed":
+            man = manifest(spine.sessions, spine.store, name, ref.version)
+            if man["config_hash"] == config.config_hash:
+                return {
+                    "dataset": name,
+                    "version": ref.version,
+                    "manifest_sha256": ref.manifest_sha256,
+                    "rows": man["rows"],
+                    "reused": True,
+                }
+    report = publish(spine.sessions, spine.store, name, config, description=f"evolve round {number}")
+    return {
+        "dataset": name,
+        "version": report.version,
+        "manifest_sha256": report.manifest_sha256,
+        "rows": report.rows,
+        "reused": False,
+    }
+
+
+def round_stats(settings: Settings, number: int) -> dict[str, Any]:
+    """Success of the round's own policy (guided demonstrations apart), per app too."""
+    spine = open_spine(settings)
+    rnd = _round(spine, number)
+    with spine.sessions() as s:
+        rows = s.execute(
+            select(App.name, Episode.outcome, Episode.policy_id, func.count())
+            .join(QueryRow, QueryRow.id == Episode.query_id)
+            .join(App, App.id == QueryRow.app_id)
+            .where(Episode.round_id == rnd.id)
+            .group_by(App.name, Episode.outcome, Episode.policy_id)
+        ).all()
+        samples = s.execute(
+            select(Sample.status, func.count()).where(Sample.round_id == rnd.id).group_by(Sample.status)
+        ).all()
+    episodes, successes, guided = Counter[str](), Counter[str](), Counter[str]()
+    for app, outcome, policy_id, n in rows:
+        if policy_id != rnd.policy_id:
+            guided[outcome] += n
+            continue
+        episodes[app] += n
+        successes[app] += n if outcome == "success" else 0
+    total = sum(episodes.values())
+    return {
+        "episodes": total,
+        "successes": sum(successes.values()),
+        "success_rate": sum(successes.values()) / total if total else 0.0,
+        "per_app": {a: [successes[a], episodes[a]] for a in sorted(episodes)},
+        "guided": dict(guided),
+        "samples": {status: n for status, n in samples},
+    }
+
+
+def finish_round(settings: Settings, number: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """Mark the round done with its figures (the report reads them)."""
+    spine = open_spine(settings)
+    stats = round_stats(settings, number) | extra
+    with transaction(spine.sessions) as s:
+        row = s.scalars(select(Round).where(Round.number == number)).one()
+        row.stats = {**(row.stats or {}), **stats}
+        row.status = "done"
+        row.finished = row.finished or datetime.now(UTC)
+    return stats

@@ -1,0 +1,130 @@
+"""The trainer hook: dataset version N in, policy version N + 1 registered.
+
+The round's sealed version is exported (`trainer.format`) under the home, the trainer
+command runs with `{dataset}` and `{output}` filled in, and the checkpoint it leaves is
+registered as the next policy, with the endpoint it will be served from. The default
+command is the built-in knn trainer (`python -m rollout.policies.knn`) on the `rl-verl`
+export; its checkpoint is copied into the object store.
+
+Each part is resumable: the export and the checkpoint are written to `*.partial` and
+renamed when complete, and registration is idempotent, so a killed training reruns
+from the last finished part.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from evolve.policies import register_policy, upload_checkpoint
+from evolve.spine import open_spine
+from rollout.policies.knn import NAME as KNN
+from storage.db import transaction
+from storage.exports import export
+from storage.models import Policy as PolicyRow
+from storage.models import Round
+from trajforge.errors import ConfigError, TrajforgeError
+from trajforge.settings import Settings
+
+
+class TrainerError(TrajforgeError):
+    """The trainer command failed or left no checkpoint."""
+
+
+def _complete(final: Path, build: Any) -> Path:
+    """Build into `final.partial` and rename, unless `final` is already complete."""
+    if final.exists():
+        return final
+    partial = final.with_name(final.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    build(partial)
+    partial.rename(final)
+    return final
+
+
+def command_line(settings: Settings, dataset: Path, output: Path, version: int, number: int) -> list[str]:
+    fill = {"dataset": str(dataset), "output": str(output), "version": str(version), "round": str(number)}
+    if settings.trainer.command is None:
+        return [sys.executable, "-m", "rollout.policies.knn", "--data", str(dataset), "--out", str(output)]
+    try:
+        return [part.format(**fill) for part in shlex.split(settings.trainer.command)]
+    except (KeyError, ValueError) as exc:
+        raise ConfigError(
+            f"trainer.command {settings.trainer.command!r}: {exc}; use only {{dataset}}, {{output}}, "
+            "{version} and {round}"
+        ) from exc
+
+
+def train_next(settings: Settings, number: int, dataset_version: int) -> dict[str, Any]:
+    """Train on `dataset_version` and register the result as the policy of round `number + 1`."""
+    spine = open_spine(settings)
+    trainer = settings.trainer
+    builtin = trainer.command is None
+    if not builtin and not trainer.endpoint:
+        raise ConfigError(
+            "trainer.command is set but trainer.endpoint is not: say where the trained checkpoint "
+            "will be served (an OpenAI-compatible URL; {output} and {version} are filled in)"
+        )
+    name = KNN if builtin else trainer.name
+    with spine.sessions() as s:
+        rnd = s.scalars(select(Round).where(Round.number == number)).one()
+        if (rnd.stats or {}).get("next_policy_id"):
+            done = s.get(PolicyRow, rnd.stats["next_policy_id"])
+            assert done is not None
+            return {"policy": f"{done.name}@{done.version}", "policy_id": done.id, "resumed": True}
+        parent_id = rnd.policy_id
+    fmt = "rl-verl" if builtin else trainer.format
+    root = settings.home / "training" / settings.evolve.dataset / f"v{dataset_version}"
+
+    def write_export(folder: Path) -> None:
+        export(
+            spine.sessions, spine.store, settings.evolve.dataset, dataset_version, fmt, str(folder),
+            trainer.action_format, tolerance=settings.curate.point_tolerance, settings=settings,
+        )  # fmt: skip
+
+    data = _complete(root / fmt, write_export)
+
+    def run_trainer(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        argv = command_line(settings, data, folder, number, number)
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=trainer.timeout_s, check=False
+            )
+        except FileNotFoundError as exc:
+            raise TrainerError(
+                f"trainer command {argv[0]!r} not found; install it or fix trainer.command"
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise TrainerError(f"trainer command ran past trainer.timeout_s = {trainer.timeout_s}s") from exc
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+            raise TrainerError(f"trainer command exited {done.returncode}: " + " | ".join(tail))
+        if not any(folder.iterdir()):
+            raise TrainerError(f"trainer command left no checkpoint in {{output}} ({folder})")
+
+    output = _complete(root / f"{name}-checkpoint", run_trainer)
+    fill = {"output": str(output), "version": str(number)}
+    if builtin:
+        uri, endpoint, meta = upload_checkpoint(spine, output, name, number), None, {}
+    else:
+        uri = str(output)
+        endpoint = (trainer.endpoint or "").format(**fill)
+        meta = {"model": trainer.model.format(**fill), "format": trainer.action_format}
+    meta |= {
+        "dataset": settings.evolve.dataset,
+        "dataset_version": dataset_version,
+        "trained_after_round": number,
+    }
+    with transaction(spine.sessions) as s:
+        policy_id = register_policy(s, name, number, meta, endpoint, uri, parent_id)
+        rnd = s.scalars(select(Round).where(Round.number == number)).one()
+        rnd.stats = {**(rnd.stats or {}), "next_policy_id": policy_id}
+    return {"policy": f"{name}@{number}", "policy_id": policy_id, "checkpoint": uri, "endpoint": endpoint}

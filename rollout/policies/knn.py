@@ -1,0 +1,356 @@
+"""The built-in trainable policy: nearest neighbours over screenshots and instructions.
+
+It learns from an exported dataset version, the `rl-verl` Parquet rows a trainer would
+read: the screenshot, the task prompt, the ground-truth action and the target's bbox.
+Nothing else: no simulator state, no element tree at training time.
+
+Acting, it embeds the screenshot (a grey thumbnail), finds the demonstrations whose
+screen looks the same and whose instruction reads alike, and lets them vote:
+
+- a tap votes for the element on the current screen under the demonstrated bbox. When
+  that element is a row of a list, the row is chosen by what the instruction says (the
+  demonstration taught *which list*, the task says *which row*); when no visible row is
+  named, the vote is to scroll;
+- typed text is copied from the same place of the current instruction (the words after
+  the word that preceded it in the demonstration's instruction);
+- presses, swipes, app launches and `terminate` vote as they are.
+
+A vote that did nothing last time (the screen did not change) is not repeated. The
+checkpoint is one `.npz` (vectors, weights) plus one JSON (actions, instructions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from curation.features import ThumbFeaturizer
+from rollout.policies.base import PolicyOutput
+from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen, get_codec
+from trajforge.domain import Observation, Query
+from trajforge.errors import ConfigError
+
+NAME = "knn"
+CHECKPOINT_FORMAT = "trajforge-knn/1"
+TASK_PREFIX = "Task: "
+K = 8  # neighbours that vote
+SAME_SCREEN = 0.02  # cosine slack: neighbours this close to the best match count as the same screen
+INSTRUCTION_WEIGHT = 0.5  # how much instruction overlap weighs against screen similarity
+PHASE_WEIGHT = 0.3  # ... a matching previous action (after tapping a text box comes typing)
+STEP_WEIGHT = 0.02  # ... per step of distance into the episode
+SHARPNESS = 8.0  # vote weight falls as exp(-SHARPNESS * score gap to the best neighbour)
+REPEAT_PENALTY = 2.0  # an action already taken on this very screen counts 1 / (1 + 2n)
+TEMPERATURE = 0.5  # rollouts after the first sample actions with odds vote ** (1 / TEMPERATURE)
+NEAR = 60  # 0-1000 units: two taps this close are the same tap
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens; CJK text becomes one token per character."""
+    out: list[str] = []
+    for w in _WORD.findall(text.casefold()):
+        out.extend(list(w) if any("\u4e00" <= c <= "\u9fff" for c in w) else [w])
+    return out
+
+
+def instruction_of(prompt: str) -> str:
+    """The task line of an action prompt ("Task: ...\\nHistory: ...")."""
+    first = prompt.split("\n", 1)[0]
+    return first[len(TASK_PREFIX) :] if first.startswith(TASK_PREFIX) else first
+
+
+@dataclass
+class Memory:
+    """What training produced: one row per demonstrated step."""
+
+    vectors: np.ndarray  # (n, dim) float32, L2-normalised screenshot features
+    weights: np.ndarray  # (n,) sample weights from the dataset
+    instructions: list[str]
+    actions: list[dict[str, Any]]
+    bboxes: list[list[int] | None]  # 0-1000, the target element
+    steps: list[int]  # the step's index in its episode
+    previous: list[dict[str, Any] | None]  # the episode's action before it, when that step is in the data
+    featurizer: str = ThumbFeaturizer.key
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def save(self, folder: Path, meta: dict[str, Any]) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(folder / "memory.npz", vectors=self.vectors, weights=self.weights)
+        card = {
+            "format": CHECKPOINT_FORMAT,
+            "featurizer": self.featurizer,
+            "instructions": self.instructions,
+            "actions": self.actions,
+            "bboxes": self.bboxes,
+            "steps": self.steps,
+            "previous": self.previous,
+            **meta,
+        }
+        (folder / "policy.json").write_text(json.dumps(card, ensure_ascii=False), encoding="utf-8")
+        return folder
+
+    @classmethod
+    def load(cls, folder: Path) -> Memory:
+        card_path = folder / "policy.json"
+        if not card_path.is_file():
+            raise ConfigError(
+                f"{folder} is not a knn checkpoint (no policy.json); train one with "
+                "`python -m rollout.policies.knn --data EXPORT --out DIR`"
+            )
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        if card.get("format") != CHECKPOINT_FORMAT:
+            raise ConfigError(
+                f"{folder}: checkpoint format {card.get('format')!r}, expected {CHECKPOINT_FORMAT}"
+            )
+        arrays = np.load(folder / "memory.npz")
+        return cls(
+            arrays["vectors"],
+            arrays["weights"],
+            card["instructions"],
+            card["actions"],
+            card["bboxes"],
+            card["steps"],
+            card["previous"],
+        )
+
+
+def train(rows: Iterable[dict[str, Any]]) -> Memory:
+    """Build the memory from `rl-verl` rows (prompt, images, reward_model.ground_truth, extra_info)."""
+    featurizer = ThumbFeaturizer()
+    pngs: list[bytes] = []
+    kept: list[dict[str, Any]] = []
+    by_step: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        prompt = row["prompt"][0]["content"].replace("<image>", "")
+        if not prompt.startswith(TASK_PREFIX) or not row["images"]:
+            continue  # low-level instructions ("tap X") teach grounding, not the task
+        truth = json.loads(row["reward_model"]["ground_truth"])
+        info = row.get("extra_info") or {}
+        step = int(info.get("step") or 0)
+        item = {
+            "weight": float(info.get("weight") or 1.0),
+            "instruction": instruction_of(prompt),
+            "action": truth["action"],
+            "bbox": truth.get("bbox"),
+            "step": step,
+            "episode": str(info.get("episode") or ""),
+        }
+        pngs.append(row["images"][0]["bytes"])
+        kept.append(item)
+        by_step.setdefault((item["episode"], step), item)
+    vectors = featurizer.embed(pngs) if pngs else np.zeros((0, featurizer.dim), np.float32)
+    before = [by_step.get((k["episode"], k["step"] - 1)) for k in kept]
+    return Memory(
+        vectors,
+        np.asarray([k["weight"] for k in kept], np.float32),
+        [k["instruction"] for k in kept],
+        [k["action"] for k in kept],
+        [k["bbox"] for k in kept],
+        [k["step"] for k in kept],
+        [b["action"] if b else None for b in before],
+    )
+
+
+def train_from_export(data: Path, out: Path, split: str = "train") -> Memory:
+    """Train from an `rl-verl` export directory (its `<split>-*.parquet` files) into `out`."""
+    files = sorted(data.glob(f"{split}-*.parquet"))
+    if not files:
+        raise ConfigError(
+            f"{data} holds no {split}-*.parquet files; export the version with "
+            "`trajforge datasets export VERSION --format rl-verl --out DIR`"
+        )
+    rows = (row for f in files for row in pl.read_parquet(f).iter_rows(named=True))
+    memory = train(rows)
+    memory.save(out, {"trained_on": str(data), "rows": len(memory)})
+    return memory
+
+
+def _bounds(e: dict[str, Any]) -> tuple[int, int, int, int]:
+    x1, y1, x2, y2 = (int(v) for v in e["bounds"])
+    return x1, y1, x2, y2
+
+
+def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> float:
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    if w <= 0 or h <= 0:
+        return 0.0
+    inter = w * h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / max(union, 1)
+
+
+def _named(element: dict[str, Any], instruction: set[str]) -> float:
+    """Share of the element's words that the instruction says."""
+    mine = set(words(str(element.get("text") or "")))
+    return len(mine & instruction) / len(mine) if mine else 0.0
+
+
+def copy_span(typed: str, source: str, target: str) -> str:
+    """The text at the same place of `target` as `typed` sits in `source` (after the same word)."""
+    src, dst = source.split(), target.split()
+    n = max(1, len(typed.split()))
+    for i in range(len(src) - n + 1):
+        if " ".join(src[i : i + n]).strip(",.'\"").casefold() == typed.casefold() and i > 0:
+            before = src[i - 1].casefold()
+            for j in range(1, len(dst)):
+                if dst[j - 1].casefold() == before:
+                    return " ".join(dst[j : j + n]).strip(",.'\"")
+    return typed
+
+
+def _phase(before: dict[str, Any] | None, mine: Action | None) -> float:
+    """How well a demonstration's previous action matches ours: 1 same, 0.5 same kind, 0 otherwise."""
+    if before is None or mine is None:
+        return 1.0 if before is None and mine is None else 0.0
+    if before.get("kind") != mine.kind.value:
+        return 0.0
+    point = before.get("point")
+    if point is None or mine.point is None:
+        return 1.0 if before.get("text") == mine.text and before.get("key") == mine.key else 0.5
+    near = abs(point[0] - mine.point[0]) + abs(point[1] - mine.point[1]) <= NEAR
+    return 1.0 if near else 0.5
+
+
+class KnnPolicy:
+    """Args: memory: the trained checkpoint; frames maps a screenshot hash to PNG bytes."""
+
+    def __init__(
+        self,
+        memory: Memory,
+        frames: Callable[[str], bytes],
+        version: int = 1,
+        fmt: str = "qwen",
+        screen: Screen = DEFAULT_SCREEN,
+    ) -> None:
+        self.name, self.version = NAME, version
+        self.memory, self.frames = memory, frames
+        self.codec, self.screen = get_codec(fmt), screen
+        self.featurizer = ThumbFeaturizer()
+        self._instr = [set(words(i)) for i in memory.instructions]
+        self._steps = np.asarray(memory.steps, np.float32)
+        self._query: Query | None = None
+        self._words: set[str] = set()
+        self._step = 0
+        self._prev: Action | None = None
+        self._taken: Counter[tuple[str, str]] = Counter()
+        self._explore = False
+        self._rng = np.random.default_rng(0)
+
+    def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
+        self._query, self._words = query, set(words(query.instruction))
+        self._step, self._prev, self._taken = 0, None, Counter()
+        self._explore = rollout > 0
+        self._rng = np.random.default_rng(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
+
+    async def act(self, observation: Observation) -> PolicyOutput:
+        action = self.decide(observation)
+        return PolicyOutput(self.codec.format(action, self.screen), self.codec.name)
+
+    def decide(self, obs: Observation) -> Action:
+        """The best-voted action, discounted by how often it was already taken on this very screen."""
+        votes = self._votes(obs)
+        ranked = sorted(
+            votes.items(),
+            key=lambda kv: (-kv[1] / (1 + REPEAT_PENALTY * self._taken[obs.screenshot, kv[0]]), kv[0]),
+        )
+        choice = ranked[0][0] if ranked else None
+        if ranked and self._explore and len(ranked) > 1:  # rollouts after the first sample the vote
+            keys = [k for k, _ in ranked]
+            odds = np.array([v for _, v in ranked], np.float64) ** (1.0 / TEMPERATURE)
+            choice = keys[int(self._rng.choice(len(keys), p=odds / odds.sum()))]
+        action = Action.model_validate_json(choice) if choice else Action(kind=ActionKind.PRESS, key="back")
+        self._taken[obs.screenshot, action.to_json()] += 1
+        self._step += 1
+        self._prev = action
+        return action
+
+    def _votes(self, obs: Observation) -> Counter[str]:
+        votes: Counter[str] = Counter()
+        if not len(self.memory):
+            return votes
+        vec = self.featurizer.embed([self.frames(obs.screenshot)])[0]
+        screen_sim = self.memory.vectors @ vec
+        candidates = np.flatnonzero(screen_sim >= screen_sim.max() - SAME_SCREEN)
+        score = {}
+        for i in candidates:
+            words_i = self._instr[i]
+            text_sim = len(self._words & words_i) / max(len(self._words | words_i), 1)
+            score[int(i)] = (
+                float(screen_sim[i])
+                + INSTRUCTION_WEIGHT * text_sim
+                + PHASE_WEIGHT * _phase(self.memory.previous[i], self._prev)
+                - STEP_WEIGHT * abs(float(self._steps[i]) - self._step)
+            )
+        best = max(score.values())
+        for i in sorted(score, key=lambda j: (-score[j], j))[:K]:
+            proposal = self._map(i, obs)
+            if proposal is not None:
+                votes[proposal.to_json()] += float(self.memory.weights[i]) * math.exp(
+                    SHARPNESS * (score[i] - best)
+                )
+        return votes
+
+    def _map(self, i: int, obs: Observation) -> Action | None:
+        """Neighbour i's action, carried over to the current screen and task."""
+        action = Action.model_validate(self.memory.actions[i])
+        if action.kind == ActionKind.TYPE and self._query is not None:
+            text = copy_span(action.text or "", self.memory.instructions[i], self._query.instruction)
+            return action.model_copy(update={"text": text})
+        bbox = self.memory.bboxes[i]
+        if action.kind != ActionKind.CLICK or bbox is None or not obs.elements:
+            return action
+        here = Screen(obs.width, obs.height)
+        (x1, y1), (x2, y2) = here.to_px((bbox[0], bbox[1])), here.to_px((bbox[2], bbox[3]))
+        box = (x1, y1, x2, y2)
+        hit = max(obs.elements, key=lambda e: _overlap(_bounds(e), box))
+        if _overlap(_bounds(hit), box) <= 0.0:
+            return action
+        if hit.get("kind") == "list_item" and hit.get("widget"):
+            rows = [
+                e for e in obs.elements if e.get("widget") == hit["widget"] and e.get("kind") == "list_item"
+            ]
+            named = max(rows, key=lambda e: _named(e, self._words))
+            if _named(named, self._words) == 0.0:
+                return Action(kind=ActionKind.SWIPE, point=(500, 600), direction="up")
+            hit = named
+        elif _named(hit, self._words) < 1.0:  # a button the task names beats the one the demo tapped
+            peers = [
+                e for e in obs.elements if e.get("kind") == hit.get("kind") and _named(e, self._words) == 1.0
+            ]
+            hit = peers[0] if peers else hit
+        x1, y1, x2, y2 = _bounds(hit)
+        return Action(kind=ActionKind.CLICK, point=here.from_px((x1 + x2) // 2, (y1 + y2) // 2))
+
+
+def load_policy(folder: Path, frames: Callable[[str], bytes], version: int) -> KnnPolicy:
+    return KnnPolicy(Memory.load(folder), frames, version)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m rollout.policies.knn --data EXPORT --out DIR`: the built-in trainer command."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True, help="An rl-verl export directory.")
+    parser.add_argument("--out", type=Path, required=True, help="Where the checkpoint goes.")
+    args = parser.parse_args(argv)
+    memory = train_from_export(args.data, args.out)
+    by_kind = Counter(a["kind"] for a in memory.actions)
+    print(f"knn: {len(memory)} demonstrated steps ({dict(sorted(by_kind.items()))}) -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
