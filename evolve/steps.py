@@ -77,12 +77,13 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
                 policy_id = register_policy(s, *EXPLORER, meta={"max_actions": settings.evolve.max_steps})
             else:
                 before = s.scalars(select(Round).where(Round.number == number - 1)).first()
-                policy_id = (before.stats or {}).get("next_policy_id") if before else None
-                if policy_id is None:
+                trained = (before.stats or {}).get("next_policy_id") if before else None
+                if trained is None:
                     raise ConfigError(
                         f"round {number - 1} has not trained a policy yet; run `trajforge evolve` "
                         f"with --rounds {number} to finish it first"
                     )
+                policy_id = int(trained)
             row = Round(
                 number=number, policy_id=policy_id, seed=settings.evolve.seed + number, config_hash=wanted
             )
@@ -361,3 +362,14 @@ def finish_round(settings: Settings, number: int, extra: dict[str, Any]) -> dict
         row.status = "done"
         row.finished = row.finished or datetime.now(UTC)
     return stats
+
+
+def finished_rounds(settings: Settings) -> int:
+    """How many rounds, 1..N without a gap, are done."""
+    spine = open_spine(settings)
+    with spine.sessions() as s:
+        done = set(s.scalars(select(Round.number).where(Round.status == "done")))
+    n = 0
+    while n + 1 in done:
+        n += 1
+    return n

@@ -504,6 +504,105 @@ def run(
     typer.echo(report.render())
 
 
+def _prefect_env(settings: Settings, verbose: bool = False) -> None:
+    """Prefect's own state under the trajforge home, unless the environment says otherwise.
+
+    Called before Prefect is imported: it reads these when it loads.
+    """
+    import os
+
+    home = settings.home / "prefect"
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(home))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
+
+
+@app.command("evolve")
+def evolve_cmd(
+    rounds: Annotated[
+        int | None,
+        typer.Option("--rounds", min=1, help="Bring the loop to this many rounds (default: config)."),
+    ] = None,
+    config: ConfigOpt = None,
+    report_dir: Annotated[
+        Path | None, typer.Option("--report", help="Where the report goes (default: HOME/report).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Prefect's own logs too.")] = False,
+) -> None:
+    """Run the self-evolving loop as Prefect flows: each round generates queries, rolls out the
+    round's policy, judges, calibrates, curates, publishes a dataset version and trains the next
+    policy. Rerun after a crash: finished work is not redone."""
+    import time
+
+    settings = _settings(config)
+    target = rounds or settings.evolve.rounds
+    _prefect_env(settings, verbose)
+    from evolve.report import write_report
+    from evolve.spine import open_spine
+    from flows.rounds import evolve_round
+
+    typer.echo(
+        f"evolving to {target} rounds on {redact_url(settings.db_url)} (runner: {settings.evolve.runner})"
+    )
+    for number in range(1, target + 1):
+        started = time.monotonic()
+        typer.echo(f"round {number}/{target}: running…")
+        result = evolve_round(settings, number)
+        per_app = ", ".join(f"{a} {w}/{n}" for a, (w, n) in result["per_app"].items())
+        state = "already done" if result.get("skipped") else f"{time.monotonic() - started:.0f}s"
+        typer.echo(
+            f"round {number}/{target}: policy {result['policy']}: success {result['success_rate']:.0%} "
+            f"({result['successes']}/{result['episodes']}; {per_app}); dataset "
+            f"{result.get('dataset', '?')} v{result.get('dataset_version', '?')}; next policy "
+            f"{result.get('next_policy', '?')} [{state}]"
+        )
+    spine = open_spine(settings)
+    index = write_report(spine.sessions, spine.store, report_dir or settings.home / "report")
+    typer.echo(f"report: {index.resolve().as_uri()}")
+
+
+@app.command("report")
+def report_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Directory for index.html and the plots.")],
+    config: ConfigOpt = None,
+) -> None:
+    """Write the round report: success, pass rates, critics vs anchors, dedup, samples, drops,
+    tokens and cost, dataset versions and lineage, example trajectories."""
+    from evolve.report import write_report
+
+    _, sessions, store = _spine(config)
+    typer.echo(f"report: {write_report(sessions, store, out).resolve().as_uri()}")
+
+
+@app.command("serve")
+def serve_cmd(
+    config: ConfigOpt = None,
+    work_pool: Annotated[
+        bool,
+        typer.Option(
+            "--work-pool", help="Register on the work pool (docker-compose's worker runs it) and exit."
+        ),
+    ] = False,
+) -> None:
+    """Deploy the `evolve` flow with the cron schedule `evolve.schedule`: served from this process,
+    or registered on a work pool. Needs a Prefect API (PREFECT_API_URL)."""
+    settings = _settings(config)
+    _prefect_env(settings)
+    from flows.serve import create_limits, register_work_pool, serve_here
+
+    limits = create_limits(settings)
+    typer.echo("concurrency limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
+    schedule = settings.evolve.schedule or "none (run on demand)"
+    if work_pool:
+        deployment = register_work_pool(settings, config)
+        pool = settings.evolve.work_pool
+        typer.echo(f"deployment evolve/trajforge-evolve ({deployment}) on pool {pool}; schedule {schedule}")
+        return
+    typer.echo(f"serving evolve/trajforge-evolve; schedule {schedule}")
+    serve_here(settings, config)
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

@@ -277,8 +277,8 @@ class KnnPolicy:
         self._prev = action
         return action
 
-    def _votes(self, obs: Observation) -> Counter[str]:
-        votes: Counter[str] = Counter()
+    def _votes(self, obs: Observation) -> dict[str, float]:
+        votes: dict[str, float] = {}
         if not len(self.memory):
             return votes
         vec = self.featurizer.embed([self.frames(obs.screenshot)])[0]
@@ -298,7 +298,8 @@ class KnnPolicy:
         for i in sorted(score, key=lambda j: (-score[j], j))[:K]:
             proposal = self._map(i, obs)
             if proposal is not None:
-                votes[proposal.to_json()] += float(self.memory.weights[i]) * math.exp(
+                key = proposal.to_json()
+                votes[key] = votes.get(key, 0.0) + float(self.memory.weights[i]) * math.exp(
                     SHARPNESS * (score[i] - best)
                 )
         return votes
