@@ -112,12 +112,13 @@ def train_next(settings: Settings, number: int, dataset_version: int) -> dict[st
 
     output = _complete(root / f"{name}-checkpoint", run_trainer)
     fill = {"output": str(output), "version": str(number)}
+    meta: dict[str, Any] = {}
     if builtin:
-        uri, endpoint, meta = upload_checkpoint(spine, output, name, number), None, dict[str, Any]()
+        uri, endpoint = upload_checkpoint(spine, output, name, number), None
     else:
         uri = str(output)
         endpoint = (trainer.endpoint or "").format(**fill)
-        meta: dict[str, Any] = {"model": trainer.model.format(**fill), "format": trainer.action_format}
+        meta = {"model": trainer.model.format(**fill), "format": trainer.action_format}
     meta |= {
         "dataset": settings.evolve.dataset,
         "dataset_version": dataset_version,

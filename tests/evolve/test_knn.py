@@ -1,0 +1,88 @@
+"""The built-in trainable policy on its own: text helpers, training rows, acting on screens."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from rollout.policies.knn import KnnPolicy, Memory, copy_span, instruction_of, train, words
+from trajforge.actions import Action, ActionKind
+from trajforge.domain import Observation, Query
+from trajforge.errors import ConfigError
+
+
+def test_words_and_spans() -> None:
+    assert words("Order 2 Fries, hot!") == ["order", "2", "fries", "hot"]
+    assert words("叫车去五道口") == ["叫", "车", "去", "五", "道", "口"]
+    assert instruction_of("Task: buy milk\nHistory: none") == "buy milk"
+    assert copy_span("burger", "Search for burger and order", "Search for sushi please") == "sushi"
+    assert copy_span("running shoes", "Search for running shoes and buy", "Search for rice cooker now") == (
+        "rice cooker"
+    )
+    assert copy_span("x", "no anchor", "nothing here") == "x"  # nothing to align: typed as shown
+
+
+def _png(shade: int) -> bytes:
+    img = Image.new("L", (90, 200), shade)
+    img.paste(255 - shade, (10, 10 + shade // 8, 80, 40 + shade // 8))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _row(png: bytes, instruction: str, action: dict, bbox: list[int] | None, step: int, episode: str) -> dict:
+    truth = {"action": action, "bbox": bbox, "screen": [90, 200]}
+    return {
+        "prompt": [{"role": "user", "content": f"<image>Task: {instruction}\nHistory: none"}],
+        "images": [{"bytes": png}],
+        "reward_model": {"ground_truth": json.dumps(truth)},
+        "extra_info": {"step": step, "episode": episode, "weight": 1.0},
+    }
+
+
+ROWS = [
+    _row(_png(40), "open Sushi Go", {"kind": "click", "point": [500, 300]}, [0, 250, 1000, 350], 0, "e1"),
+    _row(_png(200), "open Sushi Go", {"kind": "terminate", "status": "success"}, None, 1, "e1"),
+    _row(_png(40), "x", {"kind": "click", "point": [500, 300]}, None, 0, "e2"),
+]
+
+
+def test_training_skips_low_level_prompts_and_links_steps(tmp_path: Path) -> None:
+    low = dict(ROWS[0], prompt=[{"role": "user", "content": "<image>Instruction: tap 'X'"}])
+    memory = train([*ROWS, low])
+    assert len(memory) == 3
+    assert memory.previous[1] == {"kind": "click", "point": [500, 300]} and memory.previous[0] is None
+    memory.save(tmp_path / "ckpt", {"rows": 3})
+    again = Memory.load(tmp_path / "ckpt")
+    assert again.actions == memory.actions and again.steps == [0, 1, 0]
+    with pytest.raises(ConfigError, match=r"not a knn checkpoint .*python -m rollout.policies.knn"):
+        Memory.load(tmp_path)
+
+
+def test_acting_picks_the_row_the_task_names_and_scrolls_when_none_is_shown() -> None:
+    frames = {"a": _png(40), "b": _png(200)}
+    policy = KnnPolicy(train(ROWS), frames.__getitem__, version=1)
+    query = Query(uid="q", app="takeout", instruction="open Taco Town")
+    rows = [
+        {
+            "id": f"r{i}",
+            "kind": "list_item",
+            "widget": "stores",
+            "text": name,
+            "bounds": [0, 40 * i, 90, 40 * i + 38],
+        }
+        for i, name in enumerate(["Burger Barn", "Sushi Go", "Taco Town"])
+    ]
+    policy.start(query, seed="s", rollout=0)
+    act = policy.decide(Observation(screenshot="a", width=90, height=200, elements=rows))
+    assert act.kind == ActionKind.CLICK and act.point is not None
+    assert 80 <= act.point[1] * 200 / 1000 <= 118  # the third row: the one the task names
+    policy.start(query.model_copy(update={"instruction": "open Green Bowl"}), seed="s")
+    scroll = policy.decide(Observation(screenshot="a", width=90, height=200, elements=rows))
+    assert scroll.kind == ActionKind.SWIPE  # the demo tapped this list; the named row is not on screen
+    done = policy.decide(Observation(screenshot="b", width=90, height=200, elements=[]))
+    assert done == Action(kind=ActionKind.TERMINATE, status="success")

@@ -1,0 +1,128 @@
+"""The round's steps as plain Python (no Prefect): resumable, idempotent, and the trainer hook."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from evolve import steps
+from evolve.policies import policy_factory
+from evolve.spine import open_spine
+from evolve.trainer import TrainerError, train_next
+from rollout.policies.knn import KnnPolicy
+from storage.datasets import PublishConfig, publish
+from storage.models import Episode, Policy, Query, Round, Sample
+from trajforge.errors import ConfigError
+from trajforge.settings import Settings
+
+
+def run_round_one(settings: Settings) -> dict:
+    assert steps.start_round(settings, 1) == {
+        "round": 1,
+        "round_id": 1,
+        "policy": "random-explorer@0",
+        "done": False,
+    }
+    uids = steps.round_queries(settings, 1)
+    assert len(uids) == 4 and steps.round_queries(settings, 1) == uids  # stored, not sampled again
+    steps.register_devices(settings)
+    for part in steps.shards(uids, 2):
+        steps.rollout_shard(settings, 1, part)
+    guided = steps.guided_queries(settings, 1, uids)
+    assert len(guided) == 4  # one per app (half of one query, rounded up)
+    demos = steps.demonstrate(settings, 1, guided)
+    assert demos["successes"] == 4  # the ground truth replayed succeeds
+    steps.judge(settings, 1)
+    steps.calibrate(settings, 1)
+    steps.curate(settings, 1)
+    return steps.publish_round(settings, 1)
+
+
+def test_a_round_resumes_and_trains_the_next_policy(settings: Settings) -> None:
+    published = run_round_one(settings)
+    spine = open_spine(settings)
+    with spine.sessions() as s:
+        episodes = s.scalar(select(func.count()).select_from(Episode))
+        queries = s.scalar(select(func.count()).select_from(Query))
+    assert episodes == 4 * 2 + 4
+    again = steps.rollout_shard(settings, 1, steps.round_queries(settings, 1))
+    assert again["episodes"] == 0 and again["already_stored"] == 8  # nothing redone
+    assert steps.publish_round(settings, 1) == {**published, "reused": True}
+
+    trained = train_next(settings, 1, published["version"])
+    assert trained["policy"] == "knn@1" and trained["checkpoint"] == "store:checkpoints/knn/v1/"
+    assert train_next(settings, 1, published["version"])["resumed"] is True
+    stats = steps.finish_round(settings, 1, {"dataset_version": published["version"]})
+    assert stats["episodes"] == 8 and stats["guided"] == {"success": 4}
+
+    opened = steps.start_round(settings, 2)
+    assert opened["policy"] == "knn@1"
+    with spine.sessions() as s:
+        rnd = s.scalars(select(Round).where(Round.number == 2)).one()
+        assert s.scalar(select(func.count()).select_from(Query)) == queries
+    policy = policy_factory(spine, rnd.policy_id)()
+    assert isinstance(policy, KnnPolicy) and len(policy.memory) > 0
+    assert steps.finished_rounds(settings) == 1
+
+
+def test_round_two_needs_round_one_and_a_config_change_is_refused(settings: Settings) -> None:
+    with pytest.raises(ConfigError, match="round 1 has not trained a policy yet"):
+        steps.start_round(settings, 2)
+    steps.start_round(settings, 1)
+    other = settings.model_copy(update={"evolve": settings.evolve.model_copy(update={"rollouts": 3})})
+    with pytest.raises(ConfigError, match="round 1 was started with another evolve config"):
+        steps.start_round(other, 1)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_filtering_off_and_an_external_trainer(settings: Settings, tmp_path: Path) -> None:
+    published = run_round_one(settings)
+    spine = open_spine(settings)
+    with spine.sessions() as s:
+        failed = s.scalar(
+            select(func.count()).select_from(Sample).where(Sample.reason == "trajectory_failed")
+        )
+    assert failed > 0  # the failed trajectories' actions are kept as dropped data, with their reason
+    everything = publish(spine.sessions, spine.store, "ablation", PublishConfig(statuses=("kept", "dropped")))
+    assert everything.rows > published["rows"]
+
+    script = tmp_path / "trainer.py"
+    script.write_text(
+        "import pathlib, sys\n"
+        "data, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])\n"
+        "assert any(data.glob('*_train.jsonl')) and (data / 'dataset_info.json').is_file()\n"
+        "(out / 'model.safetensors').write_text('weights')\n"
+    )
+    trainer = settings.trainer.model_copy(
+        update={"command": f"{sys.executable} {script} {{dataset}} {{output}}", "name": "my-agent"}
+    )
+    external = settings.model_copy(update={"trainer": trainer})
+    with pytest.raises(ConfigError, match="trainer.endpoint is not"):
+        train_next(external, 1, published["version"])
+    failing = external.model_copy(
+        update={
+            "trainer": trainer.model_copy(
+                update={
+                    "command": f"{sys.executable} -c 'import sys; sys.exit(3)'",
+                    "endpoint": "http://127.0.0.1:9/v1",
+                }
+            )
+        }
+    )
+    with pytest.raises(TrainerError, match="exited 3"):
+        train_next(failing, 1, published["version"])
+    with spine.sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Policy).where(Policy.name == "my-agent")) == 0
+    served = external.model_copy(
+        update={"trainer": trainer.model_copy(update={"endpoint": "http://gpu-box:8000/v1"})}
+    )
+    trained = train_next(served, 1, published["version"])
+    assert trained["policy"] == "my-agent@1" and trained["endpoint"] == "http://gpu-box:8000/v1"
+    with spine.sessions() as s:
+        row = s.scalars(select(Policy).where(Policy.name == "my-agent")).one()
+    assert row.checkpoint_uri and (Path(row.checkpoint_uri) / "model.safetensors").is_file()
+    assert row.meta["model"] == row.checkpoint_uri and row.meta["dataset_version"] == published["version"]
+    assert type(policy_factory(spine, row.id)()).__name__ == "VLMPolicy"
