@@ -19,9 +19,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Base
+from tests.support.evolve import tiny_config
 from tests.support.label_studio import LabelStudioServer, label_studio_bin, running_server, serve
 from tests.support.scripted_llm import ScriptedLLM
-from trajforge.settings import S3Settings
+from trajforge.settings import S3Settings, Settings, load_settings
 
 REQUIRE_SERVICES = os.environ.get("TRAJFORGE_TEST_REQUIRE_SERVICES") == "1"
 PG_ADMIN_URL = os.environ.get("TRAJFORGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -144,3 +145,14 @@ def label_studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStud
         )
     with serve(str(binary), tmp_path_factory.mktemp("label-studio"), free_port()) as server:
         yield server
+
+
+@pytest.fixture
+def evolve_config(tmp_path: Path, db_url: str, engine: Engine) -> Path:
+    """A tiny evolve config on SQLite and on PostgreSQL (the engine fixture empties PostgreSQL after)."""
+    return tiny_config(tmp_path / "evolve.yaml", db_url)
+
+
+@pytest.fixture
+def evolve_settings(evolve_config: Path) -> Settings:
+    return load_settings(evolve_config)

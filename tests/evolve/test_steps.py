@@ -41,7 +41,8 @@ def run_round_one(settings: Settings) -> dict:
     return steps.publish_round(settings, 1)
 
 
-def test_a_round_resumes_and_trains_the_next_policy(settings: Settings) -> None:
+def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -> None:
+    settings = evolve_settings
     published = run_round_one(settings)
     spine = open_spine(settings)
     with spine.sessions() as s:
@@ -68,7 +69,8 @@ def test_a_round_resumes_and_trains_the_next_policy(settings: Settings) -> None:
     assert steps.finished_rounds(settings) == 1
 
 
-def test_round_two_needs_round_one_and_a_config_change_is_refused(settings: Settings) -> None:
+def test_round_two_needs_round_one_and_a_config_change_is_refused(evolve_settings: Settings) -> None:
+    settings = evolve_settings
     with pytest.raises(ConfigError, match="round 1 has not trained a policy yet"):
         steps.start_round(settings, 2)
     steps.start_round(settings, 1)
@@ -78,7 +80,8 @@ def test_round_two_needs_round_one_and_a_config_change_is_refused(settings: Sett
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_filtering_off_and_an_external_trainer(settings: Settings, tmp_path: Path) -> None:
+def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_path: Path) -> None:
+    settings = evolve_settings
     published = run_round_one(settings)
     spine = open_spine(settings)
     with spine.sessions() as s:
@@ -100,7 +103,7 @@ def test_filtering_off_and_an_external_trainer(settings: Settings, tmp_path: Pat
         update={"command": f"{sys.executable} {script} {{dataset}} {{output}}", "name": "my-agent"}
     )
     external = settings.model_copy(update={"trainer": trainer})
-    with pytest.raises(ConfigError, match="trainer.endpoint is not"):
+    with pytest.raises(ConfigError, match=r"trainer\.endpoint is not"):
         train_next(external, 1, published["version"])
     failing = external.model_copy(
         update={

@@ -1,0 +1,82 @@
+"""The Prefect flows under `prefect_test_harness`: a round end to end, rerun, and the Dask runner."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+from sqlalchemy import select
+
+from evolve.report import collect, write_report
+from evolve.spine import open_spine
+from flows import rounds
+from storage.datasets import list_versions
+from storage.models import Episode, Step
+from tests.support.evolve import tiny_config
+from trajforge.settings import Settings, load_settings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[None]:
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_evolve_rounds_then_rerun_and_report(
+    harness: None, evolve_settings: Settings, tmp_path: Path
+) -> None:
+    settings = evolve_settings
+    first = rounds.evolve_round(settings, 1)
+    assert first["policy"] == "random-explorer@0" and first["next_policy"] == "knn@1"
+    assert first["dataset_version"] == 1 and len(first["manifest_sha256"]) == 64
+    second = rounds.evolve_round(settings, 2)
+    assert second["policy"] == "knn@1" and second["dataset_version"] == 2
+    assert rounds.evolve_round(settings, 2)["skipped"] is True  # a finished round is not redone
+    spine = open_spine(settings)
+    assert [v.version for v in list_versions(spine.sessions, "trajforge")] == [1, 2]
+
+    figures = collect(spine.sessions)
+    assert [f.number for f in figures] == [1, 2] and figures[0].episodes == 8
+    assert figures[0].dedup["total"] > 0 and figures[0].categories["action_prediction"] > 0
+    assert figures[0].drops  # every filtered item is counted by reason
+    index = write_report(spine.sessions, spine.store, tmp_path / "report")
+    page = index.read_text()
+    for png in ("success_rate", "pass_rate_hist", "critic_accuracy", "dedup_retention",
+                "samples_by_category", "drops_by_reason", "tokens"):  # fmt: skip
+        assert (tmp_path / "report" / f"{png}.png").read_bytes()[:4] == b"\x89PNG" and f"{png}.png" in page
+    assert "knn@1" in page and "Example trajectories (round 2)" in page
+    assert list((tmp_path / "report" / "examples").glob("*.png"))
+
+
+def _episodes(settings: Settings) -> list[tuple]:
+    spine = open_spine(settings)
+    with spine.sessions() as s:
+        out = []
+        for ep in s.scalars(select(Episode).order_by(Episode.uid)):
+            actions = s.scalars(select(Step.raw_output).where(Step.episode_id == ep.id).order_by(Step.index))
+            out.append((ep.uid, ep.outcome, ep.reason, tuple(actions)))
+        return out
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_dask_runner_with_two_workers_matches_the_thread_runner(
+    harness: None, tmp_path: Path, db_url: str
+) -> None:
+    results = {}
+    for runner in ("thread", "dask"):
+        cfg = tiny_config(
+            tmp_path / runner / "evolve.yaml", f"sqlite:///{tmp_path / runner / 'db.sqlite'}", runner=runner
+        )
+        settings = load_settings(cfg)
+        rounds.generate_queries(settings, 1)
+        rounds.rollout_round.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
+        rounds.curate_round.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
+        results[runner] = _episodes(settings)
+    assert len(results["thread"]) == 12
+    assert results["dask"] == results["thread"]
