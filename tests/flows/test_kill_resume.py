@@ -1,0 +1,114 @@
+"""SIGKILL `trajforge evolve` at several points of a round, rerun the same command, and compare
+with an uninterrupted run: the same sealed manifests, no duplicated rows, no episode redone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select, text
+
+from storage.db import create_db_engine
+from storage.models import Base, DatasetVersion, Episode, Judgment, Policy, Round, Sample
+from tests.support.evolve import tiny_config
+
+pytestmark = pytest.mark.slow
+ROUNDS = "2"
+TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
+
+# (what has to be stored before the kill, SQL that says so)
+KILL_POINTS = [
+    ("rolling out round 1", select(func.count()).select_from(Episode).where(Episode.round_id == 1), 3),
+    ("judging or curating round 1", select(func.count()).select_from(Sample), 1),
+    ("publishing or training after round 1", select(func.count()).select_from(DatasetVersion), 1),
+    ("rolling out round 2", select(func.count()).select_from(Episode).where(Episode.round_id == 2), 2),
+]
+
+
+def _evolve(config: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [TRAJFORGE, "evolve", "--rounds", ROUNDS, "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # the kill takes Prefect's temporary server with it, like a crash
+        env={k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+    )
+
+
+def _finish(proc: subprocess.Popen[bytes]) -> str:
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out.decode()[-3000:]
+    return out.decode()
+
+
+def _count(engine: Engine, stmt) -> int:  # type: ignore[no-untyped-def]
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(stmt).scalar() or 0)
+    except Exception:  # the schema is not there yet
+        return 0
+
+
+def _snapshot(engine: Engine) -> dict:
+    with engine.connect() as conn:
+        rows = {
+            t.name: conn.execute(select(func.count()).select_from(t)).scalar()
+            for t in Base.metadata.sorted_tables
+        }
+        hashes = conn.execute(
+            select(DatasetVersion.version, DatasetVersion.manifest_sha256).order_by(DatasetVersion.version)
+        ).all()
+        episodes = conn.execute(select(func.count(Episode.uid.distinct()))).scalar()
+        judged = conn.execute(
+            select(Judgment.critic, Judgment.target, Judgment.target_id, func.count())
+            .group_by(Judgment.critic, Judgment.target, Judgment.target_id)
+            .having(func.count() > 1)
+        ).all()
+        samples = conn.execute(select(func.count(Sample.uid.distinct()))).scalar()
+        policies = conn.execute(select(Policy.name, Policy.version).order_by(Policy.id)).all()
+        done = conn.execute(select(Round.number).where(Round.status == "done").order_by(Round.number)).all()
+    assert episodes == rows["episode"] and samples == rows["sample"] and not judged  # nothing twice
+    for volatile in ("device", "device_lease", "alembic_version"):
+        rows.pop(volatile, None)
+    return {"rows": rows, "manifests": [tuple(h) for h in hashes], "policies": policies, "done": done}
+
+
+def _reset(engine: Engine) -> None:
+    if engine.dialect.name == "postgresql":
+        tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+        with engine.begin() as conn:
+            conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+
+
+def test_killed_anywhere_the_rerun_ends_where_an_uninterrupted_run_does(
+    tmp_path: Path, db_url: str, engine: Engine
+) -> None:
+    reference_db = db_url if db_url.startswith("postgresql") else f"sqlite:///{tmp_path / 'ref.sqlite'}"
+    reference = tiny_config(tmp_path / "ref" / "evolve.yaml", reference_db)
+    _finish(_evolve(reference))
+    ref_engine = engine if db_url.startswith("postgresql") else create_db_engine(reference_db)
+    expected = _snapshot(ref_engine)
+    assert expected["done"] == [(1,), (2,)] and len(expected["manifests"]) == 2
+    _reset(engine)
+
+    config = tiny_config(tmp_path / "run" / "evolve.yaml", db_url)
+    watch = engine if db_url.startswith("postgresql") else create_db_engine(db_url)
+    for where, stmt, at_least in KILL_POINTS:
+        proc = _evolve(config)
+        deadline = time.monotonic() + 300
+        while _count(watch, stmt) < at_least and proc.poll() is None:
+            assert time.monotonic() < deadline, f"never reached: {where}"
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the run ended before the kill point: {where}"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    out = _finish(_evolve(config))
+    assert "round 2/2: policy knn@1" in out
+    assert _snapshot(watch) == expected
+    again = _finish(_evolve(config))  # a finished run is a no-op
+    assert again.count("already done") == 2 and _snapshot(watch) == expected
