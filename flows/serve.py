@@ -38,7 +38,7 @@ def create_limits(settings: Settings) -> dict[str, int]:
     return limits
 
 
-def register_work_pool(settings: Settings, config: Path | None, source: Path = SOURCE) -> str:
+def register_work_pool(settings: Settings, config: Path | None) -> str:
     """The deployment on `evolve.work_pool` (created as a process pool if missing); its id."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
@@ -46,24 +46,23 @@ def register_work_pool(settings: Settings, config: Path | None, source: Path = S
 
     with get_client(sync_client=True) as client, contextlib.suppress(ObjectAlreadyExists):
         client.create_work_pool(WorkPoolCreate(name=settings.evolve.work_pool, type="process"))
-    remote = evolve.from_source(source=str(source), entrypoint="flows/rounds.py:evolve")
-    deployment_id = remote.deploy(  # type: ignore[union-attr]
-        name=DEPLOYMENT,
-        work_pool_name=settings.evolve.work_pool,
-        cron=settings.evolve.schedule,
-        parameters=parameters(config),
-        print_next_steps=False,
-        build=False,
-        push=False,
-    )
+    deployment = _deployment(settings, config, work_pool_name=settings.evolve.work_pool)
+    # `apply`, not `Flow.deploy`: the latter's worker lookup sends a request Prefect 3.8.8's own
+    # server rejects (limit=None on /workers/filter).
+    deployment_id = deployment.apply()
     return str(deployment_id)
+
+
+def _deployment(settings: Settings, config: Path | None, **pool: Any) -> Any:
+    """The `evolve` flow loaded from this checkout's source, as a deployment with the schedule."""
+    remote = evolve.from_source(source=str(SOURCE), entrypoint="flows/rounds.py:evolve")
+    return remote.to_deployment(  # type: ignore[union-attr]
+        name=DEPLOYMENT, cron=settings.evolve.schedule, parameters=parameters(config), **pool
+    )
 
 
 def serve_here(settings: Settings, config: Path | None) -> None:
     """Serve the deployment from this process until interrupted."""
     from prefect import serve
 
-    deployment = evolve.to_deployment(
-        name=DEPLOYMENT, cron=settings.evolve.schedule, parameters=parameters(config)
-    )
-    serve(deployment, print_starting_message=True)  # type: ignore[arg-type]
+    serve(_deployment(settings, config), print_starting_message=True)
