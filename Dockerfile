@@ -14,6 +14,8 @@ COPY critics ./critics
 COPY curation ./curation
 COPY storage ./storage
 COPY annotation ./annotation
+COPY evolve ./evolve
+COPY deploy ./deploy
 RUN pip install . && useradd --create-home trajforge
 USER trajforge
 CMD ["prefect", "worker", "start", "--pool", "trajforge", "--type", "process"]

@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-## run: install, then run the main job on the embedded default (SQLite, local store, offline)
+## run: install, then evolve 4 rounds on the embedded default (SQLite, local store, offline) and write the report
 run: $(STAMP)
-	$(BIN)/trajforge run
+	$(BIN)/trajforge evolve
 
 ## test: install, then lint, type-check and run the whole test suite
 test: $(STAMP)

@@ -123,3 +123,16 @@ def test_unknown_trajforge_env_would_be_caught(monkeypatch: pytest.MonkeyPatch) 
 
     with pytest.raises(ConfigError, match="TRAJFORGE_LLM_CONCURRENCY"):
         load_settings()
+
+
+def test_worker_registers_the_scheduled_deployment_on_its_own_pool(compose: dict[str, Any]) -> None:
+    command = compose["services"]["prefect-worker"]["command"]
+    assert command[:2] == ["sh", "-c"]
+    register, start = command[2].split(" && ")
+    assert register == "trajforge serve --work-pool --config /app/deploy/evolve.yaml"
+    settings = load_settings(ROOT / "deploy" / "evolve.yaml")  # the file the image copies to /app/deploy
+    assert settings.evolve.schedule and len(settings.evolve.schedule.split()) == 5
+    assert start == f"exec prefect worker start --pool {settings.evolve.work_pool} --type process"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for package in ("evolve", "deploy", "flows"):
+        assert f"COPY {package} ./{package}" in dockerfile

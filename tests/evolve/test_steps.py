@@ -88,7 +88,7 @@ def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_pa
         failed = s.scalar(
             select(func.count()).select_from(Sample).where(Sample.reason == "trajectory_failed")
         )
-    assert failed > 0  # the failed trajectories' actions are kept as dropped data, with their reason
+    assert (failed or 0) > 0  # the failed trajectories' actions are kept as dropped data, with their reason
     everything = publish(spine.sessions, spine.store, "ablation", PublishConfig(statuses=("kept", "dropped")))
     assert everything.rows > published["rows"]
 

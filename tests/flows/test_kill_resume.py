@@ -46,7 +46,7 @@ def _finish(proc: subprocess.Popen[bytes]) -> str:
     return out.decode()
 
 
-def _count(engine: Engine, stmt) -> int:  # type: ignore[no-untyped-def]
+def _count(engine: Engine, stmt) -> int:
     try:
         with engine.connect() as conn:
             return int(conn.execute(stmt).scalar() or 0)
