@@ -63,16 +63,7 @@ def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list
         .order_by(Episode.id)
     ).all():
         steps = list(s.scalars(select(Step).where(Step.episode_id == episode.id).order_by(Step.index)))
-        query = Query(
-            uid=row.uid,
-            app=row.goal.get("app", ""),
-            instruction=row.instruction,
-            path=row.path,
-            goal=row.goal,
-            slots=row.slots,
-            difficulty=row.difficulty,
-        )
-        out.append((episode, query, steps))
+        out.append((episode, row.to_domain(row.goal.get("app", "")), steps))
     return out
 
 

@@ -98,8 +98,8 @@ def policy_factory(spine: Spine, policy_id: int) -> Callable[[], Policy]:
         if not row.checkpoint_uri:
             raise ConfigError(f"policy {KNN} v{row.version} has no checkpoint; retrain it")
         memory = Memory.load(local_checkpoint(spine, row.checkpoint_uri))
-        frames = spine.frames
-        return lambda: KnnPolicy(memory, frames, row.version)
+        frames, vectors = spine.frames, dict[str, Any]()
+        return lambda: KnnPolicy(memory, frames, row.version, vectors=vectors)
     if row.endpoint:
         model = str(meta.get("model") or spine.settings.llm.model)
         llm = spine.settings.llm.model_copy(update={"base_url": row.endpoint, "model": model})

@@ -66,7 +66,7 @@ def collect(sessions: sessionmaker[Session]) -> list[RoundFigures]:
             policy = s.get(Policy, rnd.policy_id)
             stats = rnd.stats or {}
             fig = RoundFigures(rnd.number, f"{policy.name}@{policy.version}" if policy else "?", rnd.status)
-            _episodes(s, rnd, fig)
+            tally_episodes(s, rnd, fig)
             channels = (stats.get("calibration") or {}).get("channels", {})
             fig.accuracy = {name: float(c.get("accuracy", 0.0)) for name, c in channels.items() if c.get("n")}
             fig.dedup = stats.get("dedup") or {}
@@ -110,7 +110,8 @@ def collect(sessions: sessionmaker[Session]) -> list[RoundFigures]:
     return out
 
 
-def _episodes(s: Session, rnd: Round, fig: RoundFigures) -> None:
+def tally_episodes(s: Session, rnd: Round, fig: RoundFigures) -> None:
+    """The round's own policy: episodes and successes, per app, and pass rates per query."""
     per_query: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for app, query, outcome in s.execute(
         select(App.name, QueryRow.uid, Episode.outcome)

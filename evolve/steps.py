@@ -16,7 +16,6 @@ import asyncio
 import hashlib
 import json
 import math
-from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -28,16 +27,17 @@ from critics.judge import CONSENSUS, calibrate_round, judge_round, judge_round_l
 from curation.features import FeatureStore, make_featurizer
 from curation.pipeline import curate_round
 from evolve.policies import policy_factory, register_policy
+from evolve.report import RoundFigures, tally_episodes
 from evolve.spine import Spine, open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise, Policy
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.farm import SimFarm
-from storage.datasets import PublishConfig, list_versions, manifest, publish
+from storage.datasets import PublishConfig, manifest, publish
 from storage.db import transaction
 from storage.llm_cache import SqlResponseCache
-from storage.models import App, Episode, Round, Sample, Step
+from storage.models import App, Dataset, DatasetVersion, Episode, Round, Sample, Step
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
 from trajforge.domain import Query
@@ -133,19 +133,7 @@ def load_queries(spine: Spine, uids: list[str]) -> list[Query]:
         rows = s.execute(
             select(QueryRow, App.name).join(App, App.id == QueryRow.app_id).where(QueryRow.uid.in_(uids))
         ).all()
-    by_uid = {
-        q.uid: Query(
-            uid=q.uid,
-            app=app,
-            instruction=q.instruction,
-            slots=q.slots,
-            path=q.path,
-            goal=q.goal,
-            source=q.source,
-            difficulty=q.difficulty,
-        )
-        for q, app in rows
-    }
+    by_uid = {q.uid: q.to_domain(app) for q, app in rows}
     return [by_uid[u] for u in uids if u in by_uid]
 
 
@@ -298,17 +286,25 @@ def publish_round(settings: Settings, number: int) -> dict[str, Any]:
     """Seal the dataset version of this round (once: a version with the same config is reused)."""
     spine = open_spine(settings)
     name, config = settings.evolve.dataset, publish_config(settings, number)
-    for ref in list_versions(spine.sessions, name):
-        if ref.status == "sealed":
-            man = manifest(spine.sessions, spine.store, name, ref.version)
-            if man["config_hash"] == config.config_hash:
-                return {
-                    "dataset": name,
-                    "version": ref.version,
-                    "manifest_sha256": ref.manifest_sha256,
-                    "rows": man["rows"],
-                    "reused": True,
-                }
+    with spine.sessions() as s:
+        sealed = s.execute(
+            select(DatasetVersion.version, DatasetVersion.manifest_sha256)
+            .join(Dataset, Dataset.id == DatasetVersion.dataset_id)
+            .where(
+                Dataset.name == name,
+                DatasetVersion.status == "sealed",
+                DatasetVersion.config_hash == config.config_hash,
+            )
+        ).first()
+    if sealed is not None:
+        version, digest = sealed
+        return {
+            "dataset": name,
+            "version": version,
+            "manifest_sha256": digest,
+            "rows": manifest(spine.sessions, spine.store, name, version)["rows"],
+            "reused": True,
+        }
     report = publish(spine.sessions, spine.store, name, config, description=f"evolve round {number}")
     return {
         "dataset": name,
@@ -323,31 +319,23 @@ def round_stats(settings: Settings, number: int) -> dict[str, Any]:
     """Success of the round's own policy (guided demonstrations apart), per app too."""
     spine = open_spine(settings)
     rnd = _round(spine, number)
+    fig = RoundFigures(number, "", rnd.status)
     with spine.sessions() as s:
-        rows = s.execute(
-            select(App.name, Episode.outcome, Episode.policy_id, func.count())
-            .join(QueryRow, QueryRow.id == Episode.query_id)
-            .join(App, App.id == QueryRow.app_id)
-            .where(Episode.round_id == rnd.id)
-            .group_by(App.name, Episode.outcome, Episode.policy_id)
+        tally_episodes(s, rnd, fig)
+        guided = s.execute(
+            select(Episode.outcome, func.count())
+            .where(Episode.round_id == rnd.id, Episode.policy_id != rnd.policy_id)
+            .group_by(Episode.outcome)
         ).all()
         samples = s.execute(
             select(Sample.status, func.count()).where(Sample.round_id == rnd.id).group_by(Sample.status)
         ).all()
-    episodes, successes, guided = Counter[str](), Counter[str](), Counter[str]()
-    for app, outcome, policy_id, n in rows:
-        if policy_id != rnd.policy_id:
-            guided[outcome] += n
-            continue
-        episodes[app] += n
-        successes[app] += n if outcome == "success" else 0
-    total = sum(episodes.values())
     return {
-        "episodes": total,
-        "successes": sum(successes.values()),
-        "success_rate": sum(successes.values()) / total if total else 0.0,
-        "per_app": {a: [successes[a], episodes[a]] for a in sorted(episodes)},
-        "guided": dict(guided),
+        "episodes": fig.episodes,
+        "successes": fig.successes,
+        "success_rate": fig.success_rate,
+        "per_app": {a: fig.per_app[a] for a in sorted(fig.per_app)},
+        "guided": {outcome: n for outcome, n in guided},
         "samples": {status: n for status, n in samples},
     }
 

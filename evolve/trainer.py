@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ class TrainerError(TrajforgeError):
     """The trainer command failed or left no checkpoint."""
 
 
-def _complete(final: Path, build: Any) -> Path:
+def _complete(final: Path, build: Callable[[Path], None]) -> Path:
     """Build into `final.partial` and rename, unless `final` is already complete."""
     if final.exists():
         return final

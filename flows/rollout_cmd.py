@@ -171,19 +171,7 @@ def _queries(sessions: sessionmaker[Session], spec: AppSpec, n: int) -> list[Que
             .order_by(QueryRow.id.desc())
             .limit(n)
         ).all()
-        out = [
-            Query(
-                uid=q.uid,
-                app=spec.name,
-                instruction=q.instruction,
-                slots=q.slots,
-                path=q.path,
-                goal=q.goal,
-                source=q.source,
-                difficulty=q.difficulty,
-            )
-            for q in have
-        ]
+        out = [q.to_domain(spec.name) for q in have]
     if len(out) < n:
         coverage, dedup = load_history(sessions, spec.name)
         report = generate_queries(spec, n - len(out), seed=len(out), coverage=coverage, deduper=dedup)

@@ -27,6 +27,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from trajforge.domain import Query as DomainQuery
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -92,6 +94,19 @@ class Query(Base):
     reason: Mapped[str | None] = mapped_column(String(64))
     difficulty: Mapped[str] = mapped_column(String(16), default="medium", server_default="medium")
     meta: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
+
+    def to_domain(self, app: str) -> DomainQuery:
+        """The task as stages pass it around."""
+        return DomainQuery(
+            uid=self.uid,
+            app=app,
+            instruction=self.instruction,
+            slots=self.slots,
+            path=self.path,
+            goal=self.goal,
+            source=self.source,
+            difficulty=self.difficulty,
+        )
 
 
 class Episode(Base):

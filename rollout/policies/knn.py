@@ -36,6 +36,7 @@ import polars as pl
 
 from curation.features import ThumbFeaturizer
 from rollout.policies.base import PolicyOutput
+from rollout.policies.oracle import element_bounds, element_center
 from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen, get_codec
 from trajforge.domain import Observation, Query
 from trajforge.errors import ConfigError
@@ -177,11 +178,6 @@ def train_from_export(data: Path, out: Path, split: str = "train") -> Memory:
     return memory
 
 
-def _bounds(e: dict[str, Any]) -> tuple[int, int, int, int]:
-    x1, y1, x2, y2 = (int(v) for v in e["bounds"])
-    return x1, y1, x2, y2
-
-
 def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> float:
     w = min(a[2], b[2]) - max(a[0], b[0])
     h = min(a[3], b[3]) - max(a[1], b[1])
@@ -225,7 +221,9 @@ def _phase(before: dict[str, Any] | None, mine: Action | None) -> float:
 
 
 class KnnPolicy:
-    """Args: memory: the trained checkpoint; frames maps a screenshot hash to PNG bytes."""
+    """Args: memory: the trained checkpoint; frames maps a screenshot hash to PNG bytes;
+    vectors: screenshot features by hash, shared by the episodes of one rollout (screens recur).
+    """
 
     def __init__(
         self,
@@ -234,11 +232,13 @@ class KnnPolicy:
         version: int = 1,
         fmt: str = "qwen",
         screen: Screen = DEFAULT_SCREEN,
+        vectors: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.name, self.version = NAME, version
         self.memory, self.frames = memory, frames
         self.codec, self.screen = get_codec(fmt), screen
         self.featurizer = ThumbFeaturizer()
+        self._vectors = vectors if vectors is not None else {}
         self._instr = [set(words(i)) for i in memory.instructions]
         self._steps = np.asarray(memory.steps, np.float32)
         self._query: Query | None = None
@@ -281,7 +281,9 @@ class KnnPolicy:
         votes: dict[str, float] = {}
         if not len(self.memory):
             return votes
-        vec = self.featurizer.embed([self.frames(obs.screenshot)])[0]
+        vec = self._vectors.get(obs.screenshot)
+        if vec is None:
+            vec = self._vectors[obs.screenshot] = self.featurizer.embed([self.frames(obs.screenshot)])[0]
         screen_sim = self.memory.vectors @ vec
         candidates = np.flatnonzero(screen_sim >= screen_sim.max() - SAME_SCREEN)
         score = {}
@@ -296,15 +298,13 @@ class KnnPolicy:
             )
         best = max(score.values())
         for i in sorted(score, key=lambda j: (-score[j], j))[:K]:
-            proposal = self._map(i, obs)
-            if proposal is not None:
-                key = proposal.to_json()
-                votes[key] = votes.get(key, 0.0) + float(self.memory.weights[i]) * math.exp(
-                    SHARPNESS * (score[i] - best)
-                )
+            key = self._map(i, obs).to_json()
+            votes[key] = votes.get(key, 0.0) + float(self.memory.weights[i]) * math.exp(
+                SHARPNESS * (score[i] - best)
+            )
         return votes
 
-    def _map(self, i: int, obs: Observation) -> Action | None:
+    def _map(self, i: int, obs: Observation) -> Action:
         """Neighbour i's action, carried over to the current screen and task."""
         action = Action.model_validate(self.memory.actions[i])
         if action.kind == ActionKind.TYPE and self._query is not None:
@@ -316,8 +316,8 @@ class KnnPolicy:
         here = Screen(obs.width, obs.height)
         (x1, y1), (x2, y2) = here.to_px((bbox[0], bbox[1])), here.to_px((bbox[2], bbox[3]))
         box = (x1, y1, x2, y2)
-        hit = max(obs.elements, key=lambda e: _overlap(_bounds(e), box))
-        if _overlap(_bounds(hit), box) <= 0.0:
+        hit = max(obs.elements, key=lambda e: _overlap(element_bounds(e), box))
+        if _overlap(element_bounds(hit), box) <= 0.0:
             return action
         if hit.get("kind") == "list_item" and hit.get("widget"):
             rows = [
@@ -332,12 +332,7 @@ class KnnPolicy:
                 e for e in obs.elements if e.get("kind") == hit.get("kind") and _named(e, self._words) == 1.0
             ]
             hit = peers[0] if peers else hit
-        x1, y1, x2, y2 = _bounds(hit)
-        return Action(kind=ActionKind.CLICK, point=here.from_px((x1 + x2) // 2, (y1 + y2) // 2))
-
-
-def load_policy(folder: Path, frames: Callable[[str], bytes], version: int) -> KnnPolicy:
-    return KnnPolicy(Memory.load(folder), frames, version)
+        return Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(hit)))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -30,13 +30,13 @@ class OracleNoise(BaseModel):
     malformed: float = Field(0.0, ge=0, le=1, description="Cut the output off mid-way (a format error).")
 
 
-def _bounds(element: dict[str, Any]) -> tuple[int, int, int, int]:
+def element_bounds(element: dict[str, Any]) -> tuple[int, int, int, int]:
     x1, y1, x2, y2 = (int(v) for v in element["bounds"])
     return (x1, y1, x2, y2)
 
 
-def _element_center(element: dict[str, Any]) -> tuple[int, int]:
-    x1, y1, x2, y2 = _bounds(element)
+def element_center(element: dict[str, Any]) -> tuple[int, int]:
+    x1, y1, x2, y2 = element_bounds(element)
     return ((x1 + x2) // 2, (y1 + y2) // 2)
 
 
@@ -97,9 +97,9 @@ class NoisyOracle:
             rows = [e for e in elements if e.get("widget") == target.get("widget") and e is not target]
             target = rng.choice(rows) if rows else target
         self._plan.popleft()
-        x, y = _element_center(target)
+        x, y = element_center(target)
         if rng.random() < noise.mis_tap:
-            _, top, _, bottom = _bounds(target)
+            _, top, _, bottom = element_bounds(target)
             y += rng.choice((-1, 1)) * (bottom - top)
             y = max(0, min(obs.height - 1, y))
         tap = Action(kind=ActionKind.CLICK, point=self.screen.from_px(x, y))
@@ -162,6 +162,6 @@ class RandomExplorer:
         elif roll < 0.25 or not clickable:
             action = Action(kind=ActionKind.SWIPE, point=(500, 600), direction=rng.choice(["up", "down"]))
         else:
-            x, y = _element_center(rng.choice(clickable))
+            x, y = element_center(rng.choice(clickable))
             action = Action(kind=ActionKind.CLICK, point=self.screen.from_px(x, y))
         return PolicyOutput(self.codec.format(action, self.screen), self.codec.name)
