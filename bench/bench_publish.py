@@ -34,6 +34,7 @@ from storage.db import create_db_engine, insert_ignore, session_factory, transac
 from storage.exports import FORMATS, export
 from storage.models import Policy, Round, Sample
 from storage.objectstore import LocalObjectStore, put_blob
+from storage.rounds import CURATED, JUDGED
 from trajforge.appspec import builtin_app_names, load_app
 
 CATEGORIES = (
@@ -64,7 +65,10 @@ def seed(url: str, store_root: Path, rows: int) -> None:
         policy = Policy(name="synthetic", version=0)
         s.add(policy)
         s.flush()
-        rounds = [Round(number=n + 1, policy_id=policy.id) for n in range(max(1, rows // PER_ROUND))]
+        ready = {"stages": {JUDGED: "synthetic", CURATED: "synthetic"}}  # publish checks the rounds are
+        rounds = [
+            Round(number=n + 1, policy_id=policy.id, stats=ready) for n in range(max(1, rows // PER_ROUND))
+        ]
         s.add_all(rounds)
         s.flush()
         round_ids = [r.id for r in rounds]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.heuristic import (
@@ -26,16 +26,19 @@ from critics.heuristic import (
     describe,
 )
 from critics.llm import LLMJudgment, LLMStepCritic, LLMTrajectoryCritic
-from storage.db import insert_ignore, transaction
-from storage.models import Anchor, Episode, Judgment, Round, Step
+from storage.db import insert_ignore, record_exclusions, transaction
+from storage.models import Anchor, Episode, Exclusion, Judgment, Round, Step
 from storage.models import Query as QueryRow
+from storage.rounds import JUDGED, mark_stage
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
+from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
 
 CONSENSUS = ("consensus_and", "1")
+PENDING_STAGE = "critic_pending"  # exclusion stage of episodes the model critics could not judge yet
 
 
 @dataclass
@@ -43,10 +46,17 @@ class JudgeReport:
     episodes: int = 0
     steps: Counter[str] = field(default_factory=Counter)
     correct: int = 0
+    pending: Counter[str] = field(default_factory=Counter)  # episodes left unjudged, by reason
 
     def render(self) -> str:
         labels = ", ".join(f"{k}={v}" for k, v in sorted(self.steps.items()))
-        return f"judged {self.episodes} episodes: {self.correct} correct by consensus; step labels: {labels}"
+        line = f"judged {self.episodes} episodes: {self.correct} correct by consensus; step labels: {labels}"
+        if self.pending:
+            line += (
+                f"; {sum(self.pending.values())} episodes pending ({counts(self.pending)}): "
+                "run again to retry only those"
+            )
+        return line
 
 
 def deciding_anchor(anchors: Sequence[Anchor]) -> Anchor | None:
@@ -134,6 +144,7 @@ def judge_round(sessions: sessionmaker[Session], round_id: int, apps: list[AppSp
             report.episodes += 1
             report.correct += agreed
             report.steps.update(v.label for v in verdicts)
+    mark_stage(sessions, round_id, JUDGED)
     return report
 
 
@@ -255,19 +266,27 @@ async def judge_round_llm(
         episodes = round_episodes(s, round_id)
 
     async def one(episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
+        try:
+            return await judged(episode, query, steps)
+        except LLMError as exc:  # left pending with the endpoint's answer; the rest of the round goes on
+            report.pending[exc.reason] += 1
+            failed[episode.uid] = (exc.reason, exc.detail())
+            return []
+
+    async def judged(episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
         views = [step_view(st) for st in steps]
         history = [
             describe(Action.model_validate(v.action), v) if v.action else "(unparseable)" for v in views
         ]
-        judged = await asyncio.gather(
+        verdict_steps = await asyncio.gather(
             *(step_critic.judge(query, v, history[:i]) for i, v in enumerate(views))
         )
-        summaries = [j.summary or history[i] for i, j in enumerate(judged)]
+        summaries = [j.summary or history[i] for i, j in enumerate(verdict_steps)]
         verdicts = await asyncio.gather(*(c.judge(query, views, summaries) for c in channels))
         agreed = all(v.label == "correct" for v in verdicts)
         rows = [
             _row(step_critic.name, step_critic.version, "step", st.id, j)
-            for st, j in zip(steps, judged, strict=True)
+            for st, j in zip(steps, verdict_steps, strict=True)
         ]
         rows += [
             _row(c.name, c.version, "episode", episode.id, v) for c, v in zip(channels, verdicts, strict=True)
@@ -289,13 +308,25 @@ async def judge_round_llm(
         )
         report.episodes += 1
         report.correct += agreed
-        report.steps.update(j.label or "unparsed" for j in judged)
+        report.steps.update(j.label or "unparsed" for j in verdict_steps)
         return rows
 
+    failed: dict[str, tuple[str, dict[str, Any]]] = {}
     results = await asyncio.gather(*(one(e, q, st) for e, q, st in episodes))
     with transaction(sessions) as s:
         for rows in results:
             insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
+        # pending episodes are kept with their reason; a later run that judges them clears it
+        s.execute(
+            delete(Exclusion).where(
+                Exclusion.round_id == round_id,
+                Exclusion.stage == PENDING_STAGE,
+                Exclusion.item_key.not_in(list(failed)),
+            )
+        )
+        record_exclusions(
+            s, round_id, PENDING_STAGE, "episode", [(uid, r, d) for uid, (r, d) in failed.items()]
+        )
     return report
 
 

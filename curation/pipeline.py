@@ -31,6 +31,7 @@ from storage.db import record_exclusions, transaction
 from storage.models import Episode, Exclusion, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
+from storage.rounds import CURATED, mark_stage
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.gateway import LLMGateway
@@ -133,6 +134,7 @@ def curate_round(
             .group_by(Sample.status, Sample.reason)
         ):
             report.samples["kept" if status == "kept" else (reason or "dropped")] += n
+    mark_stage(sessions, round_id, CURATED)
     return report
 
 

@@ -6,13 +6,15 @@ registered as the next policy, with the endpoint it will be served from. The def
 command is the built-in knn trainer (`python -m rollout.policies.knn`) on the `rl-verl`
 export; its checkpoint is copied into the object store.
 
-Each part is resumable: the export and the checkpoint are written to `*.partial` and
+Each part is resumable: the export and the checkpoint are written to `*.partial-PID` and
 renamed when complete, and registration is idempotent, so a killed training reruns
 from the last finished part.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import shlex
 import shutil
 import subprocess
@@ -33,21 +35,51 @@ from storage.models import Round
 from trajforge.errors import ConfigError, TrajforgeError
 from trajforge.settings import Settings
 
+log = logging.getLogger("trajforge.trainer")
+
 
 class TrainerError(TrajforgeError):
     """The trainer command failed or left no checkpoint."""
 
 
 def _complete(final: Path, build: Callable[[Path], None]) -> Path:
-    """Build into `final.partial` and rename, unless `final` is already complete."""
+    """Build into `final.partial-PID` and rename, unless `final` is already complete.
+
+    Each process builds in a folder of its own, so two racing runs never write into one;
+    the first to finish wins and the other discards its copy. A folder left by a run that was
+    killed is removed, with a warning.
+    """
     if final.exists():
         return final
-    partial = final.with_name(final.name + ".partial")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f"{final.name}.partial-*"):
+        owner = stale.name.rsplit("-", 1)[-1]
+        if owner.isdigit() and not _alive(int(owner)):
+            log.warning("removing %s, left by a run (pid %s) that ended before finishing it", stale, owner)
+            shutil.rmtree(stale, ignore_errors=True)
+    partial = final.with_name(f"{final.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    build(partial)
-    partial.rename(final)
+    try:
+        build(partial)
+        try:
+            partial.rename(final)
+        except OSError:
+            if not final.exists():
+                raise
+            log.warning("%s was completed by another run meanwhile; discarding this run's copy", final)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return final
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def command_line(settings: Settings, dataset: Path, output: Path, version: int, number: int) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -9,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
-from trajforge.errors import ActionError, TrajforgeError
+from trajforge.errors import ActionError, StorageError, TrajforgeError
 from trajforge.logs import configure_logging, redact_url
 from trajforge.settings import Settings, load_settings
 
@@ -32,6 +34,13 @@ datasets_app = typer.Typer(no_args_is_help=True, help="Versioned datasets: publi
 app.add_typer(datasets_app, name="datasets")
 DatasetOpt = Annotated[str, typer.Option("--dataset", "-d", help="Dataset name.")]
 app.add_typer(critics_app, name="critics")
+
+
+@app.callback()
+def _every_command() -> None:
+    """Runs before any command: logging with secrets redacted, whatever the command logs."""
+    configure_logging(logging.WARNING)
+
 
 ConfigOpt = Annotated[
     Path | None,
@@ -353,6 +362,16 @@ def _spine(config: Path | None):  # type: ignore[no-untyped-def]
     return settings, session_factory(engine), open_object_store(settings)
 
 
+def _round_numbers(text: str) -> tuple[int, ...]:
+    """`1,2,5` as round numbers, or one clear error."""
+    from trajforge.errors import ConfigError
+
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ConfigError(f"--rounds {text!r}: give round numbers separated by commas, e.g. --rounds 1,2,5")
+    return tuple(int(p) for p in parts)
+
+
 @datasets_app.command("publish")
 def datasets_publish(
     dataset: DatasetOpt = "trajforge",
@@ -363,8 +382,8 @@ def datasets_publish(
     """Seal the next version from the kept samples (shards re-used where unchanged)."""
     from storage.datasets import PublishConfig, publish
 
+    picked = _round_numbers(rounds) if rounds else None
     settings, sessions, store = _spine(config)
-    picked = tuple(int(r) for r in rounds.split(",")) if rounds else None
     filters = {"curate": settings.curate.model_dump(mode="json")}
     cfg = PublishConfig(rounds=picked, val_fraction=val_fraction, filters=filters)
     typer.echo(publish(sessions, store, dataset, cfg).render())
@@ -458,17 +477,37 @@ def datasets_export(
 
 @app.command("check")
 def check(config: ConfigOpt = None) -> None:
-    """Validate the settings and reach the database and the object store."""
-    from storage.db import check_connection, engine_from_settings
+    """Validate the settings, reach the database (and check a SQLite file's integrity) and the object
+    store, and look for the fonts the simulated screens need. Exit 1 on any problem."""
+    from rollout.sim.render import cjk_font_path
+    from storage.db import check_connection, engine_from_settings, integrity_problems
     from storage.objectstore import open_object_store
 
     settings = _settings(config)
-    check_connection(engine_from_settings(settings))
+    engine = engine_from_settings(settings)
+    check_connection(engine)
+    problems = integrity_problems(engine)
+    for problem in problems[:10]:
+        typer.echo(f"database integrity: {problem}", err=True)
+    if problems:
+        raise StorageError(
+            f"database {redact_url(settings.db_url)} is damaged ({len(problems)} problems above); "
+            "restore it from a backup, or move the file aside to start afresh"
+        )
     open_object_store(settings)
     typer.echo(f"database {redact_url(settings.db_url)}: ok")
     store = settings.s3.endpoint if settings.store.backend == "s3" else str(settings.store_path)
     typer.echo(f"object store {settings.store.backend} {store}: ok")
     typer.echo(f"llm: {settings.llm.base_url or 'offline (no endpoint configured)'}")
+    font = cjk_font_path()
+    if font is None:
+        typer.echo(
+            "fonts: no CJK font, so screens with Chinese text cannot be rendered; "
+            "apt-get install fonts-wqy-microhei",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"fonts: CJK {font}: ok")
 
 
 @app.command("config")
@@ -499,7 +538,7 @@ def run(
     """
     from rollout.smoke import run_smoke_round
 
-    configure_logging()
+    configure_logging(logging.INFO)
     report = run_smoke_round(_settings(config), queries_per_app=queries, rollouts=rollouts)
     typer.echo(report.render())
 
@@ -509,13 +548,13 @@ def _prefect_env(settings: Settings, verbose: bool = False) -> None:
 
     Called before Prefect is imported: it reads these when it loads.
     """
-    import os
-
     home = settings.home / "prefect"
     home.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(home))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
+    timeout = str(settings.evolve.prefect_start_timeout_s)
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", timeout)
 
 
 @app.command("evolve")
@@ -548,7 +587,7 @@ def evolve_cmd(
     for number in range(1, target + 1):
         started = time.monotonic()
         typer.echo(f"round {number}/{target}: running…")
-        result = evolve_round(settings, number)
+        result = _prefect_call(settings, evolve_round, settings, number)
         per_app = ", ".join(f"{a} {w}/{n}" for a, (w, n) in result["per_app"].items())
         state = "already done" if result.get("skipped") else f"{time.monotonic() - started:.0f}s"
         typer.echo(
@@ -603,12 +642,35 @@ def serve_cmd(
     serve_here(settings, config)
 
 
+def _prefect_call(settings: Settings, fn: Any, *args: Any) -> Any:
+    """Call a flow; a temporary Prefect API that did not come up becomes one clear error."""
+    try:
+        return fn(*args)
+    except RuntimeError as exc:
+        if "ephemeral Prefect API server" not in str(exc):
+            raise
+        raise TrajforgeError(
+            "Prefect's temporary API server did not start within "
+            f"{os.environ.get('PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS')}s; raise "
+            "evolve.prefect_start_timeout_s (TRAJFORGE_EVOLVE_PREFECT_START_TIMEOUT_S), or set "
+            "PREFECT_API_URL to a running Prefect server"
+        ) from exc
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: a TrajforgeError, or a database that cannot be used, is one line."""
+    from sqlalchemy.exc import DatabaseError, OperationalError
+
     try:
         app()  # standalone: usage errors print themselves and exit 2
     except TrajforgeError as exc:
         typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except DatabaseError as exc:
+        if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:
+            raise  # an IntegrityError and the like is a bug: keep its traceback
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        typer.echo(f"error: the database failed: {reason}; run `trajforge check`", err=True)
         sys.exit(1)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import typer
@@ -19,6 +20,7 @@ from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
+from storage.keys import sha256_hex
 from storage.llm_cache import SqlResponseCache
 from storage.models import App, Round
 from storage.models import Policy as PolicyRow
@@ -104,13 +106,24 @@ def run_rollout(
         policy_id = s.scalars(
             select(PolicyRow.id).where(PolicyRow.name == sample.name, PolicyRow.version == sample.version)
         ).one()
-        rnd = s.scalars(
-            select(Round)
-            .where(Round.status == "running", Round.policy_id == policy_id)
-            .order_by(Round.number.desc())
-        ).first()
+        # The same rollout again (app, queries, policy, backend, budget) is the round that holds it:
+        # its stored episodes are not redone. Otherwise an unfinished round of this policy resumes.
+        same = rollout_hash(spec, todo, rollouts_per_query, backend, max_steps, sample)
+        rnd = s.scalars(select(Round).where(Round.policy_id == policy_id, Round.config_hash == same)).first()
+        rnd = (
+            rnd
+            or s.scalars(
+                select(Round)
+                .where(Round.status == "running", Round.policy_id == policy_id)
+                .order_by(Round.number.desc())
+            ).first()
+        )
         if rnd is None:
-            rnd = Round(number=(s.scalar(select(func.max(Round.number))) or 0) + 1, policy_id=policy_id)
+            rnd = Round(
+                number=(s.scalar(select(func.max(Round.number))) or 0) + 1,
+                policy_id=policy_id,
+                config_hash=same,
+            )
             s.add(rnd)
             s.flush()
         round_id, number = rnd.id, rnd.number
@@ -159,6 +172,21 @@ def run_rollout(
         f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
     )
     typer.echo(report.render())
+
+
+def rollout_hash(
+    spec: AppSpec, queries: list[Query], k: int, backend: str, max_steps: int, policy: Policy
+) -> str:
+    """What makes two `trajforge rollout` calls the same rollout."""
+    what = {
+        "app": spec.name,
+        "queries": sorted(q.uid for q in queries),
+        "rollouts_per_query": k,
+        "backend": backend,
+        "max_steps": max_steps,
+        "policy": [policy.name, policy.version],
+    }
+    return sha256_hex(json.dumps(what, sort_keys=True).encode())
 
 
 def _queries(sessions: sessionmaker[Session], spec: AppSpec, n: int) -> list[Query]:

@@ -20,6 +20,7 @@ from querygen.sampling import SampledPath, goal_of
 from rollout.sim.device import fill
 from rollout.sim.verify import Goal
 from trajforge.appspec import AppSpec
+from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway
 
 _TEMPLATES = Environment(
@@ -132,9 +133,14 @@ _MALFORMED = {"synthesize": "synthesis_malformed", "refine": "refinement_malform
 async def _ask(gateway: LLMGateway, draft: Draft, step: str, key: str, **context: Any) -> str | None:
     """One JSON-mode call with `{step}.j2`; the raw answer is kept, a malformed one sets the reason."""
     prompt = _TEMPLATES.get_template(f"{step}.j2").render(**context)
-    result = await gateway.chat(
-        [{"role": "user", "content": prompt}], stage=f"querygen.{step}", json_mode=True
-    )
+    try:
+        result = await gateway.chat(
+            [{"role": "user", "content": prompt}], stage=f"querygen.{step}", json_mode=True
+        )
+    except LLMError as exc:  # this query is dropped with the endpoint's answer; the others go on
+        draft.raw[step] = ""
+        draft.reason, draft.detail = exc.reason, str(exc)
+        return None
     draft.raw[step] = result.text
     value = _field(result.data, key)
     if value is None:

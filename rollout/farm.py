@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rollout.pool import DevicePool
 from rollout.sim.device import FaultConfig
+from rollout.sim.render import require_fonts
 from storage.objectstore import ObjectStore
 from trajforge.appspec import AppSpec, builtin_app_names, load_app
 
@@ -22,6 +23,7 @@ class AppFarm:
         faults: FaultConfig | None = None,
     ) -> None:
         self.apps = apps or [load_app(n) for n in builtin_app_names()]
+        require_fonts(self.apps)
         self.store = store
         self.faults = faults or FaultConfig()
 

@@ -230,12 +230,17 @@ class EpisodeRunner:
         obs = await self._device(env.reset, query)
         steps: list[dict[str, Any]] = []
         status, reason = None, None
+        policy_failure: dict[str, Any] | None = None
         for index in range(cfg.max_steps):
             t0 = time.monotonic()
             try:
                 out = await asyncio.wait_for(policy.act(obs), cfg.step_timeout_s)
-            except (LLMError, TimeoutError) as exc:
-                reason = "policy_error" if isinstance(exc, LLMError) else "policy_timeout"
+            except LLMError as exc:
+                reason, policy_failure = "policy_error", {"step": index, **exc.detail()}
+                break
+            except TimeoutError:
+                reason = "policy_timeout"
+                policy_failure = {"step": index, "reason": reason, "timeout_s": cfg.step_timeout_s}
                 break
             codec = get_codec(out.format)
             action, error = None, None
@@ -279,6 +284,7 @@ class EpisodeRunner:
             "outcome": "success" if success else "failure",
             "reason": None if success else reason,
             "verdict": verdict,
+            "policy_failure": policy_failure,
         }
 
     async def _device(self, fn: Callable[..., Any], arg: Any) -> Any:
@@ -305,6 +311,7 @@ class EpisodeRunner:
         report: RolloutReport,
     ) -> None:
         verdict = result["verdict"]
+        policy_failure = result.get("policy_failure")  # the model error (HTTP status, message) or timeout
         with transaction(self.sessions) as s:
             inserted = insert_ignore(
                 s,
@@ -322,7 +329,7 @@ class EpisodeRunner:
                         "verifier_success": verdict.success if verdict else None,
                         "num_steps": len(result["steps"]),
                         "reason": result["reason"],
-                        "meta": {"device_failures": failures},
+                        "meta": {"device_failures": failures, "policy_failure": policy_failure},
                     }
                 ],
                 ["uid"],
@@ -378,7 +385,21 @@ class EpisodeRunner:
                     }
                     for row in result["steps"]
                     if row["parse_error"]
-                ],
+                ]
+                + (
+                    [
+                        {
+                            "round_id": round_id,
+                            "stage": "rollout",
+                            "item_type": "episode",
+                            "item_key": uid,
+                            "reason": result["reason"],
+                            "detail": policy_failure,
+                        }
+                    ]
+                    if policy_failure
+                    else []
+                ),
                 ["stage", "item_type", "item_key", "reason"],
             )
         report.completed += 1

@@ -144,6 +144,7 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
         assert finished is not None
         finished.status = "done"
         finished.stats = {
+            **(finished.stats or {}),
             "episodes": report.rollout.completed,
             "successes": report.rollout.successes,
             "steps": report.rollout.steps,

@@ -24,10 +24,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
+import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -36,7 +39,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
-from storage.keys import manifest_key, sha256_hex, shard_key
+from storage.keys import blob_key, manifest_key, sha256_hex, shard_key
 from storage.models import (
     Dataset,
     DatasetVersion,
@@ -49,6 +52,7 @@ from storage.models import (
     VersionShard,
 )
 from storage.objectstore import ObjectStore
+from storage.rounds import CURATED, FIXES, JUDGED, round_stages
 from trajforge.errors import DatasetError, SealedVersion, TrajforgeError, UnknownVersion, VersionConflict
 from trajforge.logs import counts
 
@@ -69,6 +73,7 @@ SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "content": pl.Utf8,  # sha256 of what the row says: diff's "changed"
 }
 MANIFEST_FORMAT = "trajforge-manifest/1"
+log = logging.getLogger("trajforge.datasets")
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,7 @@ class PublishReport:
     shards_reused: int
     splits: dict[str, int]
     resumed: bool = False
+    shards_repaired: int = 0  # stored shards that no longer matched their hash, rewritten
 
     def render(self) -> str:
         reuse = self.shards_reused / self.shards if self.shards else 0.0
@@ -113,6 +119,7 @@ class PublishReport:
             f"({self.shards_reused} reused from earlier versions, {reuse:.0%}); "
             + ", ".join(f"{k}={v}" for k, v in sorted(self.splits.items()))
             + f"; manifest sha256 {self.manifest_sha256[:16]}"
+            + (f"; {self.shards_repaired} corrupt stored shards rewritten" if self.shards_repaired else "")
         )
 
 
@@ -229,36 +236,42 @@ def publish(
 ) -> PublishReport:
     """Publish the next version of dataset `name` from the kept samples (see the module docstring).
 
+    Every check runs before the version number is claimed: the rounds exist and are judged and
+    curated, there are rows, and every screenshot the rows name is in the store. Shards are
+    staged on local disk meanwhile, so a refusal writes nothing. A shard already in the store
+    is re-hashed; one that no longer matches its key (truncated, overwritten) is rewritten from
+    the freshly built bytes, which are exactly what its key names.
+
     Raises:
+        DatasetError: a check failed; the message names the fix.
         VersionConflict: another publisher sealed or claimed that version number first.
     """
     config = config or PublishConfig()
-    version_id, number, parent, resumed = _claim(sessions, name, config, description)
-    known = _known_shards(sessions)
-    shards: list[dict[str, Any]] = []
+    rounds = _check_rounds(sessions, config)
+    with tempfile.TemporaryDirectory(prefix="trajforge-publish-") as tmp:
+        staging = Path(tmp)
+        shards, images = _stage(sessions, config, staging)
+        if not shards:
+            raise DatasetError(
+                f"nothing to publish: rounds {_numbers(rounds)} have no {'/'.join(config.statuses)} samples"
+            )
+        _check_images(store, images)
+        version_id, number, parent, resumed = _claim(sessions, name, config, description)
+        known = _known_shards(sessions)
+        repaired = 0
+        for sh in shards:
+            data = (staging / sh["sha256"]).read_bytes()
+            if store.exists(sh["key"]):
+                if sha256_hex(store.get(sh["key"])) == sh["sha256"]:
+                    continue
+                log.warning("shard %s no longer matches its hash in the store; rewriting it", sh["key"])
+                repaired += 1
+            store.put(sh["key"], data, "application/vnd.apache.parquet")
     splits: Counter[str] = Counter()
     categories: Counter[str] = Counter()
-    rounds: set[int] = set()
-    for chunk in _chunks(selected_rows(sessions, config), config):
-        data = shard_bytes(chunk)
-        digest = sha256_hex(data)
-        key = shard_key(digest)
-        if digest not in known and not store.exists(key):
-            store.put(key, data, "application/vnd.apache.parquet")
-        first = chunk[0]
-        shards.append(
-            {
-                "sha256": digest,
-                "key": key,
-                "rows": len(chunk),
-                "split": first["split"],
-                "round": first["round"],
-                "category": first["category"],
-            }
-        )
-        splits[first["split"]] += len(chunk)
-        categories[first["category"]] += len(chunk)
-        rounds.add(first["round"])
+    for sh in shards:
+        splits[sh["split"]] += sh["rows"]
+        categories[sh["category"]] += sh["rows"]
     parent_info = None
     if parent is not None:
         parent_info = {"version": parent.version, "manifest_sha256": parent.manifest_sha256}
@@ -273,7 +286,7 @@ def publish(
         "rows": sum(splits.values()),
         "splits": dict(sorted(splits.items())),
         "categories": dict(sorted(categories.items())),
-        "lineage": _lineage(sessions, sorted(rounds)),
+        "lineage": _lineage(sessions, sorted({sh["round"] for sh in shards})),
         "shards": shards,
     }
     body = canonical(manifest)
@@ -320,8 +333,75 @@ def publish(
             raise VersionConflict(f"dataset {name} v{number} was sealed by another publisher; publish again")
     reused = sum(1 for sh in shards if sh["sha256"] in known)
     return PublishReport(
-        name, number, digest, sum(splits.values()), len(shards), reused, dict(splits), resumed
+        name, number, digest, sum(splits.values()), len(shards), reused, dict(splits), resumed, repaired
     )
+
+
+def _numbers(rounds: list[int]) -> str:
+    return ",".join(map(str, rounds)) or "none"
+
+
+def _check_rounds(sessions: sessionmaker[Session], config: PublishConfig) -> list[int]:
+    """The round numbers to publish; each must exist and be judged and curated."""
+    stages = round_stages(sessions)
+    if not stages:
+        raise DatasetError("nothing to publish: the database has no rounds yet; run `trajforge evolve` first")
+    wanted = sorted(config.rounds) if config.rounds is not None else sorted(stages)
+    missing = [n for n in wanted if n not in stages]
+    if missing:
+        raise DatasetError(
+            f"no round {_numbers(missing)} in the database (rounds: {_numbers(sorted(stages))}); "
+            "pick existing rounds with --rounds"
+        )
+    for n in wanted:
+        for stage in (JUDGED, CURATED):
+            if stage not in stages[n]:
+                raise DatasetError(
+                    f"round {n} is not {stage} yet; run `{FIXES[stage].format(n=n)}` first, "
+                    "or leave it out with --rounds"
+                )
+    return wanted
+
+
+def _stage(
+    sessions: sessionmaker[Session], config: PublishConfig, staging: Path
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """Build every shard into `staging` (memory: one shard); the shard list and every image named."""
+    shards: list[dict[str, Any]] = []
+    images: set[str] = set()
+    for chunk in _chunks(selected_rows(sessions, config), config):
+        data = shard_bytes(chunk)
+        digest = sha256_hex(data)
+        (staging / digest).write_bytes(data)
+        for row in chunk:
+            images.update(row["images"])
+        first = chunk[0]
+        shards.append(
+            {
+                "sha256": digest,
+                "key": shard_key(digest),
+                "rows": len(chunk),
+                "split": first["split"],
+                "round": first["round"],
+                "category": first["category"],
+            }
+        )
+    return shards, images
+
+
+def missing_images(store: ObjectStore, images: Iterable[str]) -> list[str]:
+    """The screenshots (by sha256) that are not in the store."""
+    return sorted(sha for sha in set(images) if not store.exists(blob_key(sha)))
+
+
+def _check_images(store: ObjectStore, images: set[str]) -> None:
+    missing = missing_images(store, images)
+    if missing:
+        raise DatasetError(
+            f"{len(missing)} of {len(images)} screenshots the samples refer to are missing from the "
+            f"object store (first: {blob_key(missing[0])}); restore them into the store "
+            "(or point TRAJFORGE_STORE_* at the store the rounds were rolled out with), then publish again"
+        )
 
 
 def _shard_ids(s: Session, digests: list[str]) -> dict[str, int]:
@@ -435,7 +515,19 @@ def manifest(sessions: sessionmaker[Session], store: ObjectStore, name: str, ver
 
 
 def read_shard(store: ObjectStore, shard: dict[str, Any], columns: list[str] | None = None) -> pl.DataFrame:
-    return pl.read_parquet(io.BytesIO(store.get(shard["key"])), columns=columns)
+    """A shard's rows, after checking its bytes against the manifest's sha256.
+
+    Raises:
+        DatasetError: the stored shard is damaged (names `datasets verify` and how to repair).
+    """
+    data = store.get(shard["key"])
+    if sha256_hex(data) != shard["sha256"]:
+        raise DatasetError(
+            f"shard {shard['key']} is damaged in the object store (its sha256 no longer matches the "
+            "manifest); `trajforge datasets verify` lists every damaged shard, and publishing any "
+            "version again rewrites them from the database"
+        )
+    return pl.read_parquet(io.BytesIO(data), columns=columns)
 
 
 def iter_rows(store: ObjectStore, man: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -445,9 +537,11 @@ def iter_rows(store: ObjectStore, man: dict[str, Any]) -> Iterator[dict[str, Any
 
 
 def verify(sessions: sessionmaker[Session], store: ObjectStore, name: str, version: int) -> list[str]:
-    """Problems found re-hashing every shard against the manifest (empty: the version is intact)."""
+    """Problems found re-hashing every shard against the manifest and looking up every screenshot
+    its rows name (empty: the version is intact and exportable)."""
     man = manifest(sessions, store, name, version)
     problems = []
+    images: set[str] = set()
     for shard in man["shards"]:
         try:
             data = store.get(shard["key"])
@@ -459,8 +553,12 @@ def verify(sessions: sessionmaker[Session], store: ObjectStore, name: str, versi
                 f"{shard['key']}: sha256 {sha256_hex(data)[:16]}… differs from the manifest's "
                 f"{shard['sha256'][:16]}…"
             )
-        elif pl.read_parquet(io.BytesIO(data)).height != shard["rows"]:
+            continue
+        frame = pl.read_parquet(io.BytesIO(data), columns=["images"])
+        if frame.height != shard["rows"]:
             problems.append(f"{shard['key']}: row count differs from the manifest's {shard['rows']}")
+        images.update(sha for row in frame["images"] for sha in row)
+    problems += [f"{blob_key(sha)}: screenshot missing" for sha in missing_images(store, images)]
     return problems
 
 

@@ -90,12 +90,37 @@ def check_connection(engine: Engine) -> None:
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-    except OperationalError as exc:
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise StorageError(
-            f"cannot connect to database {redact_url(engine.url.render_as_string(False))}: {reason}; "
-            "check TRAJFORGE_DB_URL and that the server is running"
-        ) from exc
+    except DBAPIError as exc:
+        raise database_error(engine, exc) from exc
+
+
+def database_error(engine: Engine, exc: DBAPIError) -> StorageError:
+    """One line for a database that cannot be used: unreachable, or a damaged SQLite file."""
+    reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc).splitlines()[0]
+    where = redact_url(engine.url.render_as_string(False))
+    if engine.dialect.name == "sqlite" and not isinstance(exc, OperationalError):
+        return StorageError(
+            f"database {where} is damaged or not a SQLite database ({reason}); restore it from a "
+            "backup, or move the file aside to start afresh"
+        )
+    return StorageError(
+        f"cannot connect to database {where}: {reason}; check TRAJFORGE_DB_URL and that the server is running"
+    )
+
+
+def integrity_problems(engine: Engine) -> list[str]:
+    """SQLite's own integrity check (every page, index and constraint); empty when sound.
+
+    PostgreSQL checks its pages itself (checksums), so it reports nothing here.
+    """
+    if engine.dialect.name != "sqlite":
+        return []
+    try:
+        with engine.connect() as conn:
+            rows = [str(r) for (r,) in conn.execute(text("PRAGMA integrity_check"))]
+    except DBAPIError as exc:
+        return [str(database_error(engine, exc))]
+    return [] if rows == ["ok"] else rows
 
 
 def alembic_config(engine: Engine) -> Config:

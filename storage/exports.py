@@ -39,7 +39,7 @@ from storage.keys import blob_key
 from storage.objectstore import ObjectStore, S3ObjectStore
 from trajforge.actions import Action, Screen, get_codec
 from trajforge.actions.compare import DEFAULT_TOLERANCE
-from trajforge.errors import ActionError, ConfigError
+from trajforge.errors import ActionError, ConfigError, StorageError
 from trajforge.logs import counts
 from trajforge.settings import Settings
 
@@ -125,11 +125,14 @@ def render_action(row: dict[str, Any], action_format: str) -> tuple[str | None, 
 
 @contextmanager
 def _target(out: str, settings: Settings | None) -> Iterator[tuple[Path, Callable[[], list[str]]]]:
-    """A local directory to write into, and a finisher that uploads it when `out` is s3://."""
+    """A local directory to write into, and a finisher that lists (or uploads) what was written.
+
+    A local export is written into a hidden sibling folder and renamed into place once complete,
+    so a failure leaves nothing behind; an s3:// export is written to a temporary folder and
+    uploaded file by file.
+    """
     if not out.startswith("s3://"):
-        root = Path(out)
-        root.mkdir(parents=True, exist_ok=True)
-        yield root, lambda: [str(p.relative_to(root)) for p in sorted(root.rglob("*")) if p.is_file()]
+        yield from _local_target(Path(out))
         return
     bucket, _, prefix = out.removeprefix("s3://").partition("/")
     if not bucket or settings is None:
@@ -155,6 +158,34 @@ def _target(out: str, settings: Settings | None) -> Iterator[tuple[Path, Callabl
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _local_target(final: Path) -> Iterator[tuple[Path, Callable[[], list[str]]]]:
+    if final.exists() and not final.is_dir():
+        raise ConfigError(f"export target {final} is a file; give a folder path")
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+    except OSError as exc:
+        raise StorageError(
+            f"cannot write the export to {final}: {exc.strerror or exc}; give a folder you can write to"
+        ) from exc
+    try:
+        yield tmp, lambda: [str(p.relative_to(tmp)) for p in sorted(tmp.rglob("*")) if p.is_file()]
+        if not final.exists():
+            tmp.rename(final)
+        else:  # an existing folder: the finished files move in (a rename each, same file system)
+            for path in sorted(tmp.rglob("*")):
+                if path.is_file():
+                    dest = final / path.relative_to(tmp)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    path.replace(dest)
+    except OSError as exc:
+        raise StorageError(
+            f"writing the export to {final} failed: {exc.strerror or exc}; nothing was left there"
+        ) from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def export(
     sessions: sessionmaker[Session],
     store: ObjectStore,
@@ -171,6 +202,8 @@ def export(
         raise ConfigError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     if action_format not in ACTION_FORMATS:
         raise ConfigError(f"unknown action format {action_format!r}; known: {', '.join(ACTION_FORMATS)}")
+    if max_side is not None and max_side < 1:
+        raise ConfigError(f"--max-side must be a positive number of pixels, not {max_side}")
     man = manifest(sessions, store, name, version)
     report = ExportReport(fmt, out)
     with _target(out, settings) as (root, finish):

@@ -239,6 +239,14 @@ def load_spec(path: Path) -> AppSpec:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SpecError(f"app spec {path}: file not found") from exc
+    except IsADirectoryError as exc:
+        raise SpecError(f"app spec {path}: is a directory; give the path of a .yaml file in it") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"app spec {path}: not a text file (byte {exc.start} is not UTF-8); give a YAML app spec"
+        ) from exc
+    except OSError as exc:
+        raise SpecError(f"app spec {path}: cannot be read ({exc.strerror or exc})") from exc
     except yaml.YAMLError as exc:
         raise SpecError(f"app spec {path}: not valid YAML ({exc}); fix the syntax") from exc
     return parse_spec(data, str(path))

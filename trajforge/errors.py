@@ -58,15 +58,33 @@ class AnnotationError(TrajforgeError):
 
 
 class LLMError(TrajforgeError):
-    """A model endpoint failed after retries, or refused the request."""
+    """A model endpoint failed after retries, or refused the request.
+
+    Attributes:
+        status: the last HTTP status the endpoint answered (None: no answer, e.g. a timeout).
+    """
+
+    reason = "llm_error"
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def detail(self) -> dict[str, object]:
+        """What a per-item failure keeps: the reason, the HTTP status and the message."""
+        return {"reason": self.reason, "status": self.status, "error": str(self)}
 
 
 class LLMRateLimited(LLMError):
     """The endpoint kept answering 429 after every retry."""
 
+    reason = "llm_rate_limited"
+
 
 class LLMTimeout(LLMError):
     """The endpoint kept timing out after every retry."""
+
+    reason = "llm_timeout"
 
 
 class ActionError(TrajforgeError, ValueError):

@@ -238,8 +238,8 @@ class LLMGateway:
             started = time.monotonic()
             response, attempts = await self._with_retries(params, stage)
         latency_ms = int((time.monotonic() - started) * 1000)
-        if not response.choices:
-            raise LLMError(f"{stage}: endpoint returned no choices for model {model!r}")
+        if not getattr(response, "choices", None):
+            raise LLMError(f"{stage}: endpoint returned no choices for model {model!r}", status=200)
         text = response.choices[0].message.content or ""
         prompt = response.usage.prompt_tokens if response.usage else 0
         completion = response.usage.completion_tokens if response.usage else 0
@@ -281,20 +281,27 @@ class LLMGateway:
                 error: Exception = exc
                 retry_after = _retry_after(exc.response)
                 final: type[LLMError] = LLMRateLimited
+                status: int | None = exc.status_code
             except openai.APITimeoutError as exc:
-                error, retry_after, final = exc, None, LLMTimeout
+                error, retry_after, final, status = exc, None, LLMTimeout, None
             except openai.APIStatusError as exc:
                 if exc.status_code < 500:
                     raise LLMError(
-                        f"{stage}: endpoint refused the request ({exc.status_code}): {exc.message}"
+                        f"{stage}: endpoint refused the request ({exc.status_code}): {exc.message}",
+                        status=exc.status_code,
                     ) from exc
-                error, retry_after, final = exc, None, LLMError
+                error, retry_after, final, status = exc, None, LLMError, exc.status_code
             except openai.APIConnectionError as exc:
-                error, retry_after, final = exc, None, LLMError
+                error, retry_after, final, status = exc, None, LLMError, None
+            except (json.JSONDecodeError, openai.APIResponseValidationError) as exc:
+                # a proxy's error page or a broken server: a server fault like a 5xx, retried
+                error = LLMError(f"the body is not a chat completion ({str(exc).splitlines()[0]})")
+                retry_after, final, status = None, LLMError, 200
             if attempt > self.settings.max_retries:
                 raise final(
                     f"{stage}: {type(error).__name__} after {attempt} attempts against "
-                    f"{self.settings.base_url}: {error}"
+                    f"{self.settings.base_url}: {error}",
+                    status=status,
                 ) from error
             delay = retry_after if retry_after is not None else self._backoff(attempt)
             log.warning("%s: %s, retry %d in %.2fs", stage, type(error).__name__, attempt, delay)

@@ -249,6 +249,13 @@ class EvolveSettings(BaseSettings):
         None, description="Cron schedule of `trajforge serve` (e.g. '0 */6 * * *'); none: run on demand."
     )
     work_pool: str = Field("trajforge", min_length=1, description="Prefect work pool of the deployments.")
+    prefect_start_timeout_s: int = Field(
+        120,
+        ge=1,
+        le=3600,
+        description="Seconds to wait for Prefect's temporary API server when PREFECT_API_URL is unset "
+        "(Prefect's own default, 20, is too short on a loaded 2-core machine).",
+    )
 
 
 class TrainerSettings(BaseSettings):

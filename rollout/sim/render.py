@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import re
 import threading
 from collections import OrderedDict
 from functools import cache
@@ -17,20 +19,44 @@ from typing import Any
 from PIL import Image, ImageDraw, ImageFont
 
 from rollout.sim.device import Element, SimDevice
+from trajforge.appspec import AppSpec
+from trajforge.errors import ConfigError
 
 # CJK-capable fonts first (Debian fonts-wqy-microhei / fonts-noto-cjk); then DejaVu; then
 # Pillow's bundled font, which draws CJK as boxes but keeps rendering deterministic.
-FONT_CANDIDATES = (
+CJK_FONTS = (
     "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
     "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
     "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
 )
+FALLBACK_FONTS = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",)
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
+_CJK = re.compile(r"[\u3000-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]")
+
+
+def cjk_font_path() -> str | None:
+    return next((p for p in CJK_FONTS if Path(p).is_file()), None)
 
 
 def font_path() -> str | None:
-    return next((p for p in FONT_CANDIDATES if Path(p).is_file()), None)
+    return cjk_font_path() or next((p for p in FALLBACK_FONTS if Path(p).is_file()), None)
+
+
+def require_fonts(apps: list[AppSpec]) -> None:
+    """Refuse to render apps with CJK text when no CJK font is installed: their screens would
+    be boxes that neither a critic nor an annotator could read.
+
+    Raises:
+        ConfigError: names the apps and the package to install.
+    """
+    if cjk_font_path() is not None:
+        return
+    needing = [a.name for a in apps if _CJK.search(json.dumps(a.model_dump(mode="json"), ensure_ascii=False))]
+    if needing:
+        raise ConfigError(
+            f"apps {', '.join(needing)} show CJK text but no CJK font is installed, so their screens "
+            "would render as boxes; install one (apt-get install fonts-wqy-microhei) or leave those apps out"
+        )
 
 
 @cache

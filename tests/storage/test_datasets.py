@@ -31,10 +31,16 @@ def spine(request, engine: Engine, db_url: str, tmp_path, monkeypatch: pytest.Mo
         store = S3ObjectStore.connect(request.getfixturevalue("s3_settings"))
     else:
         store = LocalObjectStore(tmp_path / "objects")
-    rounds = open_object_store(settings)
-    for key in rounds.list("blobs/"):  # the screenshots move into the store under test
-        store.put(key, rounds.get(key))
+    copy_screenshots(settings, store)
     return session_factory(engine), store
+
+
+def copy_screenshots(settings, store: ObjectStore) -> None:
+    """The rounds' screenshots move into the store under test (publish checks every one is there)."""
+    rounds = open_object_store(settings)
+    for key in rounds.list("blobs/"):
+        if not store.exists(key):
+            store.put(key, rounds.get(key))
 
 
 def test_a_version_is_sealed_verified_and_never_changes(spine) -> None:
@@ -97,6 +103,7 @@ def test_a_new_version_reuses_unchanged_shards_and_diffs_by_category_and_reason(
             update(Sample).where(Sample.uid.in_(victims)).values(status="dropped", reason="near_duplicate")
         )
     run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)  # and a new round arrives
+    copy_screenshots(load_settings(), store)
     report = publish(sessions, store, "gui", CONFIG)
     assert report.version == 2 and 0 < report.shards_reused < report.shards
     d = diff(sessions, store, "gui", 1, 2)

@@ -1,0 +1,42 @@
+"""Which stages a round has been through, kept in `round.stats["stages"]`.
+
+Judging and curation mark the round when they finish; publishing reads the marks so it
+never seals a round that is not ready (a sealed version cannot be taken back).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.db import transaction
+from storage.models import Round
+
+JUDGED = "judged"
+CURATED = "curated"
+# what each missing mark asks the user to run
+FIXES = {JUDGED: "trajforge critics run --round {n}", CURATED: "trajforge curate --round {n}"}
+
+
+def mark_stage(sessions: sessionmaker[Session], round_id: int, stage: str) -> None:
+    """Record that `stage` finished for the round (the first time is kept)."""
+    with transaction(sessions) as s:
+        row = s.get(Round, round_id)
+        if row is None:
+            return
+        stats = dict(row.stats or {})
+        stages = dict(stats.get("stages") or {})
+        stages.setdefault(stage, datetime.now(UTC).isoformat(timespec="seconds"))
+        stats["stages"] = stages
+        row.stats = stats
+
+
+def round_stages(sessions: sessionmaker[Session]) -> dict[int, set[str]]:
+    """Every round number with the stages it has finished."""
+    with sessions() as s:
+        return {
+            number: set((stats or {}).get("stages") or {})
+            for number, stats in s.execute(select(Round.number, Round.stats))
+        }
