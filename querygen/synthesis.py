@@ -139,7 +139,8 @@ async def _ask(gateway: LLMGateway, draft: Draft, step: str, key: str, **context
         )
     except LLMError as exc:  # this query is dropped with the endpoint's answer; the others go on
         draft.raw[step] = ""
-        draft.reason, draft.detail = exc.reason, str(exc)
+        draft.reason = exc.reason
+        draft.detail = f"{exc} (HTTP {exc.status})" if exc.status is not None else str(exc)
         return None
     draft.raw[step] = result.text
     value = _field(result.data, key)

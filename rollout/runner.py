@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from rollout.env import Environment
@@ -26,12 +26,14 @@ from rollout.errors import DeviceCrashed, DeviceError, DeviceHung
 from rollout.policies.base import Policy
 from rollout.pool import DevicePool, Lease, holder_name
 from storage.db import insert_ignore, transaction
-from storage.models import Anchor, Episode, Exclusion, Step
+from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
 from storage.models import Query as QueryRow
 from trajforge.actions import ActionKind, Screen, get_codec
 from trajforge.domain import Query
 from trajforge.errors import LLMError, ParseError
 from trajforge.logs import counts
+
+MODEL_FAULTS = ("policy_error", "policy_timeout")  # episodes a rerun plays again
 
 
 class RolloutConfig(BaseModel):
@@ -127,8 +129,8 @@ class EpisodeRunner:
         started = time.monotonic()
         first = self.config.first_rollout
         todo = [(q, k) for q in queries for k in range(first, first + self.config.rollouts_per_query)]
+        stored = self._forget_model_faults(round_id)
         with self.sessions() as s:
-            stored = set(s.scalars(select(Episode.uid).where(Episode.round_id == round_id)))
             query_ids = dict(
                 s.execute(
                     select(QueryRow.uid, QueryRow.id).where(QueryRow.uid.in_([q.uid for q in queries]))
@@ -152,6 +154,37 @@ class EpisodeRunner:
             self._envs.clear()
         report.seconds = time.monotonic() - started
         return report
+
+    def _forget_model_faults(self, round_id: int) -> set[str]:
+        """The round's stored episode uids, less those the policy's endpoint failed (an HTTP error or
+        a timeout) that no later stage has used yet: those are deleted, to be played again."""
+        with transaction(self.sessions) as s:
+            rows = s.execute(
+                select(Episode.uid, Episode.id, Episode.reason).where(Episode.round_id == round_id)
+            )
+            faulted = {uid: id_ for uid, id_, reason in rows if reason in MODEL_FAULTS}
+            used = set(
+                s.scalars(select(Sample.episode_id).where(Sample.episode_id.in_(faulted.values())))
+            ) | set(
+                s.scalars(
+                    select(Judgment.target_id).where(
+                        Judgment.target == "episode", Judgment.target_id.in_(faulted.values())
+                    )
+                )
+            )
+            retry = {uid: id_ for uid, id_ in faulted.items() if id_ not in used}
+            if retry:
+                s.execute(delete(Step).where(Step.episode_id.in_(retry.values())))
+                s.execute(delete(Anchor).where(Anchor.episode_id.in_(retry.values())))
+                s.execute(
+                    delete(Exclusion).where(
+                        Exclusion.stage == "rollout",
+                        Exclusion.item_type == "episode",
+                        Exclusion.item_key.in_(retry),
+                    )
+                )
+                s.execute(delete(Episode).where(Episode.id.in_(retry.values())))
+            return set(s.scalars(select(Episode.uid).where(Episode.round_id == round_id)))
 
     async def _lease(self, holder: str) -> Lease:
         deadline = time.monotonic() + self.config.lease_wait_s

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 import re
 
@@ -18,7 +17,7 @@ from rollout.sim import Goal, Move, SimDevice, verify
 from rollout.sim.oracle import replay
 from storage.models import Exclusion
 from storage.models import Query as QueryRow
-from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM, querygen_responder
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.gateway import LLMGateway
 from trajforge.settings import LLMSettings
@@ -122,22 +121,6 @@ def test_store_and_rerun_add_nothing_twice(sessions: sessionmaker[Session]) -> N
         assert s.scalar(select(func.count()).select_from(QueryRow)) == 120
 
 
-def _llm_responder(mode: dict[str, str]):
-    def respond(rec: Recorded) -> Reply:
-        text = rec.text
-        if 'Answer with JSON only:\n{"instruction"' in text:
-            if mode.get("synth") == "malformed":
-                return Reply(content='{"instruction": "Open the app and')
-            steps = re.findall(r"^- (.+)$", text.split("Values the task fixes")[0], re.M)
-            return Reply(content=json.dumps({"instruction": "Open it, then " + ", then ".join(steps)}))
-        values = text.split("Values to keep: ")[1].split("\n")[0].split(", ")
-        if mode.get("refine") == "lossy":
-            return Reply(content=json.dumps({"query": "Do the usual"}))
-        return Reply(content=json.dumps({"query": "Please: " + "; ".join(values)}))
-
-    return respond
-
-
 @pytest.mark.parametrize(
     ("mode", "reason"),
     [
@@ -148,7 +131,7 @@ def _llm_responder(mode: dict[str, str]):
 )
 def test_llm_synthesis_and_refinement(mode: dict[str, str], reason: str | None) -> None:
     spec = load_app("takeout")
-    with ScriptedLLM(responder=_llm_responder(mode)) as llm:
+    with ScriptedLLM(responder=querygen_responder(mode)) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="scripted"))
         report = generate_queries(spec, 5, seed=2, gateway=gateway, batch=5)
         prompts = [r.text for r in llm.requests]

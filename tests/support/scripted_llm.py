@@ -1,7 +1,8 @@
 """A small OpenAI-compatible chat-completions server that answers from a script.
 
 Tests and benchmarks point the gateway at it. It can inject latency, 429s, 5xx,
-timeouts (a delay longer than the client's timeout) and malformed JSON content,
+timeouts (a delay longer than the client's timeout), malformed JSON content, a body
+that is not JSON at all (a proxy's error page) and a completion with no choices,
 validates image data URLs like a real server would, and records every request.
 
     with ScriptedLLM() as llm:
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -37,6 +39,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     prompt_tokens: int = 10
     completion_tokens: int = 5
+    body: str | None = None  # sent as it is with status 200 instead of a completion
+    no_choices: bool = False  # a completion whose `choices` is empty
 
 
 @dataclass
@@ -133,7 +137,16 @@ class ScriptedLLM:
                 time.sleep(outer.latency_s + reply.delay_s)
                 if reply.status != 200:
                     return self._send(reply.status, _error(f"scripted {reply.status}"), reply.headers)
+                if reply.body is not None:
+                    return self._send_raw(reply.body.encode())
                 self._send(200, _completion(body.get("model", "scripted"), reply), reply.headers)
+
+            def _send_raw(self, data: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         return Handler
 
@@ -174,7 +187,9 @@ def _completion(model: str, reply: Reply) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
+        "choices": []
+        if reply.no_choices
+        else [
             {
                 "index": 0,
                 "finish_reason": "stop",
@@ -187,6 +202,27 @@ def _completion(model: str, reply: Reply) -> dict[str, Any]:
             "total_tokens": reply.prompt_tokens + reply.completion_tokens,
         },
     }
+
+
+def querygen_responder(mode: dict[str, str]) -> Callable[[Recorded], Reply]:
+    """Answers query synthesis and refinement like a model that follows the prompts.
+
+    `mode`: {"synth": "malformed"} truncates the synthesis JSON; {"refine": "lossy"} drops the values.
+    """
+
+    def respond(rec: Recorded) -> Reply:
+        text = rec.text
+        if 'Answer with JSON only:\n{"instruction"' in text:
+            if mode.get("synth") == "malformed":
+                return Reply(content='{"instruction": "Open the app and')
+            steps = re.findall(r"^- (.+)$", text.split("Values the task fixes")[0], re.M)
+            return Reply(content=json.dumps({"instruction": "Open it, then " + ", then ".join(steps)}))
+        values = text.split("Values to keep: ")[1].split("\n")[0].split(", ")
+        if mode.get("refine") == "lossy":
+            return Reply(content=json.dumps({"query": "Do the usual"}))
+        return Reply(content=json.dumps({"query": "Please: " + "; ".join(values)}))
+
+    return respond
 
 
 def main() -> None:

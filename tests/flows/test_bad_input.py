@@ -1,0 +1,133 @@
+"""Bad input ends with one line and exit 1, never a traceback, and leaves nothing half-made.
+
+Each case runs the console script as a user would (a real subprocess) on the embedded default.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rollout.smoke import run_smoke_round
+from storage.datasets import manifest
+from storage.db import create_db_engine, session_factory
+from storage.objectstore import open_object_store
+from tests.flows.test_cli import cli
+from trajforge.settings import load_settings
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """The stderr of a refused command: exit 1, one `error:` line naming every fragment."""
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def published(tmp_path: Path) -> Path:
+    """A judged, curated round published as v1 in ./.trajforge; the SQLite file's path."""
+    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
+    done = cli("datasets", "publish", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return tmp_path / ".trajforge" / "trajforge.db"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "not a text file (byte"),
+        (None, "is a directory; give the path of a .yaml file in it"),
+    ],
+    ids=["binary", "directory"],
+)
+def test_a_spec_that_is_not_a_yaml_file(tmp_path: Path, content: bytes | None, expected: str) -> None:
+    spec = tmp_path / "my_app.yaml"
+    if content is None:
+        spec.mkdir()
+    else:
+        spec.write_bytes(content)
+    one_line_error(cli("queries", "generate", "--app", str(spec), cwd=tmp_path), f"app spec {spec}", expected)
+    one_line_error(cli("rollout", "--app", str(spec), cwd=tmp_path), expected)
+    validated = cli("apps", "validate", str(spec), cwd=tmp_path)
+    one_line_error(validated, expected)
+
+
+def test_publish_rounds_that_are_not_numbers_or_not_there(tmp_path: Path) -> None:
+    one_line_error(
+        cli("datasets", "publish", "--rounds", "abc", cwd=tmp_path), "--rounds 'abc': give round numbers"
+    )
+    one_line_error(cli("datasets", "publish", "--rounds", "1,,2", cwd=tmp_path), "e.g. --rounds 1,2,5")
+    one_line_error(cli("datasets", "publish", cwd=tmp_path), "the database has no rounds yet")
+
+
+def test_publish_of_a_missing_round_writes_nothing(published: Path, tmp_path: Path) -> None:
+    one_line_error(
+        cli("datasets", "publish", "--rounds", "7", cwd=tmp_path), "no round 7 in the database (rounds: 1)"
+    )
+    listed = cli("datasets", "list", cwd=tmp_path).stdout.splitlines()
+    assert len(listed) == 1 and listed[0].startswith("trajforge v1")  # no empty v2
+
+
+def test_export_options_and_targets(published: Path, tmp_path: Path) -> None:
+    export = ("datasets", "export", "1", "--format", "sft-sharegpt")
+    one_line_error(
+        cli(*export, "--out", str(tmp_path / "a"), "--max-side", "0", cwd=tmp_path),
+        "--max-side must be a positive number of pixels, not 0",
+    )
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a folder")
+    one_line_error(cli(*export, "--out", str(a_file), cwd=tmp_path), f"export target {a_file} is a file")
+    one_line_error(
+        cli(*export, "--out", str(a_file / "inside"), cwd=tmp_path),
+        f"cannot write the export to {a_file / 'inside'}",
+        "give a folder you can write to",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".trajforge", "notes.txt"]  # nothing half-made
+
+
+def test_export_of_a_damaged_shard_leaves_nothing(published: Path, tmp_path: Path) -> None:
+    settings = load_settings()
+    store = open_object_store(settings)
+    sessions = session_factory(create_db_engine(settings.db_url))
+    shards = manifest(sessions, store, "trajforge", 1)["shards"]
+    victim = settings.store_path / shards[-1]["key"]
+    victim.write_bytes(victim.read_bytes()[:64])
+    out = tmp_path / "exports" / "v1"
+    for fmt in ("sft-sharegpt", "rl-verl", "hf"):
+        one_line_error(
+            cli("datasets", "export", "1", "--format", fmt, "--out", str(out), cwd=tmp_path),
+            f"shard {shards[-1]['key']} is damaged in the object store",
+            "`trajforge datasets verify`",
+        )
+        assert list((tmp_path / "exports").iterdir()) == []  # neither the folder nor a partial one
+    verified = cli("datasets", "verify", "1", cwd=tmp_path)
+    assert verified.returncode == 1 and "differs from the manifest" in verified.stdout
+
+
+def test_a_damaged_sqlite_file(published: Path, tmp_path: Path) -> None:
+    with sqlite3.connect(published) as conn:  # everything into the main file, then damage its middle
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    assert cli("check", cwd=tmp_path).returncode == 0
+    with published.open("r+b") as f:
+        f.seek(page_size * (pages // 2))
+        f.write(b"\xa5" * page_size * 4)
+    checked = cli("check", cwd=tmp_path)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr
+    assert "database integrity: " in checked.stderr and "error: database sqlite:///" in checked.stderr
+    assert "is damaged" in checked.stderr.splitlines()[-1]
+
+    with published.open("r+b") as f:  # now the header: it is not a database any more
+        f.write(b"this is not a database header")
+    for args in (("check",), ("datasets", "list"), ("critics", "run")):
+        one_line_error(
+            cli(*args, cwd=tmp_path), "is damaged or not a SQLite database (file is not a database)"
+        )

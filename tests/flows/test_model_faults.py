@@ -1,0 +1,134 @@
+"""One failing model request never aborts a stage: the item is dropped or left pending with its
+reason and HTTP detail, the rest completes, and a rerun retries only the failed items.
+
+Every case runs the console script against a faulty local OpenAI-compatible server.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rollout.smoke import run_smoke_round
+from tests.critics.test_llm_critics import responder as critic_responder
+from tests.flows.test_cli import cli
+from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM, querygen_responder
+from trajforge.settings import load_settings
+
+FAULTS = {  # what the server answers to the one request that keeps failing, and the reason kept
+    "500": (Reply(status=500), "llm_error", 500),
+    "429": (Reply(status=429), "llm_rate_limited", 429),
+    "timeout": (Reply(delay_s=1.5), "llm_timeout", None),
+    "no_choices": (Reply(no_choices=True), "llm_error", 200),
+    "not_json": (Reply(body="<html><h1>502 Bad Gateway</h1></html>"), "llm_error", 200),
+}
+
+
+def llm_env(url: str) -> dict[str, str]:
+    return {
+        "TRAJFORGE_LLM_BASE_URL": url,
+        "TRAJFORGE_LLM_MAX_RETRIES": "1",
+        "TRAJFORGE_LLM_BACKOFF_BASE_S": "0.01",
+        "TRAJFORGE_LLM_TIMEOUT_S": "0.5",
+    }
+
+
+class OneBadRequest:
+    """Answers like `good`, except the first request it sees (and its retries), answered `fault`."""
+
+    def __init__(self, good: Callable[[Recorded], Reply], fault: Reply) -> None:
+        self.good, self.fault = good, fault
+        self.bad: str | None = None
+        self.healthy = False
+
+    def __call__(self, rec: Recorded) -> Reply:
+        if self.bad is None:
+            self.bad = rec.text
+        return self.fault if rec.text == self.bad and not self.healthy else self.good(rec)
+
+
+def _db(tmp_path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(tmp_path / ".trajforge" / "trajforge.db")
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_queries_generate_drops_the_failing_query_and_keeps_the_rest(tmp_path: Path, fault: str) -> None:
+    reply, reason, status = FAULTS[fault]
+    script = OneBadRequest(querygen_responder({}), reply)
+    with ScriptedLLM(responder=script) as llm:
+        done = cli("queries", "generate", "--app", "takeout", "--n", "6", env=llm_env(llm.url), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("takeout: 6 queries kept") and f"{reason}=1" in done.stdout
+    with _db(tmp_path) as conn:
+        (detail,) = conn.execute(
+            "select detail from exclusion where stage = 'querygen' and reason = ?", (reason,)
+        ).fetchone()
+    why = json.loads(detail)["why"]
+    assert why.startswith("querygen.synthesize: ") and (
+        status is None or str(status) in why or "no choices" in why
+    )
+
+
+def test_critics_run_writes_every_other_verdict_and_a_rerun_retries_only_the_pending(tmp_path: Path) -> None:
+    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
+    script = OneBadRequest(critic_responder, Reply(status=503))
+    with ScriptedLLM(responder=script) as llm:
+        first = cli("critics", "run", env=llm_env(llm.url), cwd=tmp_path)
+        paid = len(llm.requests)
+        assert first.returncode == 0, first.stderr
+        assert "3 episodes pending" not in first.stdout and "1 episodes pending (llm_error=1)" in first.stdout
+        with _db(tmp_path) as conn:
+            judged = conn.execute(
+                "select count(*) from judgment where critic = 'llm_consensus_and'"
+            ).fetchone()
+            (detail,) = conn.execute(
+                "select detail from exclusion where stage = 'critic_pending' and reason = 'llm_error'"
+            ).fetchone()
+        assert judged == (3,) and json.loads(detail)["status"] == 503
+        script.healthy = True
+        again = cli("critics", "run", env=llm_env(llm.url), cwd=tmp_path)
+        retried = llm.requests[paid:]
+    assert again.returncode == 0 and "pending" not in again.stdout
+    assert 1 <= len(retried) < paid / 2  # only the pending episode's requests that were not answered yet
+    with _db(tmp_path) as conn:
+        assert conn.execute(
+            "select count(*) from judgment where critic = 'llm_consensus_and'"
+        ).fetchone() == (4,)
+        assert conn.execute("select count(*) from exclusion where stage = 'critic_pending'").fetchone() == (
+            0,
+        )
+
+
+TERMINATE = Reply(
+    content='<tool_call>\n{"name": "mobile_use", "arguments": {"action": "terminate", "status": "success"}}\n'
+    "</tool_call>"
+)
+
+
+def test_rollout_keeps_the_http_detail_and_a_rerun_plays_only_the_failed_episode(tmp_path: Path) -> None:
+    rollout = ("rollout", "--app", "takeout", "--queries", "2", "--policy", "vlm", "--workers", "1")
+    script = OneBadRequest(lambda rec: TERMINATE, Reply(status=500))
+    with ScriptedLLM(responder=script) as llm:
+        first = cli(*rollout, env=llm_env(llm.url), cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        with _db(tmp_path) as conn:
+            reasons = conn.execute("select reason, meta from episode order by id").fetchall()
+            kept = conn.execute("select detail from exclusion where reason = 'policy_error'").fetchall()
+        failed = [json.loads(meta)["policy_failure"] for reason, meta in reasons if reason == "policy_error"]
+        assert len(reasons) == 2 and len(failed) == 1 and len(kept) == 1
+        assert failed[0]["status"] == 500 and "500" in failed[0]["error"] and failed[0]["step"] == 0
+        script.healthy = True
+        paid = len(llm.requests)
+        again = cli(*rollout, env=llm_env(llm.url), cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert len(llm.requests) == paid + 1  # the failed episode's one request, nothing else
+        third = cli(*rollout, env=llm_env(llm.url), cwd=tmp_path)
+        assert len(llm.requests) == paid + 1 and "(0 run now, 2 already stored)" in third.stdout
+    with _db(tmp_path) as conn:
+        assert conn.execute("select count(*) from round").fetchone() == (1,)  # never a new round
+        assert conn.execute("select count(*) from episode where reason = 'policy_error'").fetchone() == (0,)
+        assert conn.execute("select count(*) from exclusion where reason = 'policy_error'").fetchone() == (0,)

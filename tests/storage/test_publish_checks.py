@@ -1,0 +1,110 @@
+"""Publishing seals nothing that should not be sealed: every check runs before a version is
+claimed and a refusal writes nothing; a damaged stored shard is rewritten, not reused; verify
+looks up screenshots too. On both databases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select, update
+
+from rollout.smoke import run_smoke_round
+from storage.datasets import PublishConfig, manifest, publish, verify
+from storage.db import session_factory, transaction
+from storage.keys import blob_key
+from storage.models import DatasetVersion, Round
+from storage.objectstore import LocalObjectStore, open_object_store
+from storage.rounds import CURATED, JUDGED, mark_stage
+from tests.support.spine import new_round
+from trajforge.errors import DatasetError
+from trajforge.settings import load_settings
+
+
+@pytest.fixture
+def spine(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch):
+    """One judged and curated round of the main job; sessions, the local store and its root."""
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, queries_per_app=1, rollouts=1)
+    store = open_object_store(settings)
+    assert isinstance(store, LocalObjectStore)
+    return session_factory(engine), store, settings.store_path
+
+
+def _nothing_written(sessions, store) -> None:
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(DatasetVersion)) == 0
+    assert list(store.list("shards/")) == [] and list(store.list("datasets/")) == []
+
+
+def test_an_empty_database_has_nothing_to_publish(sessions, tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path / "objects")
+    with pytest.raises(DatasetError, match="the database has no rounds yet; run `trajforge evolve` first"):
+        publish(sessions, store, "gui")
+    _nothing_written(sessions, store)
+
+
+def test_unknown_unjudged_and_uncurated_rounds_are_refused(spine) -> None:
+    sessions, store, _ = spine
+    with pytest.raises(DatasetError, match=r"no round 7 in the database \(rounds: 1\)"):
+        publish(sessions, store, "gui", PublishConfig(rounds=(1, 7)))
+    for stage, fix in (
+        ("curated", "trajforge curate --round 1"),
+        ("judged", "trajforge critics run --round 1"),
+    ):
+        with transaction(sessions) as s:
+            row = s.scalars(select(Round).where(Round.number == 1)).one()
+            stages = dict(row.stats["stages"])
+            stages.pop(stage)
+            s.execute(update(Round).where(Round.id == row.id).values(stats={**row.stats, "stages": stages}))
+        with pytest.raises(DatasetError, match=f"round 1 is not {stage} yet; run `{fix}` first"):
+            publish(sessions, store, "gui")
+    _nothing_written(sessions, store)
+
+
+def test_rounds_without_samples_are_refused(spine) -> None:
+    sessions, store, _ = spine
+    round_id, _ = new_round(
+        sessions, policy="lost-policy", number=2
+    )  # judged and curated, but every episode was lost
+    mark_stage(sessions, round_id, JUDGED)
+    mark_stage(sessions, round_id, CURATED)
+    with pytest.raises(DatasetError, match="nothing to publish: rounds 2 have no kept samples"):
+        publish(sessions, store, "gui", PublishConfig(rounds=(2,)))
+    _nothing_written(sessions, store)
+
+
+def test_missing_screenshots_refuse_publish_and_fail_verify(spine) -> None:
+    sessions, store, root = spine
+    first = publish(sessions, store, "gui")
+    assert verify(sessions, store, "gui", 1) == []  # sealed and intact
+    images = sorted(Path(root).rglob("blobs/sha256/*/*/*.png"))
+    victim = images[len(images) // 2]
+    victim.unlink()
+    problems = verify(sessions, store, "gui", 1)
+    assert problems == [f"{blob_key(victim.stem)}: screenshot missing"]
+    shards_before = sorted(store.list("shards/"))
+    with pytest.raises(
+        DatasetError, match=r"screenshots the samples refer to are missing .* then publish again"
+    ):
+        publish(sessions, store, "gui", PublishConfig(val_fraction=0.3))
+    with sessions() as s:  # no second version, not even a draft; no new shard
+        assert s.scalar(select(func.count()).select_from(DatasetVersion)) == 1
+    assert sorted(store.list("shards/")) == shards_before and first.version == 1
+
+
+def test_a_damaged_stored_shard_is_rewritten_not_reused(spine) -> None:
+    sessions, store, root = spine
+    publish(sessions, store, "gui")
+    shard = manifest(sessions, store, "gui", 1)["shards"][0]
+    path = Path(root) / shard["key"]
+    path.write_bytes(path.read_bytes()[:100])  # truncated on disk
+    assert any("differs from the manifest" in p for p in verify(sessions, store, "gui", 1))
+    second = publish(sessions, store, "gui")  # the same rows: every shard is reused
+    assert (
+        second.version == 2
+        and second.shards_repaired == 1
+        and "1 corrupt stored shards rewritten" in (second.render())
+    )
+    assert verify(sessions, store, "gui", 2) == [] and verify(sessions, store, "gui", 1) == []
