@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -31,27 +32,54 @@ def redact(text: str) -> str:
     return _BEARER.sub(r"\1***", text)
 
 
+def _redact_record(record: logging.LogRecord) -> None:
+    try:
+        message = record.getMessage()
+    except (TypeError, ValueError):  # a malformed call: logging reports it when it formats
+        return
+    cleaned = redact(message)
+    if cleaned != message:
+        record.msg, record.args = cleaned, None
+
+
 class RedactingFilter(logging.Filter):
     """Rewrites each record's message with `redact` before any handler sees it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        cleaned = redact(message)
-        if cleaned != message:
-            record.msg, record.args = cleaned, None
+        _redact_record(record)
         return True
 
 
+def _install_redacting_factory() -> None:
+    """Every record, from any library's logger (Prefect, openai, httpx…), is redacted as it is made.
+
+    A filter on a logger only sees that logger's own records, not its children's, so the
+    redaction sits in the record factory, where every record passes.
+    """
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "redacting", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        _redact_record(record)
+        return record
+
+    factory.redacting = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
 def configure_logging(level: int = logging.INFO) -> None:
-    """Install one stderr handler with redaction on the `trajforge` and `sqlalchemy` loggers."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(RedactingFilter())
-    for name in ("trajforge", "sqlalchemy.engine", "openai", "httpx"):
-        logger = logging.getLogger(name)
-        logger.addFilter(RedactingFilter())
+    """Redact every log record of the process, and install one stderr handler on `trajforge`.
+
+    Idempotent: every command calls it once (the CLI's callback); calling again only sets the level.
+    """
+    _install_redacting_factory()
     root = logging.getLogger("trajforge")
     if not any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(RedactingFilter())
         root.addHandler(handler)
     root.setLevel(level)
 

@@ -104,7 +104,9 @@ def test_killed_anywhere_the_rerun_ends_where_an_uninterrupted_run_does(
         while _count(watch, stmt) < at_least and proc.poll() is None:
             assert time.monotonic() < deadline, f"never reached: {where}"
             time.sleep(0.05)
-        assert proc.poll() is None, f"the run ended before the kill point: {where}"
+        if proc.poll() is not None:
+            out = proc.communicate()[0].decode()[-3000:]
+            pytest.fail(f"the run ended (exit {proc.returncode}) before the kill point: {where}\n{out}")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     out = _finish(_evolve(config))
