@@ -29,11 +29,11 @@ from sqlalchemy import update
 from bench.common import scratch_postgres, table, timed
 from rollout.sim.device import SimDevice
 from rollout.sim.render import FrameRenderer
-from storage.datasets import PublishConfig, publish
 from storage.db import create_db_engine, insert_ignore, session_factory, transaction, upgrade
 from storage.exports import FORMATS, export
 from storage.models import Policy, Round, Sample
 from storage.objectstore import LocalObjectStore, put_blob
+from storage.publish import PublishConfig, publish
 from storage.rounds import CURATED, JUDGED
 from trajforge.appspec import builtin_app_names, load_app
 

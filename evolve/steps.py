@@ -34,12 +34,13 @@ from rollout.policies import NoisyOracle, OracleNoise, Policy
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.farm import SimFarm
-from storage.datasets import PublishConfig, manifest, publish
+from storage.datasets import manifest
 from storage.db import transaction
 from storage.llm_cache import SqlResponseCache
 from storage.models import App, Dataset, DatasetVersion, Episode, Round, Sample, Step
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
+from storage.publish import PublishConfig, publish
 from trajforge.domain import Query
 from trajforge.errors import ConfigError
 from trajforge.gateway import LLMGateway

@@ -380,7 +380,7 @@ def datasets_publish(
     config: ConfigOpt = None,
 ) -> None:
     """Seal the next version from the kept samples (shards re-used where unchanged)."""
-    from storage.datasets import PublishConfig, publish
+    from storage.publish import PublishConfig, publish
 
     picked = _round_numbers(rounds) if rounds else None
     settings, sessions, store = _spine(config)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import transaction
 from storage.models import Round
+from trajforge.errors import DatasetError
 
 JUDGED = "judged"
 CURATED = "curated"
@@ -40,3 +41,33 @@ def round_stages(sessions: sessionmaker[Session]) -> dict[int, set[str]]:
             number: set((stats or {}).get("stages") or {})
             for number, stats in s.execute(select(Round.number, Round.stats))
         }
+
+
+def numbers(rounds: list[int]) -> str:
+    return ",".join(map(str, rounds)) or "none"
+
+
+def ready_rounds(sessions: sessionmaker[Session], rounds: tuple[int, ...] | None) -> list[int]:
+    """The round numbers to publish (None: every round); each must exist and be judged and curated.
+
+    Raises:
+        DatasetError: names the round and the command that makes it ready.
+    """
+    stages = round_stages(sessions)
+    if not stages:
+        raise DatasetError("nothing to publish: the database has no rounds yet; run `trajforge evolve` first")
+    wanted = sorted(rounds) if rounds is not None else sorted(stages)
+    missing = [n for n in wanted if n not in stages]
+    if missing:
+        raise DatasetError(
+            f"no round {numbers(missing)} in the database (rounds: {numbers(sorted(stages))}); "
+            "pick existing rounds with --rounds"
+        )
+    for n in wanted:
+        for stage in (JUDGED, CURATED):
+            if stage not in stages[n]:
+                raise DatasetError(
+                    f"round {n} is not {stage} yet; run `{FIXES[stage].format(n=n)}` first, "
+                    "or leave it out with --rounds"
+                )
+    return wanted

@@ -13,8 +13,8 @@ from evolve.policies import policy_factory
 from evolve.spine import open_spine
 from evolve.trainer import TrainerError, train_next
 from rollout.policies.knn import KnnPolicy
-from storage.datasets import PublishConfig, publish
 from storage.models import Episode, Policy, Query, Round, Sample
+from storage.publish import PublishConfig, publish
 from trajforge.errors import ConfigError
 from trajforge.settings import Settings
 

@@ -9,10 +9,11 @@ import pytest
 from sqlalchemy import Engine, delete, select, update
 
 from rollout.smoke import run_smoke_round
-from storage.datasets import PublishConfig, diff, list_versions, manifest, publish, split_of, verify
+from storage.datasets import diff, list_versions, manifest, verify
 from storage.db import session_factory, transaction
 from storage.models import DatasetVersion, Sample, VersionShard
 from storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, open_object_store
+from storage.publish import PublishConfig, publish, split_of
 from trajforge.errors import SealedVersion, UnknownVersion, VersionConflict
 from trajforge.settings import load_settings
 

@@ -13,10 +13,11 @@ from PIL import Image
 from sqlalchemy import Engine
 
 from rollout.smoke import run_smoke_round
-from storage.datasets import PublishConfig, iter_rows, manifest, publish
+from storage.datasets import iter_rows, manifest
 from storage.db import session_factory
 from storage.exports import export
 from storage.objectstore import S3ObjectStore, open_object_store
+from storage.publish import PublishConfig, publish
 from trajforge.actions import Action, Screen, get_codec
 from trajforge.errors import ConfigError
 from trajforge.settings import load_settings

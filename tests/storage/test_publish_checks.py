@@ -10,11 +10,12 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from rollout.smoke import run_smoke_round
-from storage.datasets import PublishConfig, manifest, publish, verify
+from storage.datasets import manifest, verify
 from storage.db import session_factory, transaction
 from storage.keys import blob_key
 from storage.models import DatasetVersion, Round
 from storage.objectstore import LocalObjectStore, open_object_store
+from storage.publish import PublishConfig, publish
 from storage.rounds import CURATED, JUDGED, mark_stage
 from tests.support.spine import new_round
 from trajforge.errors import DatasetError
