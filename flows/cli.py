@@ -10,10 +10,12 @@ from typing import Annotated, Any
 
 import typer
 
+from flows.cli_common import ConfigOpt, cli_settings, cli_spine
+from flows.cli_datasets import datasets_app
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.errors import ActionError, StorageError, TrajforgeError
 from trajforge.logs import configure_logging, redact_url
-from trajforge.settings import Settings, load_settings
+from trajforge.settings import Settings
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -30,9 +32,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(apps_app, name="apps")
 app.add_typer(queries_app, name="queries")
 critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their calibration.")
-datasets_app = typer.Typer(no_args_is_help=True, help="Versioned datasets: publish, inspect, verify, export.")
 app.add_typer(datasets_app, name="datasets")
-DatasetOpt = Annotated[str, typer.Option("--dataset", "-d", help="Dataset name.")]
 app.add_typer(critics_app, name="critics")
 
 
@@ -42,15 +42,7 @@ def _every_command() -> None:
     configure_logging(logging.WARNING)
 
 
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="YAML run config (sections db, store, s3, llm)."),
-]
 _FORMATS = ", ".join(CODECS)
-
-
-def _settings(config: Path | None) -> Settings:
-    return load_settings(config)
 
 
 @actions_app.command("convert")
@@ -82,7 +74,7 @@ def db_upgrade(config: ConfigOpt = None) -> None:
     """Create the schema, or migrate it to the newest revision."""
     from storage.db import current_revision, engine_from_settings, upgrade
 
-    settings = _settings(config)
+    settings = cli_settings(config)
     engine = engine_from_settings(settings)
     upgrade(engine)
     typer.echo(f"database {redact_url(settings.db_url)} at revision {current_revision(engine)}")
@@ -137,7 +129,7 @@ def queries_generate(
     from trajforge.appspec import load_app
     from trajforge.gateway import LLMGateway
 
-    settings = _settings(config)
+    settings = cli_settings(config)
     spec = load_app(app_ref)
     engine = engine_from_settings(settings)
     upgrade(engine)
@@ -228,7 +220,7 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     from trajforge.appspec import builtin_app_names, load_app
     from trajforge.gateway import LLMGateway
 
-    settings = _settings(config)
+    settings = cli_settings(config)
     sessions, round_id, number = _round_id(settings, round_number)
     report = judge_round(sessions, round_id, [load_app(n) for n in builtin_app_names()])
     typer.echo(f"round {number}: {report.render()} (offline critics)")
@@ -252,7 +244,7 @@ def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -
     """Compare the critics' trajectory verdicts with the anchors; store and print the report."""
     from critics.judge import calibrate_round, render_calibration
 
-    sessions, round_id, number = _round_id(_settings(config), round_number)
+    sessions, round_id, number = _round_id(cli_settings(config), round_number)
     typer.echo(f"round {number} calibration")
     typer.echo(render_calibration(calibrate_round(sessions, round_id)))
 
@@ -268,7 +260,7 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     from storage.objectstore import frame_reader, open_object_store
     from trajforge.gateway import LLMGateway
 
-    settings = _settings(config)
+    settings = cli_settings(config)
     sessions, round_id, number = _round_id(settings, round_number)
     gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
     store = open_object_store(settings)
@@ -288,7 +280,7 @@ def curate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
     from trajforge.appspec import builtin_app_names, load_app
     from trajforge.gateway import LLMGateway
 
-    settings = _settings(config)
+    settings = cli_settings(config)
     sessions, round_id, number = _round_id(settings, round_number)
     gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
     apps = [load_app(name) for name in builtin_app_names()]
@@ -317,7 +309,7 @@ def annotate_push(
     from annotation.push import push_round
     from storage.objectstore import open_object_store
 
-    settings = _settings(config)
+    settings = cli_settings(config)
     sessions, round_id, number = _round_id(settings, round_number)
     report = push_round(
         sessions, round_id, open_object_store(settings), settings.annotate, settings.s3, limit
@@ -331,7 +323,7 @@ def annotate_pull(config: ConfigOpt = None) -> None:
     """Fetch new, updated and deleted annotations; store human anchors and corrections."""
     from annotation.pull import pull
 
-    settings, sessions, _ = _spine(config)
+    settings, sessions, _ = cli_spine(config)
     typer.echo(pull(sessions, settings.annotate).render())
 
 
@@ -340,7 +332,7 @@ def annotate_stats(config: ConfigOpt = None) -> None:
     """Critic vs human, human vs verifier and inter-annotator agreement; annotator throughput."""
     from annotation.stats import annotation_stats, render_stats
 
-    _, sessions, _ = _spine(config)
+    _, sessions, _ = cli_spine(config)
     typer.echo(render_stats(annotation_stats(sessions)))
 
 
@@ -352,129 +344,6 @@ def annotate_config() -> None:
     typer.echo(LABEL_CONFIG)
 
 
-def _spine(config: Path | None):  # type: ignore[no-untyped-def]
-    from storage.db import engine_from_settings, session_factory, upgrade
-    from storage.objectstore import open_object_store
-
-    settings = _settings(config)
-    engine = engine_from_settings(settings)
-    upgrade(engine)
-    return settings, session_factory(engine), open_object_store(settings)
-
-
-def _round_numbers(text: str) -> tuple[int, ...]:
-    """`1,2,5` as round numbers, or one clear error."""
-    from trajforge.errors import ConfigError
-
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ConfigError(f"--rounds {text!r}: give round numbers separated by commas, e.g. --rounds 1,2,5")
-    return tuple(int(p) for p in parts)
-
-
-@datasets_app.command("publish")
-def datasets_publish(
-    dataset: DatasetOpt = "trajforge",
-    rounds: Annotated[str | None, typer.Option(help="Round numbers, e.g. 1,2,5; default: all.")] = None,
-    val_fraction: Annotated[float, typer.Option(min=0, max=0.5, help="Share of queries held out.")] = 0.1,
-    config: ConfigOpt = None,
-) -> None:
-    """Seal the next version from the kept samples (shards re-used where unchanged)."""
-    from storage.publish import PublishConfig, publish
-
-    picked = _round_numbers(rounds) if rounds else None
-    settings, sessions, store = _spine(config)
-    filters = {"curate": settings.curate.model_dump(mode="json")}
-    cfg = PublishConfig(rounds=picked, val_fraction=val_fraction, filters=filters)
-    typer.echo(publish(sessions, store, dataset, cfg).render())
-
-
-@datasets_app.command("list")
-def datasets_list(config: ConfigOpt = None) -> None:
-    """Every dataset version, its status and manifest hash."""
-    from storage.datasets import list_versions
-
-    _, sessions, _ = _spine(config)
-    for v in list_versions(sessions):
-        sealed = v.sealed_at.isoformat(timespec="seconds") if v.sealed_at else "-"
-        typer.echo(f"{v.name} v{v.version}  {v.status:6}  {(v.manifest_sha256 or '-')[:16]}  sealed {sealed}")
-
-
-@datasets_app.command("show")
-def datasets_show(version: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
-    """A version's manifest in short: sizes, splits, composition, lineage, shards."""
-    from storage.datasets import manifest
-
-    _, sessions, store = _spine(config)
-    man = manifest(sessions, store, dataset, version)
-    lineage = man["lineage"]
-    parent = f"v{man['parent']['version']}" if man["parent"] else "none"
-    typer.echo(f"{dataset} v{version}: {man['rows']} rows in {len(man['shards'])} shards; parent {parent}")
-    typer.echo("splits: " + ", ".join(f"{k}={v}" for k, v in man["splits"].items()))
-    typer.echo("categories: " + ", ".join(f"{k}={v}" for k, v in man["categories"].items()))
-    policies = ", ".join(f"r{p['round']}:{p['policy']}@{p['version']}" for p in lineage["policies"])
-    typer.echo(
-        f"lineage: rounds {lineage['rounds']}; policies {policies}; critics {', '.join(lineage['critics'])}"
-    )
-    typer.echo(f"config hash: {man['config_hash'][:16]}")
-
-
-@datasets_app.command("diff")
-def datasets_diff(old: int, new: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
-    """Samples added, removed (by reason) and changed between two versions, by category."""
-    from storage.datasets import diff
-
-    _, sessions, store = _spine(config)
-    typer.echo(diff(sessions, store, dataset, old, new).render(old, new))
-
-
-@datasets_app.command("verify")
-def datasets_verify(version: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
-    """Re-hash every shard against the manifest; exit 1 on any mismatch."""
-    from storage.datasets import manifest, verify
-
-    _, sessions, store = _spine(config)
-    problems = verify(sessions, store, dataset, version)
-    for p in problems:
-        typer.echo(f"mismatch: {p}")
-    if problems:
-        raise typer.Exit(1)
-    typer.echo(
-        f"{dataset} v{version}: {len(manifest(sessions, store, dataset, version)['shards'])} shards ok"
-    )
-
-
-@datasets_app.command("export")
-def datasets_export(
-    version: int,
-    fmt: Annotated[str, typer.Option("--format", help="sft-sharegpt, sft-messages, rl-verl or hf.")],
-    out: Annotated[str, typer.Option("--out", help="A directory, or s3://bucket/prefix.")],
-    action_format: Annotated[
-        str, typer.Option(help="canonical, agentcpm, qwen, uitars or mobiler1.")
-    ] = "canonical",
-    max_side: Annotated[int | None, typer.Option(help="Downscale screenshots to this many px.")] = None,
-    dataset: DatasetOpt = "trajforge",
-    config: ConfigOpt = None,
-) -> None:
-    """Write a version for a trainer (streams: memory stays one shard)."""
-    from storage.exports import export
-
-    settings, sessions, store = _spine(config)
-    report = export(
-        sessions,
-        store,
-        dataset,
-        version,
-        fmt,
-        out,
-        action_format,
-        max_side,
-        settings.curate.point_tolerance,
-        settings,
-    )
-    typer.echo(report.render())
-
-
 @app.command("check")
 def check(config: ConfigOpt = None) -> None:
     """Validate the settings, reach the database (and check a SQLite file's integrity) and the object
@@ -483,7 +352,7 @@ def check(config: ConfigOpt = None) -> None:
     from storage.db import check_connection, engine_from_settings, integrity_problems
     from storage.objectstore import open_object_store
 
-    settings = _settings(config)
+    settings = cli_settings(config)
     engine = engine_from_settings(settings)
     check_connection(engine)
     problems = integrity_problems(engine)
@@ -513,7 +382,7 @@ def check(config: ConfigOpt = None) -> None:
 @app.command("config")
 def show_config(config: ConfigOpt = None) -> None:
     """Print the effective settings, secrets masked."""
-    settings = _settings(config)
+    settings = cli_settings(config)
     dump = settings.model_dump(mode="json")
     dump["db"]["url"] = redact_url(settings.db_url)
     for name, section in dump.items():
@@ -539,7 +408,7 @@ def run(
     from rollout.smoke import run_smoke_round
 
     configure_logging(logging.INFO)
-    report = run_smoke_round(_settings(config), queries_per_app=queries, rollouts=rollouts)
+    report = run_smoke_round(cli_settings(config), queries_per_app=queries, rollouts=rollouts)
     typer.echo(report.render())
 
 
@@ -574,7 +443,7 @@ def evolve_cmd(
     policy. Rerun after a crash: finished work is not redone."""
     import time
 
-    settings = _settings(config)
+    settings = cli_settings(config)
     target = rounds or settings.evolve.rounds
     _prefect_env(settings, verbose)
     from evolve.report import write_report
@@ -587,7 +456,7 @@ def evolve_cmd(
     for number in range(1, target + 1):
         started = time.monotonic()
         typer.echo(f"round {number}/{target}: running…")
-        result = _prefect_call(settings, evolve_round, settings, number)
+        result = _prefect_call(evolve_round, settings, number)
         per_app = ", ".join(f"{a} {w}/{n}" for a, (w, n) in result["per_app"].items())
         state = "already done" if result.get("skipped") else f"{time.monotonic() - started:.0f}s"
         typer.echo(
@@ -610,7 +479,7 @@ def report_cmd(
     tokens and cost, dataset versions and lineage, example trajectories."""
     from evolve.report import write_report
 
-    _, sessions, store = _spine(config)
+    _, sessions, store = cli_spine(config)
     typer.echo(f"report: {write_report(sessions, store, out).resolve().as_uri()}")
 
 
@@ -626,7 +495,7 @@ def serve_cmd(
 ) -> None:
     """Deploy the `evolve` flow with the cron schedule `evolve.schedule`: served from this process,
     or registered on a work pool. Needs a Prefect API (PREFECT_API_URL)."""
-    settings = _settings(config)
+    settings = cli_settings(config)
     _prefect_env(settings)
     from flows.serve import create_limits, register_work_pool, serve_here
 
@@ -642,7 +511,7 @@ def serve_cmd(
     serve_here(settings, config)
 
 
-def _prefect_call(settings: Settings, fn: Any, *args: Any) -> Any:
+def _prefect_call(fn: Any, *args: Any) -> Any:
     """Call a flow; a temporary Prefect API that did not come up becomes one clear error."""
     try:
         return fn(*args)

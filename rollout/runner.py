@@ -129,7 +129,7 @@ class EpisodeRunner:
         started = time.monotonic()
         first = self.config.first_rollout
         todo = [(q, k) for q in queries for k in range(first, first + self.config.rollouts_per_query)]
-        stored = self._forget_model_faults(round_id)
+        stored = self._forget_model_faults(round_id, {episode_uid(round_id, q.uid, k) for q, k in todo})
         with self.sessions() as s:
             query_ids = dict(
                 s.execute(
@@ -155,14 +155,17 @@ class EpisodeRunner:
         report.seconds = time.monotonic() - started
         return report
 
-    def _forget_model_faults(self, round_id: int) -> set[str]:
-        """The round's stored episode uids, less those the policy's endpoint failed (an HTTP error or
-        a timeout) that no later stage has used yet: those are deleted, to be played again."""
+    def _forget_model_faults(self, round_id: int, mine: set[str]) -> set[str]:
+        """The round's stored episode uids, less those of `mine` (this run's episodes; other shards
+        of the round are not touched) that the policy's endpoint failed (an HTTP error or a timeout)
+        and no later stage has used yet: those are deleted, to be played again."""
         with transaction(self.sessions) as s:
             rows = s.execute(
-                select(Episode.uid, Episode.id, Episode.reason).where(Episode.round_id == round_id)
+                select(Episode.uid, Episode.id).where(
+                    Episode.round_id == round_id, Episode.reason.in_(MODEL_FAULTS)
+                )
             )
-            faulted = {uid: id_ for uid, id_, reason in rows if reason in MODEL_FAULTS}
+            faulted = {uid: id_ for uid, id_ in rows if uid in mine}
             used = set(
                 s.scalars(select(Sample.episode_id).where(Sample.episode_id.in_(faulted.values())))
             ) | set(

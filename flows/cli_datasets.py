@@ -1,0 +1,125 @@
+"""`trajforge datasets …`: publish, inspect, verify and export versioned datasets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from flows.cli_common import ConfigOpt, cli_spine
+
+datasets_app = typer.Typer(no_args_is_help=True, help="Versioned datasets: publish, inspect, verify, export.")
+DatasetOpt = Annotated[str, typer.Option("--dataset", "-d", help="Dataset name.")]
+
+
+def _round_numbers(text: str) -> tuple[int, ...]:
+    """`1,2,5` as round numbers, or one clear error."""
+    from trajforge.errors import ConfigError
+
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ConfigError(f"--rounds {text!r}: give round numbers separated by commas, e.g. --rounds 1,2,5")
+    return tuple(int(p) for p in parts)
+
+
+@datasets_app.command("publish")
+def datasets_publish(
+    dataset: DatasetOpt = "trajforge",
+    rounds: Annotated[str | None, typer.Option(help="Round numbers, e.g. 1,2,5; default: all.")] = None,
+    val_fraction: Annotated[float, typer.Option(min=0, max=0.5, help="Share of queries held out.")] = 0.1,
+    config: ConfigOpt = None,
+) -> None:
+    """Seal the next version from the kept samples (shards re-used where unchanged)."""
+    from storage.publish import PublishConfig, publish
+
+    picked = _round_numbers(rounds) if rounds else None
+    settings, sessions, store = cli_spine(config)
+    filters = {"curate": settings.curate.model_dump(mode="json")}
+    cfg = PublishConfig(rounds=picked, val_fraction=val_fraction, filters=filters)
+    typer.echo(publish(sessions, store, dataset, cfg).render())
+
+
+@datasets_app.command("list")
+def datasets_list(config: ConfigOpt = None) -> None:
+    """Every dataset version, its status and manifest hash."""
+    from storage.datasets import list_versions
+
+    _, sessions, _ = cli_spine(config)
+    for v in list_versions(sessions):
+        sealed = v.sealed_at.isoformat(timespec="seconds") if v.sealed_at else "-"
+        typer.echo(f"{v.name} v{v.version}  {v.status:6}  {(v.manifest_sha256 or '-')[:16]}  sealed {sealed}")
+
+
+@datasets_app.command("show")
+def datasets_show(version: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
+    """A version's manifest in short: sizes, splits, composition, lineage, shards."""
+    from storage.datasets import manifest
+
+    _, sessions, store = cli_spine(config)
+    man = manifest(sessions, store, dataset, version)
+    lineage = man["lineage"]
+    parent = f"v{man['parent']['version']}" if man["parent"] else "none"
+    typer.echo(f"{dataset} v{version}: {man['rows']} rows in {len(man['shards'])} shards; parent {parent}")
+    typer.echo("splits: " + ", ".join(f"{k}={v}" for k, v in man["splits"].items()))
+    typer.echo("categories: " + ", ".join(f"{k}={v}" for k, v in man["categories"].items()))
+    policies = ", ".join(f"r{p['round']}:{p['policy']}@{p['version']}" for p in lineage["policies"])
+    typer.echo(
+        f"lineage: rounds {lineage['rounds']}; policies {policies}; critics {', '.join(lineage['critics'])}"
+    )
+    typer.echo(f"config hash: {man['config_hash'][:16]}")
+
+
+@datasets_app.command("diff")
+def datasets_diff(old: int, new: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
+    """Samples added, removed (by reason) and changed between two versions, by category."""
+    from storage.datasets import diff
+
+    _, sessions, store = cli_spine(config)
+    typer.echo(diff(sessions, store, dataset, old, new).render(old, new))
+
+
+@datasets_app.command("verify")
+def datasets_verify(version: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
+    """Re-hash every shard against the manifest; exit 1 on any mismatch."""
+    from storage.datasets import manifest, verify
+
+    _, sessions, store = cli_spine(config)
+    problems = verify(sessions, store, dataset, version)
+    for p in problems:
+        typer.echo(f"mismatch: {p}")
+    if problems:
+        raise typer.Exit(1)
+    typer.echo(
+        f"{dataset} v{version}: {len(manifest(sessions, store, dataset, version)['shards'])} shards ok"
+    )
+
+
+@datasets_app.command("export")
+def datasets_export(
+    version: int,
+    fmt: Annotated[str, typer.Option("--format", help="sft-sharegpt, sft-messages, rl-verl or hf.")],
+    out: Annotated[str, typer.Option("--out", help="A directory, or s3://bucket/prefix.")],
+    action_format: Annotated[
+        str, typer.Option(help="canonical, agentcpm, qwen, uitars or mobiler1.")
+    ] = "canonical",
+    max_side: Annotated[int | None, typer.Option(help="Downscale screenshots to this many px.")] = None,
+    dataset: DatasetOpt = "trajforge",
+    config: ConfigOpt = None,
+) -> None:
+    """Write a version for a trainer (streams: memory stays one shard)."""
+    from storage.exports import export
+
+    settings, sessions, store = cli_spine(config)
+    report = export(
+        sessions,
+        store,
+        dataset,
+        version,
+        fmt,
+        out,
+        action_format,
+        max_side,
+        settings.curate.point_tolerance,
+        settings,
+    )
+    typer.echo(report.render())
