@@ -176,8 +176,9 @@ def extract(
             )
         )
         target = action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
-        grounding = {  # what exports and RL rewards need: the action, the screen, the target's bbox
+        grounding = {  # what exports and RL rewards need: action, intent, screen, the target's bbox
             "action": target,
+            "intent": words,
             "screen": [view.width, view.height],
             "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
         }

@@ -195,6 +195,7 @@ def _draft(
             "images": [step.view.before],
             "prompt": f"Task: {step.query.instruction}\nHistory: " + ("; ".join(step.history) or "none"),
             "thought": thought,
+            "intent": describe(step.action, step.view),  # Mobile-R1's clear low-level action
             "action": target,
             "screen": [step.view.width, step.view.height],
             "bbox": target_bbox(step.action, step.view.elements, Screen(step.view.width, step.view.height)),

@@ -53,7 +53,11 @@ def actions_convert(
         f"{DEFAULT_SCREEN.width}x{DEFAULT_SCREEN.height}"
     ),
 ) -> None:
-    """Convert one model output per stdin line; a bad line prints `error: <reason>` in its place."""
+    """Convert one model output per stdin line; a bad line prints `error: <reason>` in its place.
+
+    Output is one line per input line: formats written on several lines (qwen, mobiler1) have
+    their newlines printed as spaces, which their parsers accept.
+    """
     source, target, size = get_codec(from_fmt), get_codec(to_fmt), Screen.parse(screen)
     failed = 0
     for line in sys.stdin:

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from flows.cli_common import ConfigOpt, cli_spine
+from trajforge.actions import CODECS
 
 datasets_app = typer.Typer(no_args_is_help=True, help="Versioned datasets: publish, inspect, verify, export.")
 DatasetOpt = Annotated[str, typer.Option("--dataset", "-d", help="Dataset name.")]
@@ -99,10 +100,11 @@ def datasets_export(
     version: int,
     fmt: Annotated[str, typer.Option("--format", help="sft-sharegpt, sft-messages, rl-verl or hf.")],
     out: Annotated[str, typer.Option("--out", help="A directory, or s3://bucket/prefix.")],
-    action_format: Annotated[
-        str, typer.Option(help="canonical, agentcpm, qwen, uitars or mobiler1.")
-    ] = "canonical",
+    action_format: Annotated[str, typer.Option(help=f"One of {', '.join(CODECS)}.")] = "canonical",
     max_side: Annotated[int | None, typer.Option(help="Downscale screenshots to this many px.")] = None,
+    weights: Annotated[
+        str, typer.Option(help="repeat: SFT rows written round(weight) times; keep: once, weight as a field.")
+    ] = "repeat",
     dataset: DatasetOpt = "trajforge",
     config: ConfigOpt = None,
 ) -> None:
@@ -121,5 +123,6 @@ def datasets_export(
         max_side,
         settings.curate.point_tolerance,
         settings,
+        weights,
     )
     typer.echo(report.render())

@@ -1,20 +1,27 @@
 """Exports of a sealed dataset version for the trainers users already run.
 
-- `sft-sharegpt`: LLaMA-Factory's multimodal sharegpt layout (`messages` with roles, an
-  `images` list as long as the `<image>` tokens), one JSONL per split, the screenshots
-  as files beside it, and the `dataset_info.json` entries LLaMA-Factory reads.
+- `sft-sharegpt`: LLaMA-Factory's multimodal sharegpt layout (`messages` with a system turn,
+  an `images` list as long as the `<image>` tokens), one JSONL per split, the screenshots as
+  files beside it, and the `dataset_info.json` LLaMA-Factory reads (`dataset_dir: <export>`).
 - `sft-messages`: ms-swift / OpenAI-style messages whose user turn holds image parts.
-- `rl-verl`: verl-style Parquet rows: `prompt` (chat), `images` (PNG bytes), `ability`,
-  `reward_model` with the ground-truth action, the target element's bbox and the
-  tolerance (point/bbox rewards), and `extra_info` with provenance. Only samples whose
+- `rl-verl`: one verl Parquet per split (`train.parquet`, `val.parquet`): `prompt` (system +
+  user chat), `images` (PNG bytes), `ability`, `reward_model` with the ground truth that
+  `trajforge/rewards.py` scores, `extra_info` with `index` and provenance. Only samples whose
   answer is an action become RL prompts; the rest are counted as skipped.
-- `hf`: Parquet files that `datasets.load_dataset("parquet", data_files=...)` reads, with
-  a dataset card (README.md) written from the manifest.
+- `hf`: Parquet files that `datasets.load_dataset` reads with the screenshots as an `Image`
+  feature (embedded bytes), and a dataset card (README.md) describing columns, coordinates,
+  action format and lineage.
 
-Every export renders actions in the chosen format through the codecs (`--action-format`);
-an action a format cannot express is skipped with a reason. Rows stream shard by shard,
-so memory is bounded by the shard size. `out` is a directory or `s3://bucket/prefix`
-(written locally, then uploaded file by file).
+Every row's answer is written by the chosen format's codec (`--action-format`), the thought
+in the format's own slot, coordinates in the space the model family predicts (for qwen,
+mobiler1 and uitars15, pixels of the smart-resized image, `--max-side` included). An action a
+format cannot state is skipped with a counted reason; one it states differently but with the
+same effect (a direction swipe drawn as two points) is counted as converted. Every row starts
+with the system prompt stating the format's action space. SFT rows are repeated `round(weight)`
+times (`weights="repeat"`), because LLaMA-Factory and ms-swift drop a per-row weight; image
+paths are absolute for a local export, so the files load from any working directory. Rows
+stream shard by shard, so memory is bounded by the shard size. `out` is a directory or
+`s3://bucket/prefix` (written locally, then uploaded file by file, with relative image paths).
 """
 
 from __future__ import annotations
@@ -23,10 +30,8 @@ import io
 import json
 import shutil
 import tempfile
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -35,44 +40,38 @@ from PIL import Image
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.datasets import iter_rows, manifest, read_shard
+from storage.export_rows import (
+    IMAGE_TOKEN,
+    ExportReport,
+    dataset_card,
+    hf_row,
+    render_row,
+    verl_row,
+    write_hf_parquet,
+)
 from storage.keys import blob_key
 from storage.objectstore import ObjectStore, S3ObjectStore
-from trajforge.actions import Action, Screen, get_codec
+from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
-from trajforge.errors import ActionError, ConfigError, StorageError
-from trajforge.logs import counts
+from trajforge.errors import ConfigError, StorageError
 from trajforge.settings import Settings
 
 FORMATS = ("sft-sharegpt", "sft-messages", "rl-verl", "hf")
-ACTION_FORMATS = ("canonical", "agentcpm", "qwen", "uitars", "mobiler1")
-IMAGE_TOKEN = "<image>"
-
-
-@dataclass
-class ExportReport:
-    format: str
-    out: str
-    rows: Counter[str] = field(default_factory=Counter)  # by split
-    images: int = 0
-    skipped: Counter[str] = field(default_factory=Counter)  # by reason
-    files: list[str] = field(default_factory=list)
-
-    def render(self) -> str:
-        rows = counts(self.rows)
-        skipped = counts(self.skipped)
-        return (
-            f"exported {sum(self.rows.values())} rows ({rows}) as {self.format} to {self.out}; "
-            f"{self.images} images; skipped: {skipped}"
-        )
+ACTION_FORMATS = tuple(CODECS)
+WEIGHTS = ("repeat", "keep")
 
 
 class Writer:
-    """Files of one export under a local root; images written once each, optionally downscaled."""
+    """Files of one export under a local root; images written once each, optionally downscaled.
 
-    def __init__(self, root: Path, store: ObjectStore, max_side: int | None) -> None:
-        self.root, self.store, self.max_side = root, store, max_side
+    `final` is where the root will end up (absolute paths name it); None writes relative paths.
+    """
+
+    def __init__(self, root: Path, store: ObjectStore, max_side: int | None, final: Path | None) -> None:
+        self.root, self.store, self.max_side, self.final = root, store, max_side, final
         self.images: set[str] = set()  # written as files
         self.embedded: set[str] = set()  # written into rows as bytes
+        self.sizes: dict[str, tuple[int, int]] = {}  # exported (width, height) by sha
 
     def image(self, sha: str) -> str:
         rel = f"images/{sha[:2]}/{sha}.png"
@@ -81,7 +80,7 @@ class Writer:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(self.image_bytes(sha))
             self.images.add(sha)
-        return rel
+        return str(self.final / rel) if self.final is not None else rel
 
     def embed(self, sha: str) -> dict[str, Any]:
         self.embedded.add(sha)
@@ -89,43 +88,22 @@ class Writer:
 
     def image_bytes(self, sha: str) -> bytes:
         data = self.store.get(blob_key(sha))
-        if self.max_side is None:
-            return data
         img = Image.open(io.BytesIO(data))
-        if max(img.size) <= self.max_side:
+        if self.max_side is None or max(img.size) <= self.max_side:
+            self.sizes[sha] = img.size
             return data
         img.thumbnail((self.max_side, self.max_side))
+        self.sizes[sha] = img.size
         buf = io.BytesIO()
-        img.save(buf, format="PNG")
+        img.save(buf, format="PNG", compress_level=1)  # screenshots: fast beats 10% smaller
         return buf.getvalue()
 
 
-def render_action(row: dict[str, Any], action_format: str) -> tuple[str | None, dict[str, Any] | None]:
-    """(the row's answer in `action_format`, its grounding) or (None, None) when the row has no action.
-
-    Raises:
-        ActionError: the format cannot express the action.
-    """
-    payload = json.loads(row["payload"])
-    target = payload.get("action")
-    if target is None:
-        return None, None
-    action = Action.model_validate(target)
-    width, height = payload.get("screen") or (1080, 2400)
-    text = get_codec(action_format).format(action, Screen(width, height))
-    thought = payload.get("thought")
-    answer = f"<think>{thought}</think>\n{text}" if thought else text
-    return answer, {
-        "action": target,
-        "bbox": payload.get("bbox"),
-        "screen": [width, height],
-        "formatted": text,
-    }
-
-
 @contextmanager
-def _target(out: str, settings: Settings | None) -> Iterator[tuple[Path, Callable[[], list[str]]]]:
-    """A local directory to write into, and a finisher that lists (or uploads) what was written.
+def _target(
+    out: str, settings: Settings | None
+) -> Iterator[tuple[Path, Path | None, Callable[[], list[str]]]]:
+    """A local directory to write into, where it ends up (None for s3), and a finisher listing the files.
 
     A local export is written into a hidden sibling folder and renamed into place once complete,
     so a failure leaves nothing behind; an s3:// export is written to a temporary folder and
@@ -153,12 +131,12 @@ def _target(out: str, settings: Settings | None) -> Iterator[tuple[Path, Callabl
                     names.append(key)
             return names
 
-        yield tmp, upload
+        yield tmp, None, upload
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _local_target(final: Path) -> Iterator[tuple[Path, Callable[[], list[str]]]]:
+def _local_target(final: Path) -> Iterator[tuple[Path, Path | None, Callable[[], list[str]]]]:
     if final.exists() and not final.is_dir():
         raise ConfigError(f"export target {final} is a file; give a folder path")
     try:
@@ -169,7 +147,11 @@ def _local_target(final: Path) -> Iterator[tuple[Path, Callable[[], list[str]]]]
             f"cannot write the export to {final}: {exc.strerror or exc}; give a folder you can write to"
         ) from exc
     try:
-        yield tmp, lambda: [str(p.relative_to(tmp)) for p in sorted(tmp.rglob("*")) if p.is_file()]
+        yield (
+            tmp,
+            final.resolve(),
+            lambda: [str(p.relative_to(tmp)) for p in sorted(tmp.rglob("*")) if p.is_file()],
+        )
         if not final.exists():
             tmp.rename(final)
         else:  # an existing folder: the finished files move in (a rename each, same file system)
@@ -197,6 +179,7 @@ def export(
     max_side: int | None = None,
     tolerance: int = DEFAULT_TOLERANCE,
     settings: Settings | None = None,
+    weights: str = "repeat",
 ) -> ExportReport:
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
@@ -204,28 +187,22 @@ def export(
         raise ConfigError(f"unknown action format {action_format!r}; known: {', '.join(ACTION_FORMATS)}")
     if max_side is not None and max_side < 1:
         raise ConfigError(f"--max-side must be a positive number of pixels, not {max_side}")
+    if weights not in WEIGHTS:
+        raise ConfigError(f"unknown --weights {weights!r}; known: {', '.join(WEIGHTS)}")
     man = manifest(sessions, store, name, version)
     report = ExportReport(fmt, out)
-    with _target(out, settings) as (root, finish):
-        writer = Writer(root, store, max_side)
+    with _target(out, settings) as (root, final, finish):
+        writer = Writer(root, store, max_side, final)
         if fmt in ("sft-sharegpt", "sft-messages"):
-            _export_sft(man, store, writer, fmt, action_format, report)
+            _export_sft(man, store, writer, fmt, action_format, weights, report)
         else:
             _export_parquet(man, store, writer, fmt, action_format, tolerance, report)
         if fmt == "hf":
-            (root / "README.md").write_text(dataset_card(man, action_format), encoding="utf-8")
+            card = dataset_card(man, action_format, sorted(report.rows))
+            (root / "README.md").write_text(card, encoding="utf-8")
         report.files = finish()
     report.images = len(writer.images | writer.embedded)
     return report
-
-
-def _answer(row: dict[str, Any], action_format: str, report: ExportReport) -> tuple[str, dict | None] | None:
-    try:
-        rendered, grounding = render_action(row, action_format)
-    except ActionError as exc:
-        report.skipped[f"action_not_representable:{action_format}:{exc.reason}"] += 1
-        return None
-    return (rendered if rendered is not None else row["response"]), grounding
 
 
 def _export_sft(
@@ -234,21 +211,24 @@ def _export_sft(
     writer: Writer,
     fmt: str,
     action_format: str,
+    weights: str,
     report: ExportReport,
 ) -> None:
     files: dict[str, TextIO] = {}
     stem = f"{man['dataset']}_v{man['version']}"
     try:
         for row in iter_rows(store, man):
-            answer = _answer(row, action_format, report)
-            if answer is None:
-                continue
             images = [writer.image(sha) for sha in row["images"]]
+            rendered = render_row(row, action_format, writer.sizes[row["images"][-1]], report)
+            if rendered is None:
+                continue
+            system = {"role": "system", "content": rendered.system}
             if fmt == "sft-sharegpt":
                 record: dict[str, Any] = {
                     "messages": [
+                        system,
                         {"role": "user", "content": IMAGE_TOKEN * len(images) + row["prompt"]},
-                        {"role": "assistant", "content": answer[0]},
+                        {"role": "assistant", "content": rendered.answer},
                     ],
                     "images": images,
                 }
@@ -256,17 +236,22 @@ def _export_sft(
                 parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": p}} for p in images]
                 record = {
                     "messages": [
+                        system,
                         {"role": "user", "content": [*parts, {"type": "text", "text": row["prompt"]}]},
-                        {"role": "assistant", "content": answer[0]},
+                        {"role": "assistant", "content": rendered.answer},
                     ]
                 }
+            report.measure(rendered, row, [writer.sizes[sha] for sha in row["images"]])
             record["weight"] = row["weight"]
             record["meta"] = {"uid": row["uid"], "category": row["category"], "query": row["query"]}
             split = row["split"]
             if split not in files:
                 files[split] = (writer.root / f"{stem}_{split}.jsonl").open("w", encoding="utf-8")
-            files[split].write(json.dumps(record, ensure_ascii=False) + "\n")
-            report.rows[split] += 1
+            copies = max(1, round(row["weight"])) if weights == "repeat" else 1
+            line = json.dumps(record, ensure_ascii=False) + "\n"
+            files[split].write(line * copies)
+            report.rows[split] += copies
+            report.repeated += copies - 1
     finally:
         for f in files.values():
             f.close()
@@ -281,6 +266,7 @@ def _export_sft(
                     "content_tag": "content",
                     "user_tag": "user",
                     "assistant_tag": "assistant",
+                    "system_tag": "system",
                 },
             }
             for split in sorted(files)
@@ -297,98 +283,36 @@ def _export_parquet(
     tolerance: int,
     report: ExportReport,
 ) -> None:
-    """One output file per input shard, so memory stays one shard."""
+    """A part per input shard (memory stays one shard); rl-verl's parts then stream into a file per split."""
+    parts: dict[str, list[Path]] = {}
+    folder = writer.root / ("data" if fmt == "hf" else ".parts")
+    folder.mkdir(parents=True, exist_ok=True)
     for n, shard in enumerate(man["shards"]):
         out = []
+        split = shard["split"]
         for row in read_shard(store, shard).iter_rows(named=True):
-            answer = _answer(row, action_format, report)
-            if answer is None:
+            images = [writer.embed(sha) for sha in row["images"]]
+            rendered = render_row(row, action_format, writer.sizes[row["images"][-1]], report)
+            if rendered is None:
                 continue
             if fmt == "hf":
-                out.append(
-                    {
-                        "uid": row["uid"],
-                        "category": row["category"],
-                        "query": row["query"],
-                        "round": row["round"],
-                        "images": [writer.image(sha) for sha in row["images"]],
-                        "prompt": row["prompt"],
-                        "response": answer[0],
-                        "weight": row["weight"],
-                        "provenance": row["provenance"],
-                    }
-                )
-                continue
-            _, grounding = answer
-            if grounding is None:
+                out.append(hf_row(row, images, rendered))
+                report.measure(rendered, row, [writer.sizes[sha] for sha in row["images"]])
+            elif rendered.truth is None:
                 report.skipped["no_action_ground_truth"] += 1
-                continue
-            images = [writer.embed(sha) for sha in row["images"]]
-            out.append(
-                {
-                    "data_source": f"trajforge/{man['dataset']}",
-                    "prompt": [{"role": "user", "content": IMAGE_TOKEN * len(images) + row["prompt"]}],
-                    "images": images,
-                    "ability": "gui_agent",
-                    "reward_model": {
-                        "style": "rule",
-                        "ground_truth": json.dumps(
-                            {**grounding, "tolerance": tolerance, "action_format": action_format},
-                            ensure_ascii=False,
-                        ),
-                    },
-                    "extra_info": {
-                        "uid": row["uid"],
-                        "split": row["split"],
-                        "category": row["category"],
-                        "query": row["query"],
-                        "episode": row["episode"],
-                        "step": row["step"],
-                        "weight": row["weight"],
-                        "provenance": row["provenance"],
-                    },
-                }
-            )
+            else:
+                index = report.rows[split] + len(out)
+                out.append(verl_row(man, row, images, rendered, tolerance, index))
+                report.measure(rendered, row, [writer.sizes[sha] for sha in row["images"]])
         if out:
-            split = shard["split"]
-            folder = writer.root / ("data" if fmt == "hf" else "")
-            folder.mkdir(parents=True, exist_ok=True)
-            pl.DataFrame(out).write_parquet(folder / f"{split}-{n:05d}.parquet")
+            path = folder / f"{split}-{n:05d}.parquet"
+            if fmt == "hf":
+                write_hf_parquet(out, path)
+            else:
+                pl.DataFrame(out).write_parquet(path)
+            parts.setdefault(split, []).append(path)
             report.rows[split] += len(out)
-
-
-def dataset_card(man: dict[str, Any], action_format: str) -> str:
-    """A Hugging Face dataset card from the manifest: sizes, composition, lineage, filters."""
-    lineage = man["lineage"]
-    lines = [
-        "---",
-        "configs:",
-        "- config_name: default",
-        "  data_files:",
-        *(f"  - split: {s}\n    path: data/{s}-*.parquet" for s in sorted(man["splits"])),
-        "tags: [gui-agent, trajforge]",
-        "---",
-        f"# {man['dataset']} v{man['version']}",
-        "",
-        f"Published by trajforge. Manifest format `{man['format']}`, "
-        f"config hash `{man['config_hash'][:16]}`; actions rendered as `{action_format}`.",
-        "",
-        "## Size",
-        *(f"- {split}: {n} samples" for split, n in sorted(man["splits"].items())),
-        "",
-        "## Composition",
-        *(f"- {cat}: {n}" for cat, n in sorted(man["categories"].items())),
-        "",
-        "## Lineage",
-        f"- rounds: {', '.join(map(str, lineage['rounds'])) or 'none'}",
-        *(f"- round {p['round']}: policy {p['policy']} v{p['version']}" for p in lineage["policies"]),
-        f"- critics: {', '.join(lineage['critics']) or 'none'}",
-        f"- parent: {('v' + str(man['parent']['version'])) if man['parent'] else 'none'}",
-        "",
-        "## Filters",
-        "```json",
-        json.dumps(man["config"], indent=2, sort_keys=True),
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
+    if fmt == "rl-verl":
+        for split, paths in parts.items():
+            pl.scan_parquet(paths).sink_parquet(writer.root / f"{split}.parquet")
+        shutil.rmtree(folder)

@@ -134,7 +134,7 @@ def train(rows: Iterable[dict[str, Any]]) -> Memory:
     kept: list[dict[str, Any]] = []
     by_step: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
-        prompt = row["prompt"][0]["content"].replace("<image>", "")
+        prompt = next(m["content"] for m in row["prompt"] if m["role"] == "user").replace("<image>", "")
         if not prompt.startswith(TASK_PREFIX) or not row["images"]:
             continue  # low-level instructions ("tap X") teach grounding, not the task
         truth = json.loads(row["reward_model"]["ground_truth"])
@@ -165,11 +165,11 @@ def train(rows: Iterable[dict[str, Any]]) -> Memory:
 
 
 def train_from_export(data: Path, out: Path, split: str = "train") -> Memory:
-    """Train from an `rl-verl` export directory (its `<split>-*.parquet` files) into `out`."""
-    files = sorted(data.glob(f"{split}-*.parquet"))
+    """Train from an `rl-verl` export directory (its `<split>.parquet`) into `out`."""
+    files = sorted(data.glob(f"{split}*.parquet"))
     if not files:
         raise ConfigError(
-            f"{data} holds no {split}-*.parquet files; export the version with "
+            f"{data} holds no {split}.parquet; export the version with "
             "`trajforge datasets export VERSION --format rl-verl --out DIR`"
         )
     rows = (row for f in files for row in pl.read_parquet(f).iter_rows(named=True))

@@ -15,7 +15,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
 from rollout.policies.base import PolicyOutput
-from trajforge.actions import CODECS
+from trajforge.actions import CODECS, Screen
+from trajforge.actions.space import system_prompt
 from trajforge.domain import Observation, Query
 from trajforge.gateway import LLMGateway, image_part, text_part
 
@@ -30,7 +31,9 @@ class VLMPolicyConfig(BaseModel):
     model: str | None = Field(None, description="Model name at the endpoint (default: TRAJFORGE_LLM_MODEL).")
     format: str = Field("qwen", description="Action format the model speaks (a codec name).")
     system_template: str = Field(
-        "mobile_use.j2", description="Jinja2 system prompt, in rollout/policies/templates."
+        "mobile_use.j2",
+        description="Jinja2 system prompt stating the action space, in trajforge/actions/templates "
+        "(the one exports put in every training row).",
     )
     history_images: int = Field(1, ge=1, le=16, description="Screenshots sent: the last k.")
     history_steps: int = Field(10, ge=0, le=100, description="Earlier steps sent as text.")
@@ -68,8 +71,8 @@ class VLMPolicy:
     async def act(self, observation: Observation) -> PolicyOutput:
         assert self._query is not None, "start() the policy before act()"
         self._images.append(observation.screenshot)
-        system = _TEMPLATES.get_template(self.config.system_template).render(
-            format=self.config.format, width=observation.width, height=observation.height
+        system = system_prompt(
+            self.config.format, Screen(observation.width, observation.height), self.config.system_template
         )
         history = self._history[-self.config.history_steps :] if self.config.history_steps else []
         user = _TEMPLATES.get_template("user_turn.j2").render(

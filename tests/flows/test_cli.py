@@ -88,7 +88,11 @@ def test_convert_every_pair_matches_the_library(src: str, dst: str) -> None:
             expected = get_codec(dst).format(action, screen)
         except Exception as exc:  # unsupported in the target: reported on that line
             expected = f"error: {exc}"
-        assert got == expected
+        # Multi-line formats (qwen, mobiler1) come out on one line: newlines become spaces.
+        assert got == expected.replace("\n", " ")
+        if got != expected:  # and the one-line form still parses to the same action
+            target = get_codec(dst)
+            assert target.parse(got, screen) == target.parse(expected, screen)
     assert result.returncode == (1 if any(o.startswith("error: ") for o in out) else 0)
 
 
@@ -97,11 +101,11 @@ def test_convert_malformed_lines_keep_their_place() -> None:
     result = cli("actions", "convert", "--from", "agentcpm", "--to", "uitars", stdin=stdin)
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
-        "click(start_box='(10,20)')",
+        "Action: click(start_box='(10,20)')",
         "error: invalid_json: Expecting value at char 13",
         "error: empty_output: no action text",
         "error: unsupported_key: PRESS 'VOLUME'; known: HOME, BACK, ENTER",
-        "finished()",
+        "Action: finished()",
     ]
     assert result.stderr == ""
 

@@ -4,34 +4,19 @@ from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 from pathlib import Path
 
 import datasets as hf
 import polars as pl
 import pytest
 from PIL import Image
-from sqlalchemy import Engine
 
-from rollout.smoke import run_smoke_round
-from storage.datasets import iter_rows, manifest
-from storage.db import session_factory
 from storage.exports import export
-from storage.objectstore import S3ObjectStore, open_object_store
-from storage.publish import PublishConfig, publish
+from storage.objectstore import S3ObjectStore
 from trajforge.actions import Action, Screen, get_codec
+from trajforge.actions.compare import mismatch
 from trajforge.errors import ConfigError
-from trajforge.settings import load_settings
-
-
-@pytest.fixture
-def version(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=2)
-    sessions, store = session_factory(engine), open_object_store(settings)
-    publish(sessions, store, "gui", PublishConfig(chunk_rows=32, val_fraction=0.3))
-    rows = {r["uid"]: r for r in iter_rows(store, manifest(sessions, store, "gui", 1))}
-    return settings, sessions, store, rows
 
 
 def _action(row: dict) -> Action | None:
@@ -41,32 +26,59 @@ def _action(row: dict) -> Action | None:
 
 @pytest.mark.parametrize("action_format", ["qwen", "uitars"])
 def test_sharegpt_matches_llama_factory_and_actions_reparse(
-    version, tmp_path: Path, action_format: str
+    version, tmp_path: Path, action_format: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, sessions, store, rows = version
-    report = export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path), action_format, max_side=540)
-    info = json.loads((tmp_path / "dataset_info.json").read_text())
+    out = tmp_path / "export"
+    report = export(sessions, store, "gui", 1, "sft-sharegpt", str(out), action_format, max_side=540)
+    info = json.loads((out / "dataset_info.json").read_text())
     assert set(info) == {"gui_v1_train", "gui_v1_val"}
     assert info["gui_v1_train"]["formatting"] == "sharegpt"
     assert info["gui_v1_train"]["columns"] == {"messages": "messages", "images": "images"}
+    assert info["gui_v1_train"]["tags"]["system_tag"] == "system"
     codec = get_codec(action_format)
-    seen = 0
+    monkeypatch.chdir(tmp_path.parent)  # image paths must not depend on the working directory
+    seen, copies = 0, Counter[str]()
     for entry in info.values():
-        for line in (tmp_path / entry["file_name"]).read_text().splitlines():
+        for line in (out / entry["file_name"]).read_text().splitlines():
             record = json.loads(line)
-            user, answer = record["messages"]
-            assert (user["role"], answer["role"]) == ("user", "assistant")
+            system, user, answer = record["messages"]
+            assert (system["role"], user["role"], answer["role"]) == ("system", "user", "assistant")
+            assert (
+                "Action Space" in system["content"]
+                if action_format == "uitars"
+                else "<tools>" in system["content"]
+            )
             assert user["content"].count("<image>") == len(record["images"]) >= 1
             for path in record["images"]:
-                with Image.open(tmp_path / path) as img:
-                    assert max(img.size) == 540  # downscaled from 1080x2400
+                assert Path(path).is_absolute()
+                with Image.open(path) as img:
+                    assert img.size == (243, 540)  # downscaled from 1080x2400
             row = rows[record["meta"]["uid"]]
             action = _action(row)
             if action is not None:
-                text = answer["content"].split("</think>\n")[-1]
-                assert codec.parse(text, Screen(1080, 2400)).core() == action.core()
+                # qwen speaks pixels of the smart-resized 243x540 image (252x532), uitars 0-1000
+                screen = Screen(252, 532) if action_format == "qwen" else Screen(243, 540)
+                parsed = codec.parse(answer["content"], screen).core()
+                assert parsed.kind == action.kind and mismatch(parsed, action.core(), [], screen, 4) is None
+                thought = json.loads(row["payload"]).get("thought")
+                if thought:
+                    assert codec.parse(answer["content"], screen).thought == thought
+            copies[record["meta"]["uid"]] += 1
             seen += 1
-    assert seen == sum(report.rows.values()) == len(rows) - sum(report.skipped.values())
+    assert seen == sum(report.rows.values())
+    for uid, n in copies.items():
+        assert n == max(1, round(rows[uid]["weight"]))  # weight honoured by repetition
+    assert report.repeated == seen - len(copies)
+    assert len(copies) == len(rows) - sum(report.skipped.values())
+
+
+def test_weights_kept_writes_each_row_once(version, tmp_path: Path) -> None:
+    _, sessions, store, rows = version
+    report = export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path), "canonical", weights="keep")
+    assert report.repeated == 0 and sum(report.rows.values()) == len(rows)
+    with pytest.raises(ConfigError, match="unknown --weights 'double'; known: repeat, keep"):
+        export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "x"), weights="double")
 
 
 def test_messages_have_image_parts(version, tmp_path: Path) -> None:
@@ -74,23 +86,26 @@ def test_messages_have_image_parts(version, tmp_path: Path) -> None:
     export(sessions, store, "gui", 1, "sft-messages", str(tmp_path))
     lines = (tmp_path / "gui_v1_train.jsonl").read_text().splitlines()
     for line in lines:
-        user, _ = json.loads(line)["messages"]
+        system, user, _ = json.loads(line)["messages"]
         images = [p for p in user["content"] if p["type"] == "image_url"]
         texts = [p for p in user["content"] if p["type"] == "text"]
-        assert (
-            len(texts) == 1 and images and all((tmp_path / p["image_url"]["url"]).is_file() for p in images)
-        )
+        assert system["role"] == "system" and "canonical JSON" in system["content"]
+        assert len(texts) == 1 and images and all(Path(p["image_url"]["url"]).is_file() for p in images)
 
 
 def test_verl_rows_carry_the_ground_truth_of_the_source_step(version, tmp_path: Path) -> None:
     _, sessions, store, rows = version
+    tmp_path = tmp_path / "verl"
     report = export(sessions, store, "gui", 1, "rl-verl", str(tmp_path), "agentcpm")
-    files = sorted(str(p) for p in tmp_path.glob("*.parquet"))
-    table = hf.load_dataset("parquet", data_files=files, split="train")
-    assert len(table) == sum(report.rows.values()) and report.skipped["no_action_ground_truth"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.parquet", "val.parquet"]  # one file a split
+    table = hf.load_dataset("parquet", data_files=str(tmp_path / "train.parquet"), split="train")
+    assert len(table) == report.rows["train"] and report.skipped["no_action_ground_truth"] > 0
     assert {"data_source", "prompt", "images", "ability", "reward_model", "extra_info"} <= set(
         table.column_names
     )
+    assert [rec["extra_info"]["index"] for rec in table] == list(range(len(table)))
+    assert report.max_image_tokens == 39 * 86  # one 1080x2400 screenshot: 1092x2408 after smart_resize
+    assert report.prompt_length_hint() > report.max_image_tokens
     for rec in table:
         row = rows[rec["extra_info"]["uid"]]
         truth = json.loads(rec["reward_model"]["ground_truth"])
@@ -100,7 +115,9 @@ def test_verl_rows_carry_the_ground_truth_of_the_source_step(version, tmp_path: 
         assert get_codec("agentcpm").parse(truth["formatted"], Screen(*truth["screen"])).core() == (
             Action.model_validate(payload["action"]).core()
         )
-        assert rec["prompt"][0]["content"].count("<image>") == len(rec["images"]) == len(row["images"])
+        system, user = rec["prompt"]
+        assert system["role"] == "system" and '{"POINT":[x,y]}' in system["content"]
+        assert user["content"].count("<image>") == len(rec["images"]) == len(row["images"])
         Image.open(io.BytesIO(rec["images"][0]["bytes"])).verify()
         if truth["bbox"] is not None:
             x1, y1, x2, y2 = truth["bbox"]
@@ -123,7 +140,12 @@ def test_hf_export_loads_with_datasets_and_has_a_card(version, tmp_path: Path) -
     card = (tmp_path / "README.md").read_text()
     assert card.startswith("---\nconfigs:") and "## Lineage" in card and "rounds: 1" in card
     sample = loaded["train"][0]
-    assert all((tmp_path / p).is_file() for p in sample["images"])
+    assert isinstance(loaded["train"].features["images"].feature, hf.Image)  # a Hub upload shows them
+    assert sample["images"][0].size == (1080, 2400) and sample["system"]
+    for needle in ("## Columns", "## Action format and coordinates", "relative, 0-1000", "dataset_info:"):
+        assert needle in card
+    whole = hf.load_dataset(str(tmp_path))  # the card's configs and features, as from the Hub
+    assert isinstance(whole["train"].features["images"].feature, hf.Image)
 
 
 @pytest.mark.s3

@@ -16,6 +16,7 @@ class ActionCodec(Protocol):
     """Parses one model output into an Action and formats an Action back."""
 
     name: str
+    notes: tuple[str, ...]  # which of thought/intent the format has a slot for
 
     def parse(self, text: str, screen: Screen) -> Action:
         """Raises ParseError (with the raw text and a reason) on malformed output."""
@@ -34,6 +35,7 @@ class CanonicalCodec:
     """trajforge's own compact JSON of `Action`."""
 
     name = "canonical"
+    notes: tuple[str, ...] = ("thought", "intent")
 
     def parse(self, text: str, screen: Screen) -> Action:
         from trajforge.actions.model import build_action
@@ -53,6 +55,7 @@ CODECS: dict[str, ActionCodec] = {
         AgentCPMCodec(),
         QwenCodec(),
         UITarsCodec(),
+        UITarsCodec("uitars15", absolute=True),
         MobileR1Codec(),
         AndroidWorldCodec(),
         CanonicalCodec(),

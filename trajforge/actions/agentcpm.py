@@ -34,6 +34,7 @@ _STATUS = {
 
 class AgentCPMCodec:
     name = "agentcpm"
+    notes: tuple[str, ...] = ("thought",)
 
     def parse(self, text: str, screen: Screen) -> Action:
         data = load_json_object(text, text)

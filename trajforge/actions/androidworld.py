@@ -30,6 +30,7 @@ _GOAL = {"complete": "success", "infeasible": "failure"}
 
 class AndroidWorldCodec:
     name = "androidworld"
+    notes: tuple[str, ...] = ()
 
     def parse(self, text: str, screen: Screen) -> Action:
         data = load_json_object(text, text)

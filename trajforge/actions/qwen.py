@@ -1,8 +1,9 @@
 """GUI-Owl / Qwen `mobile_use` tool calls (seed 002 Table 9) and Mobile-R1 (seed 004).
 
-A call is `<tool_call>{"name":"mobile_use","arguments":{"action":"click","coordinate":[x,y]}}</tool_call>`
-with pixel coordinates and durations in seconds. Mobile-R1 wraps the same call as
-`<think>…</think><action>…</action><tool_call>…</tool_call>`.
+A call is written as the Qwen2.5-VL chat template renders a tool call,
+`<tool_call>\n{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [x, y]}}\n</tool_call>`,
+with pixel coordinates (of the image the model sees) and durations in seconds. Mobile-R1 wraps
+the same call as `<think>…</think>\n<action>…</action>\n<tool_call>…</tool_call>`.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def parse_tool_call(body: str, screen: Screen, raw: str, **extra: str | None) ->
 
 
 def format_tool_call(action: Action, screen: Screen) -> str:
-    """The `mobile_use` tool-call JSON body of a canonical action (compact, one line)."""
+    """The `mobile_use` tool-call JSON body of a canonical action, spaced as the chat template's `tojson`."""
     kind = action.kind
     args: dict[str, Any] = {"action": ""}
     if kind in (ActionKind.CLICK, ActionKind.LONG_PRESS, ActionKind.SWIPE):
@@ -135,10 +136,17 @@ def format_tool_call(action: Action, screen: Screen) -> str:
         args.update(action="answer", text=action.text)
     else:
         args.update(action="terminate", status=action.status)
-    return json.dumps({"name": TOOL_NAME, "arguments": args}, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps({"name": TOOL_NAME, "arguments": args}, ensure_ascii=False)
+
+
+def tool_call_block(action: Action, screen: Screen) -> str:
+    """`<tool_call>` block with the newlines of the Qwen2.5-VL chat template."""
+    return f"<tool_call>\n{format_tool_call(action, screen)}\n</tool_call>"
 
 
 def _tool_call_represents(action: Action) -> bool:
+    if "</tool_call>" in (action.text or ""):  # the block would end inside the text
+        return False
     if action.kind == ActionKind.SWIPE:
         return action.to is not None and action.duration_ms is None
     return not (action.kind == ActionKind.TYPE and action.point is not None)
@@ -148,6 +156,7 @@ class QwenCodec:
     """GUI-Owl / Qwen2.5-VL `mobile_use`; an optional <think>/<thinking> block is the thought."""
 
     name = "qwen"
+    notes: tuple[str, ...] = ("thought",)
     _THINK = re.compile(r"<think(?:ing)?>(.*?)</?think(?:ing)?>", re.S)
 
     def parse(self, text: str, screen: Screen) -> Action:
@@ -157,8 +166,8 @@ class QwenCodec:
         return parse_tool_call(body, screen, text, thought=think[1].strip() if think else None)
 
     def format(self, action: Action, screen: Screen) -> str:
-        think = f"<think>{action.thought}</think>" if action.thought is not None else ""
-        return f"{think}<tool_call>{format_tool_call(action, screen)}</tool_call>"
+        think = f"<think>{action.thought}</think>\n" if action.thought is not None else ""
+        return think + tool_call_block(action, screen)
 
     def represents(self, action: Action) -> bool:
         return action.intent is None and survives_markup(action.thought) and _tool_call_represents(action)
@@ -168,6 +177,8 @@ class MobileR1Codec:
     """Mobile-R1: `<think>…</think><action>…</action><tool_call>…</tool_call>`."""
 
     name = "mobiler1"
+    notes: tuple[str, ...] = ("thought", "intent")
+    required_notes = ("thought", "intent")  # the paper's three-part answer needs both
     # The paper's own example closes <think> with <think>; accept both.
     _THINK = re.compile(r"<think>(.*?)</?think>", re.S)
     _ACTION = re.compile(r"<action>(.*?)</action>", re.S)
@@ -187,8 +198,8 @@ class MobileR1Codec:
 
     def format(self, action: Action, screen: Screen) -> str:
         return (
-            f"<think>{action.thought or ''}</think><action>{action.intent or ''}</action>"
-            f"<tool_call>{format_tool_call(action, screen)}</tool_call>"
+            f"<think>{action.thought or ''}</think>\n<action>{action.intent or ''}</action>\n"
+            + tool_call_block(action, screen)
         )
 
     def represents(self, action: Action) -> bool:

@@ -1,9 +1,11 @@
-"""UI-TARS mobile actions: `Thought: … Action: click(start_box='(x,y)')`.
+"""UI-TARS mobile actions: `Thought: …\nAction: click(start_box='(x,y)')`.
 
-Coordinates are 0-1000 relative, as UI-TARS-1 and AgentCPM-GUI's evaluation
-(seed 000 Table 9) use them; `<|box_start|>(x,y)<|box_end|>` and four-number boxes
-(taken at their centre) are accepted. `scroll(direction=…)` names where the content
-goes, so the canonical finger direction is the opposite (seed 000 §B.2.2).
+`uitars` speaks 0-1000 relative coordinates, as UI-TARS-1 and AgentCPM-GUI's evaluation
+(seed 000 Table 9) use them; `uitars15` speaks pixels of the image the model sees, as
+UI-TARS-1.5 does. `<|box_start|>(x,y)<|box_end|>` and four-number boxes (taken at their
+centre) are accepted. `scroll(direction=…)` names where the content goes, so the
+canonical finger direction is the opposite (seed 000 §B.2.2). Output always carries
+`Action:`, which the official `ui-tars` parser requires; a bare call is still parsed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from trajforge.actions.model import (
     build_action,
     survives_markup,
 )
-from trajforge.errors import ParseError
+from trajforge.errors import ParseError, UnsupportedAction
 
 _ACTION_PART = re.compile(r"(?:^|\s)Action:\s*(.*)$", re.S)
 _THOUGHT_PART = re.compile(r"^\s*Thought:\s*(.*?)\s*(?:Action:|$)", re.S)
@@ -32,7 +34,10 @@ _HOTKEYS = {"enter": "enter", "back": "back", "home": "home", "menu": "menu"}
 
 
 class UITarsCodec:
-    name = "uitars"
+    notes: tuple[str, ...] = ("thought",)
+
+    def __init__(self, name: str = "uitars", absolute: bool = False) -> None:
+        self.name, self.absolute = name, absolute
 
     def parse(self, text: str, screen: Screen) -> Action:
         # A bare call may itself contain "Action:" inside a string argument.
@@ -53,9 +58,11 @@ class UITarsCodec:
             if kw.arg is None or not isinstance(kw.value, ast.Constant):
                 raise ParseError("invalid_call", "arguments must be key='literal'", text)
             args[kw.arg] = kw.value.value
-        return self._to_action(tree.func.id, args, text, thought)
+        return self._to_action(tree.func.id, args, text, thought, screen)
 
-    def _to_action(self, name: str, args: dict[str, Any], raw: str, thought: str | None) -> Action:
+    def _to_action(
+        self, name: str, args: dict[str, Any], raw: str, thought: str | None, screen: Screen
+    ) -> Action:
         def box(key: str) -> tuple[int, int]:
             if key not in args:
                 raise ParseError("missing_field", f"{name} needs {key!r}", raw)
@@ -64,6 +71,8 @@ class UITarsCodec:
                 nums = [(nums[0] + nums[2]) / 2, (nums[1] + nums[3]) / 2]
             if len(nums) != 2:
                 raise ParseError("bad_coordinate", f"{key}={args[key]!r} is not (x,y) or (x1,y1,x2,y2)", raw)
+            if self.absolute:
+                return screen.from_px(nums[0], nums[1], raw)
             if not all(0 <= n <= NORM for n in nums):
                 raise ParseError("coordinate_out_of_range", f"{key}={args[key]!r} is outside 0-{NORM}", raw)
             return (round(nums[0]), round(nums[1]))
@@ -121,14 +130,15 @@ class UITarsCodec:
         return build_action(raw, **f)
 
     def format(self, action: Action, screen: Screen) -> str:
-        call = self._call(action)
-        return f"Thought: {action.thought} Action: {call}" if action.thought is not None else call
+        call = self._call(action, screen)
+        thought = f"Thought: {action.thought}\n" if action.thought is not None else ""
+        return f"{thought}Action: {call}"
 
-    @staticmethod
-    def _call(action: Action) -> str:
+    def _call(self, action: Action, screen: Screen) -> str:
         def pt(p: tuple[int, int] | None) -> str:
             assert p is not None
-            return repr(f"({p[0]},{p[1]})")
+            x, y = screen.to_px(p) if self.absolute else p
+            return repr(f"({x},{y})")
 
         kind = action.kind
         if kind == ActionKind.CLICK:
@@ -144,9 +154,9 @@ class UITarsCodec:
         if kind == ActionKind.TYPE:
             return f"type(content={action.text!r})"
         if kind == ActionKind.PRESS:
-            if action.key in ("back", "home"):
-                return f"press_{action.key}()"
-            return f"hotkey(key='{action.key}')"
+            if action.key not in ("back", "home"):  # hotkey() is desktop-only in UI-TARS
+                raise UnsupportedAction("unsupported_action", f"UI-TARS mobile has no {action.key} key")
+            return f"press_{action.key}()"
         if kind == ActionKind.OPEN_APP:
             return f"open_app(app_name={action.text!r})"
         if kind == ActionKind.WAIT:
@@ -158,6 +168,10 @@ class UITarsCodec:
     def represents(self, action: Action) -> bool:
         if action.intent is not None or not survives_markup(action.thought):
             return False
+        if "Action: " in (action.text or ""):  # the official parser splits on it
+            return False
+        if action.kind == ActionKind.PRESS:
+            return action.key in ("back", "home")
         if action.kind == ActionKind.WAIT:
             return action.duration_ms is None
         if action.kind == ActionKind.ANSWER:

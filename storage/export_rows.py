@@ -1,0 +1,244 @@
+"""What one exported row holds: the answer in the chosen action format, the system prompt, the
+ground truth rewards score against, and the dataset card describing it all."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trajforge.actions import Action, get_codec
+from trajforge.actions.space import BUDGETS, conform, coordinate_screen, image_tokens, system_prompt
+from trajforge.logs import counts
+
+IMAGE_TOKEN = "<image>"
+
+
+@dataclass
+class ExportReport:
+    format: str
+    out: str
+    rows: Counter[str] = field(default_factory=Counter)  # by split
+    images: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)  # by reason
+    converted: Counter[str] = field(default_factory=Counter)  # format:kind stated differently, same effect
+    repeated: int = 0  # extra SFT rows written for weight > 1
+    max_image_tokens: int = 0  # Qwen2.5-VL visual tokens of the row with the most
+    max_prompt_chars: int = 0  # system + user text of the longest row
+    files: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        rows = counts(self.rows)
+        return (
+            f"exported {sum(self.rows.values())} rows ({rows}) as {self.format} to {self.out}; "
+            f"{self.images} images; skipped: {counts(self.skipped)}; converted: {counts(self.converted)}; "
+            f"repeated for weight: {self.repeated}; longest prompt: {self.max_image_tokens} image tokens "
+            f"+ {self.max_prompt_chars} characters (verl: data.max_prompt_length >= "
+            f"{self.prompt_length_hint()})"
+        )
+
+    def measure(self, rendered: Rendered, row: dict[str, Any], sizes: list[tuple[int, int]]) -> None:
+        """Count one written row toward the longest prompt."""
+        tokens = sum(image_tokens(*size) for size in sizes)
+        self.max_image_tokens = max(self.max_image_tokens, tokens)
+        self.max_prompt_chars = max(self.max_prompt_chars, len(rendered.system) + len(row["prompt"]))
+
+    def prompt_length_hint(self) -> int:
+        """A max_prompt_length no row exceeds: image tokens plus at most one token per character."""
+        return self.max_image_tokens + self.max_prompt_chars
+
+
+@dataclass
+class Rendered:
+    """One row as a trainer sees it: the system prompt, the answer, and (for actions) its ground truth."""
+
+    system: str
+    answer: str
+    truth: dict[str, Any] | None
+
+
+def render_row(
+    row: dict[str, Any], action_format: str, size: tuple[int, int], report: ExportReport
+) -> Rendered | None:
+    """The row in `action_format` for an image of `size` (the exported screenshot), or None when skipped."""
+    payload = json.loads(row["payload"])
+    codec = get_codec(action_format)
+    screen = coordinate_screen(action_format, *size)
+    system = system_prompt(action_format, screen)
+    target = payload.get("action")
+    if target is None:
+        return Rendered(system, row["response"], None)
+    notes = {n: payload.get(n) or None for n in codec.notes}
+    action = Action.model_validate({**target, **notes})
+    stated, how = conform(codec, action, screen)
+    if stated is None:
+        report.skipped[how] += 1
+        return None
+    if how == "converted":
+        report.converted[f"{action_format}:{action.kind}"] += 1
+    text = codec.format(stated, screen)
+    truth = {
+        "action": target,
+        "bbox": payload.get("bbox"),
+        "screen": payload.get("screen") or list(size),
+        "coordinate_screen": [screen.width, screen.height],
+        "formatted": text,
+        "action_format": action_format,
+    }
+    return Rendered(system, text, truth)
+
+
+def hf_row(row: dict[str, Any], images: list[dict[str, Any]], rendered: Rendered) -> dict[str, Any]:
+    return {
+        "uid": row["uid"],
+        "category": row["category"],
+        "query": row["query"],
+        "round": row["round"],
+        "images": images,
+        "system": rendered.system,
+        "prompt": row["prompt"],
+        "response": rendered.answer,
+        "ground_truth": json.dumps(rendered.truth, ensure_ascii=False) if rendered.truth else None,
+        "weight": row["weight"],
+        "provenance": row["provenance"],
+    }
+
+
+def verl_row(
+    man: dict[str, Any],
+    row: dict[str, Any],
+    images: list[dict[str, Any]],
+    rendered: Rendered,
+    tolerance: int,
+    index: int,
+) -> dict[str, Any]:
+    assert rendered.truth is not None
+    return {
+        "data_source": f"trajforge/{man['dataset']}",
+        "prompt": [
+            {"role": "system", "content": rendered.system},
+            {"role": "user", "content": IMAGE_TOKEN * len(images) + row["prompt"]},
+        ],
+        "images": images,
+        "ability": "gui_agent",
+        "reward_model": {
+            "style": "rule",
+            "ground_truth": json.dumps({**rendered.truth, "tolerance": tolerance}, ensure_ascii=False),
+        },
+        "extra_info": {
+            "index": index,
+            "uid": row["uid"],
+            "split": row["split"],
+            "category": row["category"],
+            "query": row["query"],
+            "episode": row["episode"],
+            "step": row["step"],
+            "weight": row["weight"],
+            "provenance": row["provenance"],
+        },
+    }
+
+
+# The hf export's columns: (name, datasets dtype or "images", what it holds).
+HF_COLUMNS = (
+    ("uid", "string", "the sample's stable id (sha256 of its content and lineage)"),
+    ("category", "string", "the CSRS data category (action_prediction, thought, ...)"),
+    ("query", "string", "the task query the episode was rolled out for"),
+    ("round", "int64", "the engine round that produced it"),
+    ("images", "images", "the screenshots, oldest first; the last is the current screen"),
+    ("system", "string", "the system prompt stating the action space"),
+    ("prompt", "string", "the user turn's text"),
+    ("response", "string", "the answer, in the export's action format for action rows"),
+    ("ground_truth", "string", "JSON for action rows (canonical action, bbox, formatted answer), else null"),
+    ("weight", "float64", "curation's sampling weight (upsampled hard queries > 1)"),
+    ("provenance", "string", "JSON: episode, steps, critics and models behind the sample"),
+)
+
+
+_ARROW = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
+# The arrow type of `datasets.Image`: `datasets` only applies a feature from the file's metadata
+# when the column's type is exactly the feature's own (polars would write large_list/large_binary).
+_IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+def write_hf_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write hf rows with the schema and `huggingface` metadata that make `datasets` (and the Hub
+    viewer) read `images` as a list of `Image` and every other column as its declared dtype."""
+    features = {
+        name: {"feature": {"_type": "Image"}, "_type": "List"}
+        if dtype == "images"
+        else {"dtype": dtype, "_type": "Value"}
+        for name, dtype, _ in HF_COLUMNS
+    }
+    schema = pa.schema(
+        [(name, pa.list_(_IMAGE) if dtype == "images" else _ARROW[dtype]) for name, dtype, _ in HF_COLUMNS],
+        metadata={"huggingface": json.dumps({"info": {"features": features}})},
+    )
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+
+
+def dataset_card(man: dict[str, Any], action_format: str, splits: list[str]) -> str:
+    """A Hugging Face dataset card: features, columns, coordinates, action format, sizes, lineage, filters."""
+    lineage = man["lineage"]
+    budget = BUDGETS.get(action_format)
+    coords = (
+        f"pixels of the image after Qwen2.5-VL `smart_resize` (multiples of 28, {budget.min_pixels}-"
+        f"{budget.max_pixels} pixels); `ground_truth.coordinate_screen` gives that size per row"
+        if budget
+        else "relative, 0-1000 on each axis, (0, 0) top-left"
+        if action_format != "androidworld"
+        else "pixels of the screenshot"
+    )
+    features = [
+        f"  - name: {name}\n    list: image" if dtype == "images" else f"  - name: {name}\n    dtype: {dtype}"
+        for name, dtype, _ in HF_COLUMNS
+    ]
+    lines = [
+        "---",
+        "configs:",
+        "- config_name: default",
+        "  data_files:",
+        *(f"  - split: {s}\n    path: data/{s}-*.parquet" for s in splits),
+        "dataset_info:",
+        "  features:",
+        *features,
+        "tags: [gui-agent, trajforge]",
+        "---",
+        f"# {man['dataset']} v{man['version']}",
+        "",
+        f"GUI-agent training data published by trajforge. Manifest format `{man['format']}`, "
+        f"config hash `{man['config_hash'][:16]}`.",
+        "",
+        "## Columns",
+        *(f"- `{name}`: {what}" for name, _, what in HF_COLUMNS),
+        "",
+        "## Action format and coordinates",
+        f"Answers to action rows are in the `{action_format}` format; the `system` column states its "
+        f"action space. Coordinates are {coords}. `ground_truth.action` is the same action in "
+        "trajforge's canonical form (0-1000) and `ground_truth.bbox` the target element's box "
+        "(0-1000), which `trajforge/rewards.py` scores against.",
+        "",
+        "## Size",
+        *(f"- {split}: {n} samples" for split, n in sorted(man["splits"].items())),
+        "",
+        "## Composition",
+        *(f"- {cat}: {n}" for cat, n in sorted(man["categories"].items())),
+        "",
+        "## Lineage",
+        f"- rounds: {', '.join(map(str, lineage['rounds'])) or 'none'}",
+        *(f"- round {p['round']}: policy {p['policy']} v{p['version']}" for p in lineage["policies"]),
+        f"- critics: {', '.join(lineage['critics']) or 'none'}",
+        f"- parent: {('v' + str(man['parent']['version'])) if man['parent'] else 'none'}",
+        "",
+        "## Filters",
+        "```json",
+        json.dumps(man["config"], indent=2, sort_keys=True),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,100 @@
+"""What a model sees of an action format: its coordinate space, its system prompt, and
+how a recorded action is put into the shape the format states it in.
+
+Qwen2.5-VL (`qwen`, `mobiler1`) and UI-TARS-1.5 (`uitars15`) answer in pixels of the
+image *after* their processor's `smart_resize` (sides rounded to multiples of 28 and
+the area kept within a pixel budget), not of the original screenshot; `coordinate_screen`
+gives that size, so exported answers and rewards use the coordinates the model predicts.
+The other formats are 0-1000 relative and keep the image's own size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from trajforge.actions import ActionCodec
+from trajforge.actions.compare import mismatch
+from trajforge.actions.model import NORM, Action, Screen
+from trajforge.errors import UnsupportedAction
+
+PATCH = 28  # 14-pixel patches merged 2x2: one visual token per 28x28 pixels
+
+
+@dataclass(frozen=True)
+class PixelBudget:
+    min_pixels: int
+    max_pixels: int
+
+
+# Qwen2.5-VL's image processor defaults, and UI-TARS-1.5's published smart_resize bounds.
+QWEN25VL = PixelBudget(56 * 56, 28 * 28 * 16384)
+UITARS15 = PixelBudget(100 * 28 * 28, 16384 * 28 * 28)
+BUDGETS = {"qwen": QWEN25VL, "mobiler1": QWEN25VL, "uitars15": UITARS15}
+
+_TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
+)
+
+
+def smart_resize(width: int, height: int, budget: PixelBudget = QWEN25VL) -> tuple[int, int]:
+    """(width, height) as the Qwen2.5-VL processor resizes an image: multiples of 28, area in budget."""
+    h = max(PATCH, round(height / PATCH) * PATCH)
+    w = max(PATCH, round(width / PATCH) * PATCH)
+    if h * w > budget.max_pixels:
+        beta = math.sqrt(height * width / budget.max_pixels)
+        h = max(PATCH, math.floor(height / beta / PATCH) * PATCH)
+        w = max(PATCH, math.floor(width / beta / PATCH) * PATCH)
+    elif h * w < budget.min_pixels:
+        beta = math.sqrt(budget.min_pixels / (height * width))
+        h = math.ceil(height * beta / PATCH) * PATCH
+        w = math.ceil(width * beta / PATCH) * PATCH
+    return w, h
+
+
+def coordinate_screen(action_format: str, width: int, height: int) -> Screen:
+    """The pixel space the format's coordinates live in, for an image of width x height."""
+    budget = BUDGETS.get(action_format)
+    return Screen(*smart_resize(width, height, budget)) if budget else Screen(width, height)
+
+
+def image_tokens(width: int, height: int) -> int:
+    """Visual tokens Qwen2.5-VL spends on one image of this size (one per 28x28 after resize)."""
+    w, h = smart_resize(width, height)
+    return (w // PATCH) * (h // PATCH)
+
+
+def system_prompt(action_format: str, screen: Screen, template: str = "mobile_use.j2") -> str:
+    """The system prompt stating the format's action space, for a screen of this pixel size."""
+    return _TEMPLATES.get_template(template).render(
+        format=action_format, width=screen.width, height=screen.height
+    )
+
+
+def conform(codec: ActionCodec, action: Action, screen: Screen) -> tuple[Action | None, str]:
+    """The action as `codec` states it on `screen`, and what happened: "exact", "converted" or a skip reason.
+
+    An action the format represents exactly is kept. Otherwise the format's own statement of
+    it is kept when it does the same thing (a direction swipe drawn as two points, a default
+    duration written out, pixel rounding); a missing note the format requires, a note the
+    format's markup would change, or a conversion that changes what is done is skipped.
+    """
+    name = codec.name
+    if codec.represents(action):
+        return action, "exact"
+    for note in getattr(codec, "required_notes", ()):
+        if getattr(action, note) is None:
+            return None, f"missing_{note}:{name}"
+    try:
+        stated = codec.parse(codec.format(action, screen), screen)
+    except UnsupportedAction as exc:
+        return None, f"action_not_representable:{name}:{exc.reason}"
+    if (stated.thought, stated.intent) != (action.thought, action.intent):
+        return None, f"note_not_representable:{name}"
+    pixel = NORM / (min(screen.width, screen.height) - 1) + 1  # rounding through this screen's pixels
+    if mismatch(stated, action, [], screen, tolerance=math.ceil(pixel)) is not None:
+        return None, f"lossy_conversion:{name}:{action.kind}"
+    return stated, "converted"
