@@ -13,9 +13,10 @@ from functools import cached_property
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from storage.apps import check_apps
 from storage.db import engine_from_settings, session_factory, upgrade
 from storage.objectstore import ObjectStore, frame_reader, open_object_store
-from trajforge.appspec import AppSpec, builtin_app_names, load_app
+from trajforge.appspec import AppSpec, load_apps
 from trajforge.settings import Settings
 
 _OPEN: dict[str, Spine] = {}
@@ -30,7 +31,10 @@ class Spine:
 
     @cached_property
     def apps(self) -> list[AppSpec]:
-        return [load_app(name) for name in builtin_app_names()]
+        """The run's apps (`apps:` in the config), each checked against the spec stored under its name."""
+        apps = load_apps(self.settings.apps)
+        check_apps(self.sessions, apps)
+        return apps
 
     @cached_property
     def frames(self) -> Callable[[str], bytes]:

@@ -146,7 +146,7 @@ def shards(items: list[str], n: int) -> list[list[str]]:
 def register_devices(settings: Settings) -> int:
     """The simulated devices, in the pool every rollout task leases from (idempotent)."""
     spine = open_spine(settings)
-    SimFarm(store=spine.store).register(DevicePool(spine.sessions), settings.evolve.devices)
+    SimFarm(spine.apps, store=spine.store).register(DevicePool(spine.sessions), settings.evolve.devices)
     return settings.evolve.devices
 
 
@@ -158,7 +158,7 @@ def _roll(
     make: Callable[[], Policy],
     config: RolloutConfig,
 ) -> dict[str, Any]:
-    farm = SimFarm(store=spine.store)
+    farm = SimFarm(spine.apps, store=spine.store)
     runner = EpisodeRunner(spine.sessions, DevicePool(spine.sessions), farm, make, config, backend="sim")
     report = asyncio.run(runner.run(queries, rnd.id, policy_id))
     return {

@@ -128,6 +128,7 @@ def queries_generate(
     import asyncio
 
     from querygen.pipeline import GenerationReport, agenerate_queries, load_history, store_generation
+    from storage.apps import check_apps
     from storage.db import engine_from_settings, session_factory, upgrade
     from storage.llm_cache import SqlResponseCache
     from trajforge.appspec import load_app
@@ -138,6 +139,7 @@ def queries_generate(
     engine = engine_from_settings(settings)
     upgrade(engine)
     sessions = session_factory(engine)
+    check_apps(sessions, [spec])  # a spec named like a stored, different one: refused before any call
     coverage, dedup = load_history(sessions, spec.name)
 
     async def generate() -> GenerationReport:
@@ -219,14 +221,15 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     import asyncio
 
     from critics.judge import judge_round, judge_round_llm
+    from storage.apps import round_apps
     from storage.llm_cache import SqlResponseCache
     from storage.objectstore import frame_reader, open_object_store
-    from trajforge.appspec import builtin_app_names, load_app
+    from trajforge.appspec import load_apps
     from trajforge.gateway import LLMGateway
 
     settings = cli_settings(config)
     sessions, round_id, number = _round_id(settings, round_number)
-    report = judge_round(sessions, round_id, [load_app(n) for n in builtin_app_names()])
+    report = judge_round(sessions, round_id, round_apps(sessions, load_apps(settings.apps)))
     typer.echo(f"round {number}: {report.render()} (offline critics)")
     if settings.llm.offline:
         return
@@ -279,15 +282,16 @@ def curate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
     With TRAJFORGE_LLM_BASE_URL set, guidance and thoughts are written by the model.
     """
     from curation.pipeline import curate_round
+    from storage.apps import round_apps
     from storage.llm_cache import SqlResponseCache
     from storage.objectstore import open_object_store
-    from trajforge.appspec import builtin_app_names, load_app
+    from trajforge.appspec import load_apps
     from trajforge.gateway import LLMGateway
 
     settings = cli_settings(config)
     sessions, round_id, number = _round_id(settings, round_number)
+    apps = round_apps(sessions, load_apps(settings.apps))
     gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
-    apps = [load_app(name) for name in builtin_app_names()]
     typer.echo(f"round {number}")
     report = curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps, gateway)
     typer.echo(report.render())

@@ -19,6 +19,7 @@ from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
+from storage.apps import check_apps
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
 from storage.keys import sha256_hex
 from storage.llm_cache import SqlResponseCache
@@ -26,7 +27,7 @@ from storage.models import App, Round
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
 from storage.objectstore import frame_reader, open_object_store
-from trajforge.appspec import AppSpec, builtin_app_names, load_app
+from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
 from trajforge.errors import ConfigError
 from trajforge.gateway import LLMGateway
@@ -64,9 +65,19 @@ def run_rollout(
         )
     settings = load_settings(config)
     spec = load_app(app_ref)
+    # The farm serves the run's apps with this one among them: its launcher must show it.
+    apps = [spec, *(a for a in load_apps(settings.apps) if a.name != spec.name)]
+    if backend == "android":
+        packages = android_packages(apps)
+        if spec.name not in packages:
+            raise ConfigError(
+                f"backend 'android' cannot open app {spec.name!r}: its spec has no `package:`; set the "
+                "activity to launch (e.g. package: com.example.app/.MainActivity)"
+            )
     engine = engine_from_settings(settings)
     upgrade(engine)
     sessions = session_factory(engine)
+    check_apps(sessions, apps)  # before anything is written
     store = open_object_store(settings)
     gateway = None
     if policy == "vlm":
@@ -129,12 +140,10 @@ def run_rollout(
         round_id, number = rnd.id, rnd.number
     farm: SimFarm | WebFarm | AndroidFarm
     if backend == "android":
-        farm = AndroidFarm(
-            serials or [], {a: f"com.trajforge.{a}/.MainActivity" for a in builtin_app_names()}, adb, store
-        )
+        farm = AndroidFarm(serials or [], android_packages(apps), adb, store)
         workers = min(workers, len(serials or []))
     else:
-        farm = SimFarm(store=store) if backend == "sim" else WebFarm(store=store)
+        farm = SimFarm(apps, store=store) if backend == "sim" else WebFarm(apps, store=store)
     pool = DevicePool(sessions)
     farm.register(pool, workers)
     total = len(todo) * rollouts_per_query
@@ -172,6 +181,16 @@ def run_rollout(
         f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
     )
     typer.echo(report.render())
+
+
+def android_packages(apps: list[AppSpec]) -> dict[str, str]:
+    """The activity adb starts per app: the spec's `package`, else the built-in apps' test builds."""
+    builtin = set(builtin_app_names())
+    return {
+        a.name: a.package or f"com.trajforge.{a.name}/.MainActivity"
+        for a in apps
+        if a.package or a.name in builtin
+    }
 
 
 def rollout_hash(

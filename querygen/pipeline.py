@@ -23,6 +23,7 @@ from querygen.synthesis import Draft, llm_draft, template_draft
 from querygen.validation import InterfaceValidator
 from rollout.sim.device import Move, SimDevice
 from rollout.sim.verify import Goal
+from storage.apps import register_app
 from storage.db import insert_ignore, transaction
 from storage.models import App, Exclusion
 from storage.models import Query as QueryRow
@@ -213,13 +214,8 @@ def store_generation(
     sessions: sessionmaker[Session], spec: AppSpec, report: GenerationReport, round_id: int | None = None
 ) -> None:
     """Kept queries into `query`, drops into `exclusion`, in one transaction; reruns add nothing twice."""
-    spec_json = spec.model_dump(mode="json", by_alias=True)
-    spec_hash = hashlib.sha256(json.dumps(spec_json, sort_keys=True).encode()).hexdigest()
     with transaction(sessions) as session:
-        insert_ignore(
-            session, App, [{"name": spec.name, "spec": spec_json, "spec_sha256": spec_hash}], ["name"]
-        )
-        app_id = session.scalars(select(App.id).where(App.name == spec.name)).one()
+        app_id = register_app(session, spec)
         insert_ignore(
             session,
             QueryRow,

@@ -8,8 +8,11 @@ verifier checks. The format is documented in docs/app-spec.md.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections import deque
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -85,6 +88,9 @@ class AppSpec(BaseModel):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     title: str = Field(min_length=1, description="Name on the launcher; what open_app matches.")
+    package: str | None = Field(
+        None, description="android backend: the activity adb starts (com.example.app/.MainActivity)."
+    )
     locale: Literal["en", "zh"] = "en"
     graph: Literal["dag", "cyclic"] = Field("dag", description="dag: goto edges must not form a cycle.")
     start: str
@@ -229,6 +235,30 @@ def _find_cycle(spec: AppSpec) -> list[str]:
     return []
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (plain YAML keeps the last, silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise DuplicateKey(
+                    f"line {key_node.start_mark.line + 1}: key {key!r} appears twice in one mapping; "
+                    "keep one (YAML would silently use the last)"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class DuplicateKey(yaml.YAMLError):
+    pass
+
+
+def _read_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_UniqueKeyLoader)
+
+
 def load_spec(path: Path) -> AppSpec:
     """Load and validate an app spec file.
 
@@ -236,7 +266,7 @@ def load_spec(path: Path) -> AppSpec:
         SpecError: unreadable YAML, unknown fields, or any validation problem (all listed).
     """
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = _read_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SpecError(f"app spec {path}: file not found") from exc
     except IsADirectoryError as exc:
@@ -247,6 +277,8 @@ def load_spec(path: Path) -> AppSpec:
         ) from exc
     except OSError as exc:
         raise SpecError(f"app spec {path}: cannot be read ({exc.strerror or exc})") from exc
+    except DuplicateKey as exc:
+        raise SpecError(f"app spec {path}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise SpecError(f"app spec {path}: not valid YAML ({exc}); fix the syntax") from exc
     return parse_spec(data, str(path))
@@ -305,10 +337,39 @@ def load_app(name_or_path: str) -> AppSpec:
     """A built-in app by name, or a spec file by path."""
     if name_or_path in builtin_app_names():
         ref = resources.files("trajforge.apps") / f"{name_or_path}.yaml"
-        return parse_spec(yaml.safe_load(ref.read_text(encoding="utf-8")), f"{name_or_path}.yaml")
+        return parse_spec(_read_yaml(ref.read_text(encoding="utf-8")), f"{name_or_path}.yaml")
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         return load_spec(path)
     raise SpecError(
         f"no built-in app {name_or_path!r} and no such file; built-in apps: {', '.join(builtin_app_names())}"
     )
+
+
+def load_apps(refs: Sequence[str] = ()) -> list[AppSpec]:
+    """The apps of a run: built-in names and/or spec paths (none: every built-in app).
+
+    Raises:
+        SpecError: a spec cannot be loaded, or two entries define the same app name differently
+            (a spec named like a built-in would otherwise mix its queries with the built-in's).
+    """
+    apps: dict[str, tuple[str, AppSpec]] = {}
+    for ref in refs or builtin_app_names():
+        spec = load_app(ref)
+        if spec.name in apps:
+            first, other = apps[spec.name]
+            if other != spec:
+                builtin = " (a built-in app)" if spec.name in builtin_app_names() else ""
+                raise SpecError(
+                    f"apps: {ref} and {first}{builtin} both define app {spec.name!r} differently; "
+                    "give one of them another `name:`"
+                )
+            continue
+        apps[spec.name] = (ref, spec)
+    return [spec for _, spec in apps.values()]
+
+
+def spec_sha256(spec: AppSpec) -> str:
+    """The spec's identity: the hash of its canonical JSON."""
+    body = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()

@@ -300,6 +300,8 @@ class Settings(BaseModel):
     annotate: AnnotationSettings = Field(default_factory=AnnotationSettings)
     evolve: EvolveSettings = Field(default_factory=EvolveSettings)
     trainer: TrainerSettings = Field(default_factory=TrainerSettings)
+    # The run's apps: built-in names and/or spec paths (relative to the config file); empty: the built-ins.
+    apps: list[str] = Field(default_factory=list)
 
     @property
     def db_url(self) -> str:
@@ -342,6 +344,7 @@ def load_settings(config_file: Path | None = None) -> Settings:
         parts = {name: cls(**sections.get(name, {})) for name, cls in _SECTIONS.items()}
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source)) from exc
+    apps = _app_refs(sections.pop("apps", []), config_file)
     root = home.home if home.home.is_absolute() else Path.cwd() / home.home
     store: StoreSettings = parts["store"]  # type: ignore[assignment]
     if store.path is not None and not store.path.is_absolute():
@@ -356,7 +359,21 @@ def load_settings(config_file: Path | None = None) -> Settings:
         annotate=parts["annotate"],
         evolve=parts["evolve"],
         trainer=parts["trainer"],
+        apps=apps,
     )
+
+
+def _app_refs(value: Any, config_file: Path | None) -> list[str]:
+    """`apps:` as a list of built-in names and spec paths, paths made relative to the config file."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(
+            f"config {config_file}: `apps` must be a list of built-in app names and spec paths, got {value!r}"
+        )
+    base = config_file.parent if config_file is not None else Path.cwd()
+    return [
+        str(base / ref) if ref.endswith((".yaml", ".yml")) and not Path(ref).is_absolute() else ref
+        for ref in value
+    ]
 
 
 # Reserved for the test suite and CI (e.g. TRAJFORGE_TEST_REQUIRE_SERVICES), never settings.
@@ -395,13 +412,13 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(
             f"config {path}: top level must be a mapping of sections, got {type(data).__name__}"
         )
-    allowed = {"home", *_SECTIONS}
+    allowed = {"home", "apps", *_SECTIONS}
     for key, value in data.items():
         if key not in allowed:
             raise ConfigError(
                 f"config {path}: unknown section {key!r}; known sections: {', '.join(sorted(allowed))}"
             )
-        if key != "home" and not isinstance(value, dict):
+        if key not in ("home", "apps") and not isinstance(value, dict):
             raise ConfigError(f"config {path}: section {key!r} must be a mapping, got {value!r}")
     return dict(data)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trajforge.appspec import builtin_app_names, load_app, load_spec, parse_spec
+from trajforge.appspec import builtin_app_names, load_app, load_apps, load_spec, parse_spec, spec_sha256
 from trajforge.errors import SpecError
 
 BASE: dict[str, Any] = {
@@ -148,3 +148,30 @@ def test_numbers_become_text(tmp_path: Path) -> None:
 def test_unknown_app_reference() -> None:
     with pytest.raises(SpecError, match="no built-in app 'nope' and no such file; built-in apps: ridehail"):
         load_app("nope")
+
+
+PANTRY = Path(__file__).resolve().parents[2] / "docs/examples/pantry.yaml"
+
+
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path: Path) -> None:
+    text = PANTRY.read_text().replace("  done:\n", "  home:\n    title: Again\n    description: x\n  done:\n")
+    spec = tmp_path / "twice.yaml"
+    spec.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_spec(spec)
+    line = text.splitlines().index("  home:", text.splitlines().index("  note:")) + 1
+    assert str(err.value) == (
+        f"app spec {spec}: line {line}: key 'home' appears twice in one mapping; "
+        "keep one (YAML would silently use the last)"
+    )
+
+
+def test_the_run_apps_default_to_the_builtins_and_refuse_a_name_defined_twice(tmp_path: Path) -> None:
+    assert [a.name for a in load_apps()] == builtin_app_names()
+    assert [a.name for a in load_apps([str(PANTRY), "settings", str(PANTRY)])] == ["pantry", "settings"]
+    impostor = tmp_path / "takeout.yaml"
+    impostor.write_text(PANTRY.read_text().replace("name: pantry", "name: takeout"))
+    with pytest.raises(SpecError, match=r"both define app 'takeout' differently; give one of them another"):
+        load_apps(["takeout", str(impostor)])
+    assert spec_sha256(load_spec(PANTRY)) == spec_sha256(load_app(str(PANTRY)))
+    assert spec_sha256(load_spec(PANTRY)) != spec_sha256(load_spec(impostor))

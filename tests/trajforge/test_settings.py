@@ -47,7 +47,7 @@ def test_yaml_overrides_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         ("llm:\n  modle: x\n", "unknown key 'llm.modle'; known keys: api_key, backoff_base_s"),
         (
             "databse:\n  url: x\n",
-            "unknown section 'databse'; known sections: annotate, curate, db, evolve, home, llm, s3, store, trainer",
+            "unknown section 'databse'; known sections: annotate, apps, curate, db, evolve, home, llm, s3, store, trainer",
         ),
         (
             "llm:\n  concurrency: 0\n",
@@ -125,3 +125,14 @@ def test_misspelt_env_variable_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("TRAJFORGE_LLM_MODLE")
     monkeypatch.setenv("TRAJFORGE_TEST_ANYTHING", "1")  # reserved for tests and CI
     load_settings()
+
+
+def test_apps_are_built_in_names_or_spec_paths_relative_to_the_config(tmp_path: Path) -> None:
+    (tmp_path / "cfg").mkdir()
+    config = tmp_path / "cfg" / "run.yaml"
+    config.write_text("apps: [mine.yaml, settings, /abs/other.yml]\n")
+    assert load_settings(config).apps == [str(tmp_path / "cfg" / "mine.yaml"), "settings", "/abs/other.yml"]
+    assert load_settings().apps == []  # the built-ins
+    config.write_text("apps: settings\n")
+    with pytest.raises(ConfigError, match="`apps` must be a list of built-in app names and spec paths"):
+        load_settings(config)

@@ -1,0 +1,66 @@
+"""The app registry in the database: each app name is bound to one spec, by its hash.
+
+Queries, episodes and samples refer to an app by name, so a second, different spec under a
+name already stored (a user spec called `takeout`, an edited spec) would silently mix with
+the first; it is refused instead. Stages that judge or curate a round read the specs back
+from here, so a round rolled out from a spec file needs no config to be judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.db import insert_ignore
+from storage.models import App
+from trajforge.appspec import AppSpec, spec_sha256
+from trajforge.errors import SpecError
+
+
+def register_app(session: Session, spec: AppSpec) -> int:
+    """The app's id, storing its spec the first time.
+
+    Raises:
+        SpecError: another spec is already stored under this name.
+    """
+    digest = spec_sha256(spec)
+    spec_json = spec.model_dump(mode="json", by_alias=True)
+    insert_ignore(session, App, [{"name": spec.name, "spec": spec_json, "spec_sha256": digest}], ["name"])
+    app_id, stored = session.execute(select(App.id, App.spec_sha256).where(App.name == spec.name)).one()
+    if stored != digest:
+        raise _clash(spec, stored)
+    return int(app_id)
+
+
+def check_apps(sessions: sessionmaker[Session], specs: Sequence[AppSpec]) -> None:
+    """Refuse, writing nothing, specs whose names are stored with different specs."""
+    with sessions() as s:
+        stored = dict(s.execute(select(App.name, App.spec_sha256)).tuples().all())
+    for spec in specs:
+        if spec.name in stored and stored[spec.name] != spec_sha256(spec):
+            raise _clash(spec, stored[spec.name])
+
+
+def _clash(spec: AppSpec, stored: str) -> SpecError:
+    return SpecError(
+        f"app {spec.name!r}: this database already holds a different spec under that name "
+        f"(sha256 {stored[:12]}, this one {spec_sha256(spec)[:12]}); their queries and episodes "
+        "would mix: give the spec another `name:` (or use a fresh TRAJFORGE_HOME)"
+    )
+
+
+def stored_apps(sessions: sessionmaker[Session]) -> list[AppSpec]:
+    """Every spec the database holds, by name."""
+    with sessions() as s:
+        rows = s.scalars(select(App).order_by(App.name)).all()
+        return [AppSpec.model_validate(r.spec) for r in rows]
+
+
+def round_apps(sessions: sessionmaker[Session], configured: Sequence[AppSpec]) -> list[AppSpec]:
+    """The specs a stage needs to judge or curate: the configured apps, then every other stored one
+    (an app rolled out from a spec file earlier), each checked against what is stored."""
+    check_apps(sessions, configured)
+    names = {a.name for a in configured}
+    return [*configured, *(a for a in stored_apps(sessions) if a.name not in names)]
