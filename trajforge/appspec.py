@@ -359,9 +359,9 @@ def load_apps(refs: Sequence[str] = ()) -> list[AppSpec]:
         if spec.name in apps:
             first, other = apps[spec.name]
             if other != spec:
-                builtin = " (a built-in app)" if spec.name in builtin_app_names() else ""
+                a, b = (f"{r} (built-in)" if r in builtin_app_names() else r for r in (first, ref))
                 raise SpecError(
-                    f"apps: {ref} and {first}{builtin} both define app {spec.name!r} differently; "
+                    f"apps: {a} and {b} both define app {spec.name!r} differently; "
                     "give one of them another `name:`"
                 )
             continue

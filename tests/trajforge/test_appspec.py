@@ -171,7 +171,11 @@ def test_the_run_apps_default_to_the_builtins_and_refuse_a_name_defined_twice(tm
     assert [a.name for a in load_apps([str(PANTRY), "settings", str(PANTRY)])] == ["pantry", "settings"]
     impostor = tmp_path / "takeout.yaml"
     impostor.write_text(PANTRY.read_text().replace("name: pantry", "name: takeout"))
-    with pytest.raises(SpecError, match=r"both define app 'takeout' differently; give one of them another"):
-        load_apps(["takeout", str(impostor)])
+    with pytest.raises(SpecError) as err:
+        load_apps([str(impostor), "takeout"])
+    assert str(err.value) == (
+        f"apps: {impostor} and takeout (built-in) both define app 'takeout' differently; "
+        "give one of them another `name:`"
+    )
     assert spec_sha256(load_spec(PANTRY)) == spec_sha256(load_app(str(PANTRY)))
     assert spec_sha256(load_spec(PANTRY)) != spec_sha256(load_spec(impostor))
