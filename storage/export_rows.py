@@ -42,9 +42,9 @@ class ExportReport:
             f"{self.prompt_length_hint()})"
         )
 
-    def measure(self, rendered: Rendered, row: dict[str, Any], sizes: list[tuple[int, int]]) -> None:
-        """Count one written row toward the longest prompt."""
-        tokens = sum(image_tokens(*size) for size in sizes)
+    def measure(self, rendered: Rendered, row: dict[str, Any], sizes: dict[str, tuple[int, int]]) -> None:
+        """Count one written row toward the longest prompt (`sizes`: exported image sizes by sha)."""
+        tokens = sum(image_tokens(*sizes[sha]) for sha in row["images"])
         self.max_image_tokens = max(self.max_image_tokens, tokens)
         self.max_prompt_chars = max(self.max_prompt_chars, len(rendered.system) + len(row["prompt"]))
 
@@ -60,6 +60,11 @@ class Rendered:
     system: str
     answer: str
     truth: dict[str, Any] | None
+
+
+def has_action(row: dict[str, Any]) -> bool:
+    """Whether the row's answer is an action (only those have a ground truth to reward)."""
+    return json.loads(row["payload"]).get("action") is not None
 
 
 def render_row(

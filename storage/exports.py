@@ -44,6 +44,7 @@ from storage.export_rows import (
     IMAGE_TOKEN,
     ExportReport,
     dataset_card,
+    has_action,
     hf_row,
     render_row,
     verl_row,
@@ -241,7 +242,7 @@ def _export_sft(
                         {"role": "assistant", "content": rendered.answer},
                     ]
                 }
-            report.measure(rendered, row, [writer.sizes[sha] for sha in row["images"]])
+            report.measure(rendered, row, writer.sizes)
             record["weight"] = row["weight"]
             record["meta"] = {"uid": row["uid"], "category": row["category"], "query": row["query"]}
             split = row["split"]
@@ -291,19 +292,18 @@ def _export_parquet(
         out = []
         split = shard["split"]
         for row in read_shard(store, shard).iter_rows(named=True):
+            if fmt == "rl-verl" and not has_action(row):  # skipped before its images are read
+                report.skipped["no_action_ground_truth"] += 1
+                continue
             images = [writer.embed(sha) for sha in row["images"]]
             rendered = render_row(row, action_format, writer.sizes[row["images"][-1]], report)
             if rendered is None:
                 continue
             if fmt == "hf":
                 out.append(hf_row(row, images, rendered))
-                report.measure(rendered, row, [writer.sizes[sha] for sha in row["images"]])
-            elif rendered.truth is None:
-                report.skipped["no_action_ground_truth"] += 1
             else:
-                index = report.rows[split] + len(out)
-                out.append(verl_row(man, row, images, rendered, tolerance, index))
-                report.measure(rendered, row, [writer.sizes[sha] for sha in row["images"]])
+                out.append(verl_row(man, row, images, rendered, tolerance, report.rows[split] + len(out)))
+            report.measure(rendered, row, writer.sizes)
         if out:
             path = folder / f"{split}-{n:05d}.parquet"
             if fmt == "hf":
