@@ -22,9 +22,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from annotation import config as cfg
 from annotation.client import PREDICTIONS, Studio, project_key
 from annotation.images import ImageLinks
-from critics.judge import CONSENSUS
+from critics.anchors import CONSENSUS
+from critics.csrs import OUTCOME_STAGE
+from critics.judge import SILENT
 from storage.db import transaction
-from storage.models import Anchor, AnnotationProject, AnnotationTask, Episode, Judgment, Step
+from storage.models import Anchor, AnnotationProject, AnnotationTask, Episode, Exclusion, Judgment, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, S3ObjectStore
 from trajforge.actions import Action
@@ -32,7 +34,15 @@ from trajforge.errors import AnnotationError
 from trajforge.logs import counts
 from trajforge.settings import AnnotationSettings, S3Settings
 
-REASONS = ("verifier_disagreement", "channel_disagreement", "unparsed", "low_confidence", "audit")
+# why an episode needs a human, most urgent first; no_outcome: no anchor and no trusted critic decided it
+REASONS = (
+    "no_outcome",
+    "verifier_disagreement",
+    "channel_disagreement",
+    "unparsed",
+    "low_confidence",
+    "audit",
+)
 BATCH = 20  # tasks per import request: each carries its screenshots
 
 
@@ -89,10 +99,19 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
             )
         ).all()
     )
+    undecided = set(
+        s.scalars(
+            select(Exclusion.item_key).where(
+                Exclusion.round_id == round_id,
+                Exclusion.stage == OUTCOME_STAGE,
+                Exclusion.item_type == "episode",
+            )
+        )
+    )
     for episode_id, uid, goal in rows:
         judged = judgments.get(episode_id, {})
         verifier = verifiers.get(episode_id)
-        reasons = []
+        reasons = ["no_outcome"] if uid in undecided else []
         agreed = judged.get(consensus)
         if (
             verifier is not None
@@ -100,7 +119,9 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
             and (agreed.label == "correct") != (verifier == "success")
         ):
             reasons.append("verifier_disagreement")
-        channels = {j.label for k, j in judged.items() if k != consensus and j.label != "unparsed"}
+        channels = {
+            j.label for k, j in judged.items() if k != consensus and j.label not in ("unparsed", *SILENT)
+        }
         if len(channels) > 1:
             reasons.append("channel_disagreement")
         if any(j.label == "unparsed" for j in judged.values()):

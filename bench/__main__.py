@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from bench import (
+    bench_critics,
     bench_dedup_quality,
     bench_faiss,
     bench_features,
@@ -29,6 +30,7 @@ def main() -> None:
         bench_rollout,
         bench_round,
         critic_throughput,
+        bench_critics,
         bench_features,
         bench_dedup_quality,
         bench_faiss,

@@ -22,15 +22,17 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.heuristic import HeuristicStepCritic, StepVerdict, StepView, describe
-from critics.judge import deciding_anchor, round_episodes, step_view
+from critics.heuristic import StepVerdict, StepView, describe
+from critics.judge import round_episodes, step_view, stored_step_verdicts
+from critics.outcome import decide_outcomes
 from storage.db import insert_ignore, record_exclusions, transaction
-from storage.models import Anchor, Exclusion, HumanAnnotation, Sample
+from storage.models import Exclusion, HumanAnnotation, Sample
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
+from trajforge.settings import CriticSettings
 
 CATEGORIES = (
     "progress_tracking",
@@ -41,12 +43,12 @@ CATEGORIES = (
     "intent_execution",
     "action_prediction",
 )
-KNOWLEDGE = CATEGORIES[:6]  # what a failed trajectory still teaches
 SCORES = {"GOOD": 1.0, "NEUTRAL": 0.5, "HARMFUL": 0.0}
 TAU_C = 0.5  # keep GOOD and NEUTRAL steps as action targets, drop HARMFUL ones
 TEMPLATE_VERSION = "csrs-templates-1"
 TRAJECTORY_FAILED = "trajectory_failed"  # action samples of a trajectory the anchor failed
 SUPERSEDED = "superseded_by_human_anchor"  # written under an outcome a human has since reversed
+OUTCOME_STAGE = "outcome"  # exclusion stage of episodes no anchor or trusted critic decided
 
 
 @dataclass
@@ -81,11 +83,15 @@ def screen_text(view_elements: list[dict[str, Any]]) -> str:
 class ExtractionReport:
     kept: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
+    undecided: Counter[str] = field(default_factory=Counter)  # episodes left for a human, by reason
 
     def render(self) -> str:
         kept = ", ".join(f"{k}={v}" for k, v in sorted(self.kept.items()))
         dropped = counts(self.dropped)
-        return f"samples kept: {kept}\nsamples dropped: {dropped}"
+        line = f"samples kept: {kept}\nsamples dropped: {dropped}"
+        if self.undecided:
+            line += f"\nepisodes without an outcome, queued for human review: {counts(self.undecided)}"
+        return line
 
 
 def extract(
@@ -95,7 +101,7 @@ def extract(
     anchor: dict[str, Any],
     steps: list[StepView],
     verdicts: list[StepVerdict],
-    critic: str = "heuristic_step:1",
+    critic: str = "heuristic_step:2",
     tau_c: float = TAU_C,
 ) -> list[SampleDraft]:
     """The seven-category samples of one anchored trajectory (offline templates)."""
@@ -262,35 +268,56 @@ def extract_round(
     round_id: int,
     gateway: LLMGateway | None = None,
     frames: Callable[[str], bytes] | None = None,
+    settings: CriticSettings | None = None,
 ) -> ExtractionReport:
-    """Samples for every anchored episode of a round; idempotent; drops go to `exclusion` too.
+    """Samples for every episode of a judged round whose outcome is decided (`critics.outcome`);
+    idempotent; drops go to `exclusion` too, and so do episodes left for a human, with why.
 
-    With a gateway (and `frames` to load screenshots), categories 1-5 are written by the model.
+    Step labels are the stored step judgments (a model critic's where present). With a gateway
+    (and `frames` to load screenshots), categories 1-5 are written by the model.
     """
-    critic = HeuristicStepCritic()
+    settings = settings or CriticSettings()
     report = ExtractionReport()
     batches: list[tuple[int, list[SampleDraft]]] = []
     outcomes: dict[int, str] = {}
+    undecided: list[tuple[str, str, dict[str, Any]]] = []
     with sessions() as s:
+        decided = decide_outcomes(s, round_id, settings)
         for episode, query, steps in round_episodes(s, round_id):
-            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
-            anchor = deciding_anchor(anchors)
-            if anchor is None:
+            outcome = decided[episode.id]
+            if outcome.success is None:
+                detail = {"accuracy": outcome.accuracy, "anchored": outcome.anchored}
+                undecided.append((episode.uid, outcome.source, detail))
                 continue
+            verdicts = stored_step_verdicts(s, round_id, steps)
             views = [step_view(st) for st in steps]
-            verdicts = critic.judge(query, views)
-            anchor_info = {"source": anchor.source, "label": anchor.label}
-            verifier = next((a.label for a in anchors if a.source == "verifier"), None)
-            if anchor.source == "human" and verifier not in (None, anchor.label):
-                anchor_info["overrides"] = str(verifier)
-            outcomes[episode.id] = anchor.label
-            drafts = extract(query, episode.uid, anchor.label == "success", anchor_info, views, verdicts)
+            label = "success" if outcome.success else "failure"
+            outcomes[episode.id] = label
+            drafts = extract(
+                query,
+                episode.uid,
+                outcome.success,
+                outcome.provenance(),
+                views,
+                verdicts,
+                tau_c=settings.tau_c,
+            )
             batches.append((episode.id, drafts))
     if gateway is not None and frames is not None:  # one event loop for every model call
         asyncio.run(write_with_model([d for _, drafts in batches for d in drafts], gateway, frames))
     superseded = revise_outcomes(sessions, round_id, outcomes)
     for bucket, tally in store_drafts(sessions, round_id, batches, "csrs").items():
         getattr(report, bucket).update(tally)
+    with transaction(sessions) as s:
+        s.execute(
+            delete(Exclusion).where(
+                Exclusion.round_id == round_id,
+                Exclusion.stage == OUTCOME_STAGE,
+                Exclusion.item_key.not_in([uid for uid, _, _ in undecided]),
+            )
+        )
+        record_exclusions(s, round_id, OUTCOME_STAGE, "episode", undecided)
+    report.undecided = Counter(reason for _, reason, _ in undecided)
     if superseded:
         report.dropped[SUPERSEDED] = superseded
     return report

@@ -19,6 +19,7 @@ from critics.heuristic import (
     TextualTrajectoryCritic,
     VisualTrajectoryCritic,
     consensus,
+    goal_key,
 )
 from querygen.pipeline import generate_queries
 from rollout.policies import NoisyOracle, OracleNoise
@@ -167,30 +168,38 @@ class EvalReport:
 
 
 def evaluate(apps: list[AppSpec], episodes: list[EvalEpisode]) -> EvalReport:
+    """The offline critics on the set; the visual channel's references are the set's true successes."""
+    references: dict[str, dict[str, set[str]]] = {}
+    for i, ep in enumerate(episodes):
+        if ep.true_success and ep.steps:
+            references.setdefault(goal_key(ep.query.goal), {}).setdefault(ep.steps[-1].after, set()).add(
+                str(i)
+            )
     step_critic, textual, visual = (
-        HeuristicStepCritic(),
+        HeuristicStepCritic(apps),
         TextualTrajectoryCritic(),
-        VisualTrajectoryCritic(apps),
+        VisualTrajectoryCritic(references),
     )
-    right = Counter[str]()
+    right, voted = Counter[str](), Counter[str]()
     by_noise: dict[float, list[bool]] = {}
     confusion: Counter[tuple[str, str]] = Counter()
-    for ep in episodes:
-        verdicts = step_critic.judge(ep.query, ep.steps)
-        channels = [textual.judge(ep.query, ep.steps, verdicts), visual.judge(ep.query, ep.steps)]
-        ok = consensus(channels) == ep.true_success
+    for i, ep in enumerate(episodes):
+        trace = step_critic.follow(ep.query, ep.steps)
+        channels = [textual.judge(trace, ep.steps), visual.judge(ep.query, ep.steps, str(i))]
+        ok = bool(consensus(channels)) == ep.true_success
         right["consensus"] += ok
-        for ch in channels:
+        for ch in (c for c in channels if c.success is not None):  # a channel's accuracy where it voted
+            voted[ch.channel] += 1
             right[ch.channel] += ch.success == ep.true_success
         by_noise.setdefault(ep.noise, []).append(ok)
-        for truth, verdict in zip(ep.true_steps, verdicts, strict=True):
+        for truth, verdict in zip(ep.true_steps, trace.verdicts, strict=True):
             confusion[(truth, verdict.label)] += 1
     n = max(len(episodes), 1)
     steps = sum(confusion.values())
     return EvalReport(
         episodes=len(episodes),
         trajectory_accuracy=right["consensus"] / n,
-        channel_accuracy={"textual": right["textual"] / n, "visual": right["visual"] / n},
+        channel_accuracy={c: right[c] / max(voted[c], 1) for c in ("textual", "visual")},
         step_accuracy=sum(v for (t, c), v in confusion.items() if t == c) / max(steps, 1),
         step_confusion=confusion,
         by_noise={k: sum(v) / len(v) for k, v in by_noise.items()},

@@ -1,33 +1,41 @@
 """Offline critics for the embedded default (GUI-Owl §6.3 labels, no model).
 
 They see only what a critic on a real farm sees: each step's element tree and screenshot
-hashes, the action, the query and the ground-truth path it was generated from. They never
-read the verifier or the simulator's state.
+hashes, the action, the query's goal and the app's spec (its navigation DAG). They never
+read the verifier, the device's state or the sampled path, and never run the simulator, so
+they judge sim, web and spec'd Android episodes alike, and credit any valid route.
 
-- `HeuristicStepCritic`: GOOD when an action completes the next ground-truth move, NEUTRAL
-  when it changes nothing on the path (scrolls, focus, typing, no-op taps), HARMFUL when
-  it leaves the path (another element, a wrong value, a back while on the path, an early
-  stop). A back that returns to the path is GOOD.
-- `TextualTrajectoryCritic`: the step record against the path (all moves done, back on the
-  path, a final `terminate(success)`).
-- `VisualTrajectoryCritic`: the final screenshot against the frame the ground-truth path
-  ends on, replayed in the simulator (the apps are specs, so the target frame is known).
-- `consensus`: AND (GUI-Owl's rule), majority, or weighted.
+- `HeuristicStepCritic`: follows the episode on the DAG (`critics.appmodel.Tracker`) and
+  counts the actions left to the goal by any route: GOOD when an action lowers it, HARMFUL
+  when it raises it (a wrong pick, leaving the route, a back while on it) or stops early,
+  NEUTRAL otherwise (scrolls, focus, typing, taps that change nothing).
+- `TextualTrajectoryCritic`: a goal check from the step record and the final element tree:
+  the goal's screen reached with every goal slot set to its value (the final state decides, as
+  for a verifier; whether the run claimed success is kept in the reason).
+- `VisualTrajectoryCritic`: from screenshots only: the final frame against the end frames of
+  recorded successful episodes of the same goal (equal, or a near-equal difference hash
+  without the status bar); it abstains when there is none.
+- `consensus`: AND (GUI-Owl's rule), majority, or weighted, over the channels that voted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from rollout.sim.device import Move, SimDevice
-from rollout.sim.oracle import replay
-from rollout.sim.render import FrameRenderer
-from trajforge.actions import Action, ActionKind, Screen
+from PIL import Image
+
+from critics.appmodel import AppModel, Goal, Tracker, tapped
+from trajforge.actions import Action, ActionKind
 from trajforge.appspec import AppSpec
 from trajforge.domain import Observation, Query
 
 Label = Literal["GOOD", "NEUTRAL", "HARMFUL"]
+BAR_SHARE = 0.05  # top and bottom share of a screenshot the visual channel ignores (status, navigation)
+SIGNATURE_SIDE = 16  # the visual signature is SIDE x SIDE difference bits
 
 
 @dataclass(frozen=True)
@@ -63,32 +71,8 @@ class StepVerdict:
     summary: str  # at most 30 words (GUI-Owl §6.3)
 
 
-@dataclass
-class _Track:
-    gold: list[dict[str, Any]]
-    pointer: int = 0
-    off_path: int = 0  # screens away from the path
-    typed: str | None = None
-    done: bool = False
-    success_claimed: bool = False
-    verdicts: list[StepVerdict] = field(default_factory=list)
-
-
 def hit_element(view: StepView, point: tuple[int, int]) -> dict[str, Any] | None:
-    x, y = Screen(view.width, view.height).to_px(point)
-    for e in view.elements:
-        x1, y1, x2, y2 = e["bounds"]
-        if x1 <= x <= x2 and y1 <= y <= y2:
-            return e
-    return None
-
-
-def _matches(element: dict[str, Any], move: dict[str, Any], app: str) -> bool:
-    if move["widget"] == "__open__":
-        return bool(element.get("id") == f"app:{app}")
-    if element.get("widget") != move["widget"]:
-        return False
-    return element.get("kind") != "list_item" or element.get("value") == move.get("value")
+    return tapped(view.elements, view.width, view.height, point)
 
 
 def describe(action: Action, view: StepView) -> str:
@@ -107,152 +91,198 @@ def describe(action: Action, view: StepView) -> str:
     return action.kind.value.replace("_", " ").capitalize()
 
 
+@dataclass
+class Trace:
+    """The step critic's walk through one episode: a verdict per step and the state it ended in."""
+
+    verdicts: list[StepVerdict]
+    end: Tracker | None  # None: no spec for the app or no goal on the query
+
+
+_GOOD = {"submitted": "submits_input", "back": "returns_to_route", "home": "returns_to_route"}
+_NEUTRAL = {
+    "focused": "focuses_input",
+    "typed": "types_text",
+    "keyboard_closed": "closes_keyboard",
+    "no_change": "no_change",
+    "tap_missed": "no_op_tap",
+    "tap_other": "no_op_tap",
+}
+
+
 class HeuristicStepCritic:
-    name, version = "heuristic_step", "1"
+    """Progress toward the goal on the app's DAG, by any valid route."""
+
+    name, version = "heuristic_step", "2"
+
+    def __init__(self, apps: list[AppSpec]) -> None:
+        self.models = {a.name: AppModel(a) for a in apps}
 
     def judge(self, query: Query, steps: list[StepView]) -> list[StepVerdict]:
-        track = _Track(
-            gold=[{"widget": "__open__", "value": query.app, "screen": "__launcher__"}, *query.path]
-        )
-        for view in steps:
-            track.verdicts.append(self._step(query, view, track))
-        return track.verdicts
+        return self.follow(query, steps).verdicts
 
-    def _step(self, query: Query, view: StepView, t: _Track) -> StepVerdict:
+    def follow(self, query: Query, steps: list[StepView]) -> Trace:
+        goal, model = Goal.of(query.goal), self.models.get(query.app)
+        if goal is None or model is None:
+            why = "no_goal" if goal is None else "no_app_model"
+            verdict = StepVerdict("NEUTRAL", why, "The critic has no map of this app or task.")
+            return Trace([verdict for _ in steps], None)
+        tracker = Tracker.start(model, goal)
+        verdicts = []
+        for i, view in enumerate(steps):
+            verdicts.append(self._step(tracker, view))
+            if i + 1 < len(steps):
+                tracker.observe(steps[i + 1].elements)
+        return Trace(verdicts, tracker)
+
+    @staticmethod
+    def _step(t: Tracker, view: StepView) -> StepVerdict:
         if view.action is None:
             return StepVerdict(
                 "NEUTRAL", "unparseable_output", "The output could not be parsed; nothing happened."
             )
         action = Action.model_validate(view.action)
-        changed = view.before != view.after
-        move = t.gold[t.pointer] if t.pointer < len(t.gold) else None
-        kind = action.kind
-        if kind == ActionKind.TERMINATE:
-            t.done = True
-            t.success_claimed = action.status == "success"
-            if t.success_claimed and move is None and not t.off_path:
-                return StepVerdict("GOOD", "completes_task", "Declares success after every step of the task.")
-            return StepVerdict("HARMFUL", "premature_stop", "Stops before the task is done.")
-        if kind == ActionKind.PRESS and action.key == "back":
-            if t.off_path:
-                t.off_path -= 1
-                return StepVerdict("GOOD", "returns_to_path", "Goes back towards the task's path.")
-            if changed:
-                self._step_back(t)
-                return StepVerdict("HARMFUL", "leaves_path", "Goes back although the task was on track.")
-            return StepVerdict("NEUTRAL", "no_change", "Back changed nothing.")
-        if t.off_path:
-            if changed and kind == ActionKind.CLICK:
-                t.off_path += 1
-                return StepVerdict("HARMFUL", "leaves_path", "Moves further away from the task's path.")
-            return StepVerdict("NEUTRAL", "off_path", "Acts away from the task's path without changing it.")
-        if kind == ActionKind.CLICK and action.point is not None and move is not None:
-            element = hit_element(view, action.point)
-            if element is not None and _matches(element, move, query.app):
-                if element.get("kind") == "input":
-                    t.typed = ""
-                    return StepVerdict("NEUTRAL", "focuses_input", "Focuses the field the task needs.")
-                t.pointer += 1
-                return StepVerdict(
-                    "GOOD", "follows_path", f"Taps {element.get('text') or element.get('id')}, the next step."
-                )
-            if element is None or not changed:
-                return StepVerdict("NEUTRAL", "no_op_tap", "The tap hit nothing that changes the screen.")
-            t.off_path += 1
-            return StepVerdict(
-                "HARMFUL", "leaves_path", f"Taps {element.get('text') or element.get('id')}, off the path."
-            )
-        if kind == ActionKind.TYPE and move is not None:
-            if t.typed is not None and action.text == move.get("value"):
-                t.typed = action.text
-                return StepVerdict("NEUTRAL", "types_value", "Types the value the task asks for.")
-            return StepVerdict(
-                "HARMFUL" if t.typed is not None else "NEUTRAL",
-                "wrong_text",
-                "Types text the task does not ask for.",
-            )
-        if kind == ActionKind.PRESS and action.key == "enter" and t.typed and move is not None:
-            t.pointer += 1
-            t.typed = None
-            return StepVerdict("GOOD", "submits_input", "Submits the value the task asks for.")
-        if kind == ActionKind.SWIPE:
+        before = t.remaining()
+        if action.kind == ActionKind.TERMINATE:
+            if action.status == "success" and t.at_goal():
+                return StepVerdict("GOOD", "completes_task", "Declares success with the goal reached.")
+            if action.status == "success":
+                return StepVerdict("HARMFUL", "premature_stop", "Declares success before the goal.")
+            return StepVerdict("HARMFUL", "gives_up", "Gives up on a task that can still be done.")
+        hit = hit_element(view, action.point) if action.point is not None else None
+        values = dict(t.values)
+        event = t.advance(action, hit, view.before != view.after)
+        wrong = any(t.values.get(k) not in (values.get(k), v) for k, v in t.goal.state)
+        after = t.remaining()
+        what = describe(action, view)
+        if after < before:
+            return StepVerdict("GOOD", _GOOD.get(event, "makes_progress"), f"{what}: closer to the goal.")
+        if after > before:
+            reason = "wrong_value" if wrong else "moves_away"
+            return StepVerdict("HARMFUL", reason, f"{what}: further from the goal.")
+        if action.kind == ActionKind.SWIPE and event != "no_change":
             return StepVerdict("NEUTRAL", "scrolls", "Scrolls to look for the next element.")
-        return StepVerdict(
-            "NEUTRAL", "no_change" if not changed else "other_action", "No progress on the path."
-        )
-
-    @staticmethod
-    def _step_back(t: _Track) -> None:
-        """A back on the path returns to the previous screen's first move."""
-        if t.pointer <= 1:
-            t.pointer = 0
-            return
-        previous = t.gold[t.pointer - 1]["screen"]
-        t.pointer = next(i for i, m in enumerate(t.gold) if m["screen"] == previous)
+        return StepVerdict("NEUTRAL", _NEUTRAL.get(event, "no_progress"), f"{what}: no progress.")
 
 
 @dataclass(frozen=True)
 class ChannelVerdict:
     channel: str
-    success: bool
+    success: bool | None  # None: the channel abstains
     reason: str
 
 
 class TextualTrajectoryCritic:
-    """The step record against the ground-truth path (GUI-Owl's textual channel, offline)."""
+    """A route-agnostic goal check from the step record (GUI-Owl's textual channel, offline)."""
 
-    name, version = "heuristic_textual", "1"
+    name, version = "heuristic_textual", "2"
 
-    def judge(self, query: Query, steps: list[StepView], verdicts: list[StepVerdict]) -> ChannelVerdict:
-        completed = sum(v.reason in ("follows_path", "submits_input") for v in verdicts)
-        net_harm = sum(v.reason == "leaves_path" for v in verdicts) - sum(
-            v.reason == "returns_to_path" for v in verdicts
-        )
-        last = verdicts[-1].reason if verdicts else "no_steps"
-        if last != "completes_task":
-            return ChannelVerdict("textual", False, "no_success_claim" if last != "premature_stop" else last)
-        if net_harm > 0:
-            return ChannelVerdict("textual", False, "off_path_at_end")
-        if completed < len(query.path) + 1:
-            return ChannelVerdict("textual", False, "steps_missing")
-        return ChannelVerdict("textual", True, "path_completed")
+    def judge(self, trace: Trace, steps: list[StepView]) -> ChannelVerdict:
+        """Success is the final state, as a verifier reads it: a run that ends on the goal without
+        claiming it still succeeded, and a success claim elsewhere did not."""
+        if not steps:
+            return ChannelVerdict("textual", False, "no_steps")
+        end = trace.end
+        if end is None:
+            return ChannelVerdict("textual", None, trace.verdicts[0].reason)
+        last = Action.model_validate(steps[-1].action) if steps[-1].action else None
+        claimed = last is not None and last.kind == ActionKind.TERMINATE and last.status == "success"
+        if end.app != end.goal.app or end.screen != end.goal.screen:
+            return ChannelVerdict("textual", False, "wrong_screen" if claimed else "no_success_claim")
+        if len(end.goal.satisfied(end.values)) < len(end.goal.state):
+            return ChannelVerdict("textual", False, "wrong_values" if claimed else "no_success_claim")
+        return ChannelVerdict("textual", True, "goal_reached" if claimed else "goal_reached_unclaimed")
+
+
+def goal_key(goal: dict[str, Any], backend: str = "") -> str:
+    """The visual channel's reference key: the goal (app, screen, slot values) on one kind of
+    device, since frames of two renderers never match."""
+    return json.dumps([backend, goal], sort_keys=True, ensure_ascii=False)
+
+
+def frame_signature(png: bytes) -> int:
+    """A 256-bit difference hash of a screenshot without its status and navigation bars (a clock,
+    a battery level or a notification icon must not make two screens differ)."""
+    with Image.open(io.BytesIO(png)) as img:
+        grey = img.convert("L")
+        w, h = grey.size
+        body = grey.crop((0, round(h * BAR_SHARE), w, round(h * (1 - BAR_SHARE))))
+        cells = body.resize((SIGNATURE_SIDE + 1, SIGNATURE_SIDE), Image.Resampling.BILINEAR).load()
+    bits = 0
+    for y in range(SIGNATURE_SIDE):
+        for x in range(SIGNATURE_SIDE):
+            bits = (bits << 1) | int(cells[x, y] > cells[x + 1, y])  # type: ignore[index,operator]
+    return bits
 
 
 class VisualTrajectoryCritic:
-    """The final frame against the frame the ground-truth path ends on, replayed in the simulator."""
+    """The final frame against the end frames of recorded successful episodes of the same goal.
 
-    name, version = "heuristic_visual", "1"
+    `references` maps a goal key to {end frame hash: uids of the successful episodes ending
+    there}; an episode is never its own reference. Without a reference the channel abstains.
+    Frames match when their hashes are equal or, given `frames` (bytes by hash), when their
+    signatures (`frame_signature`) differ in at most `tolerance` of their bits.
+    """
 
-    def __init__(self, apps: list[AppSpec], renderer: FrameRenderer | None = None) -> None:
-        self.device = SimDevice(apps)
-        self.renderer = renderer or FrameRenderer()
-        self._targets: dict[str, str] = {}
+    name, version = "heuristic_visual", "3"
 
-    def target_frame(self, query: Query) -> str:
-        if query.uid not in self._targets:
-            replay(self.device, query.app, [Move.from_json(m) for m in query.path])
-            self._targets[query.uid] = self.renderer.frame(self.device)[1]
-        return self._targets[query.uid]
+    def __init__(
+        self,
+        references: dict[str, dict[str, set[str]]] | None = None,
+        frames: Callable[[str], bytes] | None = None,
+        tolerance: float = 0.01,  # 2 of 256 bits: measured, other screens of an app differ by 3+
+    ) -> None:
+        self.references = references or {}
+        self.frames = frames
+        self.tolerance = tolerance
+        self._signatures: dict[str, int] = {}
 
-    def judge(self, query: Query, steps: list[StepView]) -> ChannelVerdict:
+    def _signature(self, sha: str) -> int:
+        if sha not in self._signatures:
+            assert self.frames is not None
+            self._signatures[sha] = frame_signature(self.frames(sha))
+        return self._signatures[sha]
+
+    def _matches(self, frame: str, references: set[str]) -> bool:
+        if frame in references:
+            return True
+        if self.frames is None:
+            return False
+        limit = self.tolerance * SIGNATURE_SIDE * SIGNATURE_SIDE
+        mine = self._signature(frame)
+        return any((mine ^ self._signature(r)).bit_count() <= limit for r in references)
+
+    def judge(
+        self, query: Query, steps: list[StepView], episode: str = "", backend: str = ""
+    ) -> ChannelVerdict:
         if not steps:
             return ChannelVerdict("visual", False, "no_steps")
-        ok = steps[-1].after == self.target_frame(query)
-        return ChannelVerdict("visual", ok, "ends_on_target_screen" if ok else "ends_elsewhere")
+        references = self.references.get(goal_key(query.goal, backend), {})
+        frames = {frame for frame, uids in references.items() if uids - {episode}}
+        if not frames:
+            return ChannelVerdict("visual", None, "no_reference")
+        ok = self._matches(steps[-1].after, frames)
+        return ChannelVerdict("visual", ok, "matches_a_successful_end" if ok else "ends_elsewhere")
 
 
 def consensus(
     verdicts: list[ChannelVerdict],
     rule: Literal["and", "majority", "weighted"] = "and",
     weights: dict[str, float] | None = None,
-) -> bool:
+) -> bool | None:
     """A trajectory is correct when all channels agree (GUI-Owl §6.3), by majority, or by weighted vote
-    (the weighted share of "correct" above one half; channels without a weight count 1)."""
-    votes = [v.success for v in verdicts]
+    (the weighted share of "correct" above one half; channels without a weight count 1).
+
+    Abstaining channels do not vote; with no vote at all the consensus is None (undecided).
+    """
+    voting = [v for v in verdicts if v.success is not None]
+    if not voting:
+        return None
+    votes = [bool(v.success) for v in voting]
     if rule == "and":
         return all(votes)
     if rule == "majority":
         return sum(votes) * 2 > len(votes)
     w = weights or {}
-    total = sum(w.get(v.channel, 1.0) for v in verdicts)
-    return total > 0 and sum(w.get(v.channel, 1.0) for v in verdicts if v.success) * 2 > total
+    total = sum(w.get(v.channel, 1.0) for v in voting)
+    return total > 0 and sum(w.get(v.channel, 1.0) for v in voting if v.success) * 2 > total

@@ -17,8 +17,10 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.anchors import CONSENSUS, backend_of, deciding_anchor, success_references
 from critics.heuristic import (
     HeuristicStepCritic,
+    StepVerdict,
     StepView,
     TextualTrajectoryCritic,
     VisualTrajectoryCritic,
@@ -33,11 +35,12 @@ from storage.rounds import JUDGED, mark_stage
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
-from trajforge.errors import LLMError
+from trajforge.errors import LLMError, StageError
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
 
-CONSENSUS = ("consensus_and", "1")
+SILENT = ("abstain", "undecided")  # episode labels that are no verdict (an unparsed one counts as "no")
+STEP_CRITICS = ("llm_step", "heuristic_step")  # preference order of stored step labels
 PENDING_STAGE = "critic_pending"  # exclusion stage of episodes the model critics could not judge yet
 
 
@@ -57,11 +60,6 @@ class JudgeReport:
                 "run again to retry only those"
             )
         return line
-
-
-def deciding_anchor(anchors: Sequence[Anchor]) -> Anchor | None:
-    """The anchor that decides an episode's outcome: a human's overrides the verifier's."""
-    return next((a for a in anchors if a.source == "human"), anchors[0] if anchors else None)
 
 
 def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[Step]]]:
@@ -89,20 +87,43 @@ def step_view(step: Step) -> StepView:
     )
 
 
-def judge_round(sessions: sessionmaker[Session], round_id: int, apps: list[AppSpec]) -> JudgeReport:
-    step_critic, textual, visual = (
-        HeuristicStepCritic(),
-        TextualTrajectoryCritic(),
-        VisualTrajectoryCritic(apps),
-    )
+def _label(success: bool | None, silent: str = "abstain") -> str:
+    if success is None:
+        return silent
+    return "correct" if success else "incorrect"
+
+
+CONSENSUS_SUMMARY = {
+    "correct": "the voting channels agree",
+    "incorrect": "a channel says incorrect",
+    "undecided": "every channel abstained",
+}
+
+
+def judge_round(
+    sessions: sessionmaker[Session],
+    round_id: int,
+    apps: list[AppSpec],
+    frames: Callable[[str], bytes] | None = None,
+) -> JudgeReport:
+    """The offline critics on every step and episode of a round (idempotent).
+
+    With `frames` (screenshot bytes by hash) the visual channel also accepts near-equal end
+    frames; without, only equal ones.
+    """
+    step_critic, textual = HeuristicStepCritic(apps), TextualTrajectoryCritic()
     report = JudgeReport()
     with transaction(sessions) as s:
+        visual = VisualTrajectoryCritic(success_references(s, round_id), frames)
         for episode, query, steps in round_episodes(s, round_id):
             views = [step_view(st) for st in steps]
-            verdicts = step_critic.judge(query, views)
+            trace = step_critic.follow(query, views)
             channels = [
-                ((textual.name, textual.version), textual.judge(query, views, verdicts)),
-                ((visual.name, visual.version), visual.judge(query, views)),
+                ((textual.name, textual.version), textual.judge(trace, views)),
+                (
+                    (visual.name, visual.version),
+                    visual.judge(query, views, episode.uid, backend_of(episode.device)),
+                ),
             ]
             agreed = consensus([c for _, c in channels])
             rows: list[dict[str, Any]] = [
@@ -115,7 +136,7 @@ def judge_round(sessions: sessionmaker[Session], round_id: int, apps: list[AppSp
                     "summary": v.summary,
                     "analysis": v.reason,
                 }
-                for st, v in zip(steps, verdicts, strict=True)
+                for st, v in zip(steps, trace.verdicts, strict=True)
             ]
             rows += [
                 {
@@ -123,7 +144,7 @@ def judge_round(sessions: sessionmaker[Session], round_id: int, apps: list[AppSp
                     "critic_version": critic[1],
                     "target": "episode",
                     "target_id": episode.id,
-                    "label": "correct" if c.success else "incorrect",
+                    "label": _label(c.success),
                     "summary": c.reason,
                     "analysis": c.reason,
                 }
@@ -135,17 +156,46 @@ def judge_round(sessions: sessionmaker[Session], round_id: int, apps: list[AppSp
                     "critic_version": CONSENSUS[1],
                     "target": "episode",
                     "target_id": episode.id,
-                    "label": "correct" if agreed else "incorrect",
-                    "summary": "all channels agree" if agreed else "a channel says incorrect",
+                    "label": _label(agreed, "undecided"),
+                    "summary": CONSENSUS_SUMMARY[_label(agreed, "undecided")],
                     "analysis": "",
                 }
             )
             insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
             report.episodes += 1
-            report.correct += agreed
-            report.steps.update(v.label for v in verdicts)
+            report.correct += bool(agreed)
+            report.steps.update(v.label for v in trace.verdicts)
     mark_stage(sessions, round_id, JUDGED)
     return report
+
+
+def stored_step_verdicts(s: Session, round_id: int, steps: Sequence[Step]) -> list[StepVerdict]:
+    """The stored step-critic labels of an episode (a model critic's where present).
+
+    Raises:
+        StageError: a step has no label: the round is not judged yet (names the command).
+    """
+    stored: dict[int, dict[str, Judgment]] = {}
+    for j in s.scalars(
+        select(Judgment)
+        .where(
+            Judgment.target == "step",
+            Judgment.target_id.in_([st.id for st in steps]),
+            Judgment.critic.in_(STEP_CRITICS),
+        )
+        .order_by(Judgment.critic_version)  # a critic's latest version wins
+    ):
+        stored.setdefault(j.target_id, {})[j.critic] = j
+    if not all(st.id in stored for st in steps):
+        raise StageError(
+            f"round {round_id} is not judged yet; run `trajforge critics run --round {round_id}` first"
+        )
+    out = []
+    for st in steps:
+        j = next(stored[st.id][c] for c in STEP_CRITICS if c in stored[st.id])
+        label = j.label if j.label in ("GOOD", "NEUTRAL", "HARMFUL") else "NEUTRAL"
+        out.append(StepVerdict(label, j.analysis or "stored", j.summary or ""))  # type: ignore[arg-type]
+    return out
 
 
 @dataclass
@@ -200,7 +250,11 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
             judged = s.scalars(
                 select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
             ).all()
-            verdicts = {f"{j.critic}:{j.critic_version}": j.label == "correct" for j in judged}
+            verdicts = {
+                f"{j.critic}:{j.critic_version}": j.label == "correct"
+                for j in judged
+                if j.label not in SILENT
+            }
             unsure = [f"{j.critic}:{j.critic_version}" for j in judged if j.label == "unparsed"]
             for key, predicted in verdicts.items():
                 channels.setdefault(key, ChannelStats()).add(predicted, actual)

@@ -36,7 +36,7 @@ from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
-from trajforge.settings import CurationSettings
+from trajforge.settings import CriticSettings, CurationSettings
 
 DEDUP_STAGE = "dedup"
 
@@ -79,10 +79,11 @@ def curate_round(
     apps: list[AppSpec],
     gateway: LLMGateway | None = None,
     featurizer: Featurizer | None = None,
+    critics: CriticSettings | None = None,
 ) -> CurationReport:
     """Curate one judged round (see the module docstring); safe to rerun."""
     report = CurationReport()
-    rollouts = load_rollouts(sessions, round_id)
+    rollouts = load_rollouts(sessions, round_id, critics)
     groups = by_query(rollouts)
     frames = frame_reader(store)
 

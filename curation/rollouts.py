@@ -1,24 +1,22 @@
 """A round's rollouts as curation sees them: per query group, with outcomes and step labels.
 
-An episode's outcome is its anchor (a human anchor overrides the verifier's), else the
-verifier's verdict. Step labels are the stored step-critic judgments (a model critic's
-when present), else the offline step critic's, computed the same way judging does.
+An episode's outcome is decided as `critics.outcome` says (an anchor, else the calibrated
+critics' consensus; None when a human must decide). Step labels are the stored step-critic
+judgments (a model critic's when present).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.heuristic import HeuristicStepCritic, StepView, describe
-from critics.judge import deciding_anchor, round_episodes, step_view
-from storage.models import Anchor, Judgment
+from critics.heuristic import StepView, describe
+from critics.judge import round_episodes, step_view, stored_step_verdicts
+from critics.outcome import decide_outcomes
 from trajforge.actions import Action
 from trajforge.domain import Query
-
-STEP_CRITICS = ("llm_step", "heuristic_step")  # preference order of stored step labels
+from trajforge.settings import CriticSettings
 
 
 @dataclass
@@ -38,28 +36,22 @@ class Rollout:
         ]
 
 
-def load_rollouts(sessions: sessionmaker[Session], round_id: int) -> list[Rollout]:
-    critic = HeuristicStepCritic()
+def load_rollouts(
+    sessions: sessionmaker[Session], round_id: int, settings: CriticSettings | None = None
+) -> list[Rollout]:
+    """The judged round's rollouts, with their decided outcomes (`critics.outcome`) and stored step labels.
+
+    Raises:
+        StageError: the round has steps without a step-critic label (not judged yet).
+    """
     out = []
     with sessions() as s:
+        outcomes = decide_outcomes(s, round_id, settings or CriticSettings())
         for episode, query, steps in round_episodes(s, round_id):
-            anchor = deciding_anchor(s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all())
-            success = anchor.label == "success" if anchor is not None else episode.verifier_success
+            verdicts = stored_step_verdicts(s, round_id, steps)
             views = [step_view(st) for st in steps]
-            stored: dict[int, dict[str, str]] = {}
-            for j in s.scalars(
-                select(Judgment).where(
-                    Judgment.target == "step",
-                    Judgment.target_id.in_([st.id for st in steps]),
-                    Judgment.critic.in_(STEP_CRITICS),
-                )
-            ):
-                stored.setdefault(j.target_id, {})[j.critic] = j.label
-            if steps and all(st.id in stored for st in steps):
-                labels = [next(stored[st.id][c] for c in STEP_CRITICS if c in stored[st.id]) for st in steps]
-            else:
-                labels = [v.label for v in critic.judge(query, views)]
-            out.append(Rollout(episode.id, episode.uid, query, views, labels, success))
+            labels: list[str] = [v.label for v in verdicts]
+            out.append(Rollout(episode.id, episode.uid, query, views, labels, outcomes[episode.id].success))
     return out
 
 

@@ -3,7 +3,8 @@
 `collect` reads the figures (success, pass rates, critic vs anchor accuracy, dedup
 retention, samples by category, drops by reason, model tokens and cost, dataset
 versions and lineage, example trajectories); `write_report` renders them with
-matplotlib (Agg backend, no display needed) into `index.html` plus `*.png`.
+matplotlib (Agg backend, no display needed) into `index.html` plus `*.png`, and the same
+figures per round and per app for machines into `rounds.json` (`evolve.rounds_json`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from PIL import Image
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.judge import CONSENSUS
+from critics.anchors import CONSENSUS
+from evolve.rounds_json import write_rounds_json
 from storage.datasets import VersionRef, list_versions, manifest
 from storage.models import Anchor, App, Episode, Exclusion, Judgment, LLMCall, Policy, Round, Sample, Step
 from storage.models import Query as QueryRow
@@ -328,4 +330,5 @@ figure{{display:inline-block;margin:6px;vertical-align:top}}
 </body></html>"""
     index = out / "index.html"
     index.write_text(page, encoding="utf-8")
+    write_rounds_json(sessions, out)
     return index

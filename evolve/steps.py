@@ -22,8 +22,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from critics.anchors import CONSENSUS
 from critics.csrs import extract_round
-from critics.judge import CONSENSUS, calibrate_round, judge_round, judge_round_llm
+from critics.judge import calibrate_round, judge_round, judge_round_llm
 from curation.features import FeatureStore, make_featurizer
 from curation.pipeline import curate_round
 from evolve.policies import policy_factory, register_policy
@@ -34,6 +35,8 @@ from rollout.policies import NoisyOracle, OracleNoise, Policy
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.farm import SimFarm
+from rollout.web.env import chromium_available
+from rollout.web.farm import WebFarm
 from storage.datasets import manifest
 from storage.db import transaction
 from storage.llm_cache import SqlResponseCache
@@ -143,10 +146,21 @@ def shards(items: list[str], n: int) -> list[list[str]]:
     return [part for part in (items[i::n] for i in range(max(1, n))) if part]
 
 
+def _farm(spine: Spine) -> SimFarm | WebFarm:
+    """The loop's devices: simulated phones, or the same apps as pages in Chromium (`evolve.backend`)."""
+    if spine.settings.evolve.backend == "web":
+        if not chromium_available():
+            raise ConfigError(
+                "evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
+            )
+        return WebFarm(spine.apps, store=spine.store)
+    return SimFarm(spine.apps, store=spine.store)
+
+
 def register_devices(settings: Settings) -> int:
-    """The simulated devices, in the pool every rollout task leases from (idempotent)."""
+    """The loop's devices, in the pool every rollout task leases from (idempotent)."""
     spine = open_spine(settings)
-    SimFarm(spine.apps, store=spine.store).register(DevicePool(spine.sessions), settings.evolve.devices)
+    _farm(spine).register(DevicePool(spine.sessions), settings.evolve.devices)
     return settings.evolve.devices
 
 
@@ -158,8 +172,9 @@ def _roll(
     make: Callable[[], Policy],
     config: RolloutConfig,
 ) -> dict[str, Any]:
-    farm = SimFarm(spine.apps, store=spine.store)
-    runner = EpisodeRunner(spine.sessions, DevicePool(spine.sessions), farm, make, config, backend="sim")
+    farm = _farm(spine)
+    pool = DevicePool(spine.sessions)
+    runner = EpisodeRunner(spine.sessions, pool, farm, make, config, backend=farm.backend)
     report = asyncio.run(runner.run(queries, rnd.id, policy_id))
     return {
         "episodes": report.completed,
@@ -236,7 +251,7 @@ def judge(settings: Settings, number: int) -> dict[str, Any]:
     """Offline critics on every step and episode; the model critics too when an endpoint is set."""
     spine = open_spine(settings)
     rnd = _round(spine, number)
-    report = judge_round(spine.sessions, rnd.id, spine.apps)
+    report = judge_round(spine.sessions, rnd.id, spine.apps, spine.frames)
     out: dict[str, Any] = {"episodes": report.episodes, "steps": dict(report.steps)}
     gateway = _gateway(spine)
     if gateway is not None:
@@ -256,16 +271,29 @@ def calibrate(settings: Settings, number: int) -> dict[str, Any]:
     spine = open_spine(settings)
     rnd = _round(spine, number)
     report = calibrate_round(spine.sessions, rnd.id)
-    samples = extract_round(spine.sessions, rnd.id, _gateway(spine), spine.frames)
+    samples = extract_round(spine.sessions, rnd.id, _gateway(spine), spine.frames, settings.critics)
     consensus = report["channels"].get(":".join(CONSENSUS), {})
-    return {"consensus": consensus, "kept": samples.kept, "dropped": samples.dropped}
+    return {
+        "consensus": consensus,
+        "kept": samples.kept,
+        "dropped": samples.dropped,
+        "undecided": dict(samples.undecided),
+    }
 
 
 def curate(settings: Settings, number: int) -> dict[str, Any]:
     """Dedup, guidance, thoughts, recovery and balancing (features come from the cache when fanned out)."""
     spine = open_spine(settings)
     rnd = _round(spine, number)
-    report = curate_round(spine.sessions, rnd.id, spine.store, settings.curate, spine.apps, _gateway(spine))
+    report = curate_round(
+        spine.sessions,
+        rnd.id,
+        spine.store,
+        settings.curate,
+        spine.apps,
+        _gateway(spine),
+        critics=settings.critics,
+    )
     return {
         "samples": dict(report.samples),
         "dedup": {
@@ -278,7 +306,11 @@ def curate(settings: Settings, number: int) -> dict[str, Any]:
 
 def publish_config(settings: Settings, number: int) -> PublishConfig:
     """Every round so far; filtering off publishes dropped samples too."""
-    filters = {"curate": settings.curate.model_dump(mode="json"), "filtering": settings.evolve.filtering}
+    filters = {
+        "curate": settings.curate.model_dump(mode="json"),
+        "critics": settings.critics.model_dump(mode="json"),
+        "filtering": settings.evolve.filtering,
+    }
     statuses = ("kept",) if settings.evolve.filtering else ("kept", "dropped")
     return PublishConfig(rounds=tuple(range(1, number + 1)), filters=filters, statuses=statuses)
 

@@ -229,11 +229,12 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
 
     settings = cli_settings(config)
     sessions, round_id, number = _round_id(settings, round_number)
-    report = judge_round(sessions, round_id, round_apps(sessions, load_apps(settings.apps)))
+    store = open_object_store(settings)
+    apps = round_apps(sessions, load_apps(settings.apps))
+    report = judge_round(sessions, round_id, apps, frame_reader(store))
     typer.echo(f"round {number}: {report.render()} (offline critics)")
     if settings.llm.offline:
         return
-    store = open_object_store(settings)
 
     async def with_model() -> str:
         gateway = LLMGateway(settings.llm, SqlResponseCache(sessions))
@@ -272,7 +273,7 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
     store = open_object_store(settings)
     typer.echo(f"round {number}")
-    typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store)).render())
+    typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store), settings.critics).render())
 
 
 @app.command("curate")
@@ -293,7 +294,15 @@ def curate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
     apps = round_apps(sessions, load_apps(settings.apps))
     gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
     typer.echo(f"round {number}")
-    report = curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps, gateway)
+    report = curate_round(
+        sessions,
+        round_id,
+        open_object_store(settings),
+        settings.curate,
+        apps,
+        gateway,
+        critics=settings.critics,
+    )
     typer.echo(report.render())
 
 
@@ -432,6 +441,10 @@ def _prefect_env(settings: Settings, verbose: bool = False) -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
     timeout = str(settings.evolve.prefect_start_timeout_s)
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", timeout)
+    if not verbose and not os.environ.get("PREFECT_API_URL"):
+        from flows.prefect_server import quiet_temporary_server
+
+        quiet_temporary_server(home / "server.log")
 
 
 @app.command("evolve")
@@ -526,9 +539,13 @@ def _prefect_call(fn: Any, *args: Any) -> Any:
     except RuntimeError as exc:
         if "ephemeral Prefect API server" not in str(exc):
             raise
+        from flows.prefect_server import server_log
+
+        log = server_log()
         raise TrajforgeError(
             "Prefect's temporary API server did not start within "
-            f"{os.environ.get('PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS')}s; raise "
+            f"{os.environ.get('PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS')}s"
+            f"{f' (its log: {log})' if log else ''}; raise "
             "evolve.prefect_start_timeout_s (TRAJFORGE_EVOLVE_PREFECT_START_TIMEOUT_S), or set "
             "PREFECT_API_URL to a running Prefect server"
         ) from exc

@@ -21,7 +21,7 @@ from querygen.dedup import QueryDeduper
 from querygen.sampling import Coverage, SampledPath, difficulty, finishing_screens, sample_path
 from querygen.synthesis import Draft, llm_draft, template_draft
 from querygen.validation import InterfaceValidator
-from rollout.sim.device import Move, SimDevice
+from rollout.sim.device import Move
 from rollout.sim.verify import Goal
 from storage.apps import register_app
 from storage.db import insert_ignore, transaction
@@ -112,7 +112,7 @@ async def agenerate_queries(
     report = GenerationReport(spec.name, n, coverage=coverage or Coverage())
     dedup = deduper or QueryDeduper()
     validator = InterfaceValidator(spec)
-    initial = _initial_values(spec)
+    initial = spec.initial_values()
     finishing = finishing_screens(spec)
     report.already_known = dedup.size
     tries = stale = 0
@@ -135,11 +135,6 @@ async def agenerate_queries(
             report.exhausted = True
             break
     return report
-
-
-def _initial_values(spec: AppSpec) -> dict[str, str]:
-    device = SimDevice([spec])
-    return device.state.slots[spec.name]
 
 
 async def _drafts(

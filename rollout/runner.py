@@ -25,6 +25,7 @@ from rollout.env import Environment
 from rollout.errors import DeviceCrashed, DeviceError, DeviceHung
 from rollout.policies.base import Policy
 from rollout.pool import DevicePool, Lease, holder_name
+from rollout.sim.verify import UNVERIFIABLE
 from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
 from storage.models import Query as QueryRow
@@ -317,7 +318,7 @@ class EpisodeRunner:
                 reason = "no_terminate"
         return {
             "steps": steps,
-            "outcome": "success" if success else "failure",
+            "outcome": "unknown" if verdict.failed == UNVERIFIABLE else ("success" if success else "failure"),
             "reason": None if success else reason,
             "verdict": verdict,
             "policy_failure": policy_failure,
@@ -347,6 +348,8 @@ class EpisodeRunner:
         report: RolloutReport,
     ) -> None:
         verdict = result["verdict"]
+        if verdict is not None and verdict.failed == UNVERIFIABLE:
+            verdict = None  # no verifier for this app: no anchor, the critics and humans decide
         policy_failure = result.get("policy_failure")  # the model error (HTTP status, message) or timeout
         with transaction(self.sessions) as s:
             inserted = insert_ignore(

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.anchors import CONSENSUS
 from critics.csrs import ExtractionReport, extract_round
-from critics.judge import CONSENSUS, calibrate_round, judge_round
+from critics.judge import calibrate_round, judge_round
 from curation.pipeline import CurationReport, curate_round
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise
@@ -29,7 +30,7 @@ from rollout.sim.farm import SimFarm
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
 from storage.models import App, Episode, Policy, Round, Step
 from storage.models import Query as QueryRow
-from storage.objectstore import open_object_store
+from storage.objectstore import frame_reader, open_object_store
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
 from trajforge.logs import redact_url
@@ -134,11 +135,13 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
     report.frames_written = sum(getattr(env, "frames_written", 0) for env in runner.environments())
     report.frames_deduped = sum(getattr(env, "frames_deduped", 0) for env in runner.environments())
     _count(sessions, round_id, report)
-    judged = judge_round(sessions, round_id, farm.apps)
+    judged = judge_round(sessions, round_id, farm.apps, frame_reader(store))
     report.labels.update(judged.steps)
     report.calibration = calibrate_round(sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
-    report.samples = extract_round(sessions, round_id)
-    report.curation = curate_round(sessions, round_id, store, settings.curate, farm.apps)
+    report.samples = extract_round(sessions, round_id, settings=settings.critics)
+    report.curation = curate_round(
+        sessions, round_id, store, settings.curate, farm.apps, critics=settings.critics
+    )
     with transaction(sessions) as s:
         finished = s.get(Round, round_id)
         assert finished is not None

@@ -122,6 +122,15 @@ class AppSpec(BaseModel):
         """(from screen, widget id, to screen) for every goto."""
         return [(sid, w.id, w.goto) for sid, s in self.screens.items() for w in s.widgets if w.goto]
 
+    def initial_values(self) -> dict[str, str]:
+        """Slot values when the app starts: `initial`, and each toggle at its first value."""
+        values = dict(self.initial)
+        for screen in self.screens.values():
+            for w in screen.widgets:
+                if w.kind == "toggle" and w.slot and w.slot not in values:
+                    values[w.slot] = self.slots[w.slot][0]
+        return values
+
     def widget(self, screen: str, widget_id: str) -> Widget:
         return next(w for w in self.screens[screen].widgets if w.id == widget_id)
 

@@ -53,6 +53,10 @@ class UnknownVersion(DatasetError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class StageError(TrajforgeError):
+    """A stage was asked to run before the stage it reads from; the message names the command."""
+
+
 class AnnotationError(TrajforgeError):
     """Label Studio is unreachable, refused the token, or answered something unexpected."""
 

@@ -159,6 +159,34 @@ class CurationSettings(BaseSettings):
     seed: int = Field(0, description="Seed of every sampling decision (deterministic reruns).")
 
 
+class CriticSettings(BaseSettings):
+    """Where episode outcomes come from, and how step labels filter action samples."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_CRITICS_", extra="forbid")
+
+    outcome: Literal["anchor", "critic", "anchor_else_critic"] = Field(
+        "anchor_else_critic",
+        description="anchor: only a verifier's or a human's verdict decides an outcome; critic: the "
+        "calibrated consensus decides every episode a human has not (the verifier only calibrates it); "
+        "anchor_else_critic: an anchor where there is one, else the calibrated consensus. The consensus "
+        "decides only for apps whose measured accuracy clears trust_accuracy; other episodes go to the "
+        "human review queue.",
+    )
+    trust_accuracy: float = Field(
+        0.95, gt=0, le=1, description="Consensus accuracy on an app's anchored episodes needed to trust it."
+    )
+    trust_min_anchored: int = Field(
+        20, ge=1, description="Anchored episodes (this round and earlier) an app's accuracy needs."
+    )
+    tau_c: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Action samples need a step score >= tau_c (GOOD 1, NEUTRAL 0.5, HARMFUL 0; GUI-Owl "
+        "§2.2.3), from the stored step labels (a model critic's where present).",
+    )
+
+
 class AnnotationSettings(BaseSettings):
     """Human calibration in Label Studio: where it runs, what is pushed, how verdicts resolve."""
 
@@ -218,7 +246,12 @@ class EvolveSettings(BaseSettings):
     rounds: int = Field(4, ge=1, le=1000, description="Rounds `trajforge evolve` brings the loop to.")
     queries_per_app: int = Field(6, ge=1, le=10_000, description="New task queries per app per round.")
     rollouts: int = Field(4, ge=1, le=64, description="Rollouts per query (pass rates need groups).")
-    devices: int = Field(2, ge=1, le=256, description="Simulated devices registered in the pool.")
+    devices: int = Field(2, ge=1, le=256, description="Devices registered in the pool.")
+    backend: Literal["sim", "web"] = Field(
+        "sim",
+        description="Where the loop rolls out: sim (simulated phones) or web (the same apps as pages in "
+        "headless Chromium; needs the chromium package and Playwright).",
+    )
     max_steps: int = Field(25, ge=1, le=500, description="Step budget of one episode.")
     guided_fraction: float = Field(
         0.5,
@@ -297,6 +330,7 @@ class Settings(BaseModel):
     s3: S3Settings
     llm: LLMSettings
     curate: CurationSettings = Field(default_factory=CurationSettings)
+    critics: CriticSettings = Field(default_factory=CriticSettings)
     annotate: AnnotationSettings = Field(default_factory=AnnotationSettings)
     evolve: EvolveSettings = Field(default_factory=EvolveSettings)
     trainer: TrainerSettings = Field(default_factory=TrainerSettings)
@@ -321,6 +355,7 @@ _SECTIONS: dict[str, type[BaseSettings]] = {
     "s3": S3Settings,
     "llm": LLMSettings,
     "curate": CurationSettings,
+    "critics": CriticSettings,
     "annotate": AnnotationSettings,
     "evolve": EvolveSettings,
     "trainer": TrainerSettings,

@@ -139,16 +139,7 @@ class SimDevice:
         faults, and different episodes see different ones.
         """
         self._rng = random.Random(f"{self.faults.seed}:{episode_seed}")
-        self.state = SimState(slots={name: self._initial(app) for name, app in self.apps.items()})
-
-    @staticmethod
-    def _initial(app: AppSpec) -> dict[str, str]:
-        values = dict(app.initial)
-        for screen in app.screens.values():
-            for w in screen.widgets:
-                if w.kind == "toggle" and w.slot and w.slot not in values:
-                    values[w.slot] = app.slots[w.slot][0]
-        return values
+        self.state = SimState(slots={name: app.initial_values() for name, app in self.apps.items()})
 
     @property
     def app(self) -> AppSpec | None:

@@ -56,12 +56,21 @@ def check_state(goal: Goal, app: str | None, screen: str, values: dict[str, str]
     return VerifierResult(True)
 
 
+UNVERIFIABLE = "unverifiable"  # the app exports no readable state: no verifier verdict, no anchor
+
+
 def check_exported_state(goal: dict[str, Any], exported: str) -> VerifierResult:
-    """The verifier on the JSON state an app exports ({app, screen, slots}): web page, device file."""
+    """The verifier on the JSON state an app exports ({app, screen, slots}): web page, device file.
+
+    An app that exports nothing (or no JSON) has no verifier: the result names UNVERIFIABLE,
+    and the runner stores no anchor, leaving the outcome to the calibrated critics and humans.
+    """
+    if not exported.strip():
+        return VerifierResult(False, UNVERIFIABLE, "the app exported no state")
     try:
-        state = json.loads(exported or "{}")
+        state = json.loads(exported)
     except json.JSONDecodeError:
-        return VerifierResult(False, "unverifiable", "the app's exported state is not JSON")
+        return VerifierResult(False, UNVERIFIABLE, "the app's exported state is not JSON")
     return check_state(
         Goal.model_validate(goal), state.get("app"), state.get("screen", ""), state.get("slots", {})
     )

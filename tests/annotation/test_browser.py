@@ -14,7 +14,7 @@ from annotation import config as cfg
 from annotation.client import Studio
 from annotation.pull import pull
 from annotation.push import push_round
-from critics.judge import deciding_anchor
+from critics.anchors import deciding_anchor
 from rollout.web.env import chromium_available
 from storage.models import Anchor, AnnotationProject, AnnotationTask
 from storage.objectstore import open_object_store

@@ -14,7 +14,8 @@ from annotation.client import Studio
 from annotation.pull import pull
 from annotation.push import push_round
 from annotation.stats import annotation_stats, render_stats
-from critics.judge import calibrate_round, deciding_anchor
+from critics.anchors import deciding_anchor
+from critics.judge import calibrate_round
 from storage.db import transaction
 from storage.models import Anchor, AnnotationTask, Correction, Episode, HumanAnnotation
 from storage.objectstore import open_object_store
@@ -166,7 +167,7 @@ def test_push_annotate_pull_round_trip(
 
     stats = annotation_stats(sessions)
     assert stats["inter_annotator"]["pairs"] == 3 and stats["human_vs_verifier"]["n"] == 2
-    assert stats["critics_vs_human"]["consensus_and:1"]["n"] == 2
+    assert stats["critics_vs_human"]["consensus_and:3"]["n"] == 2
     assert label_studio.username in stats["throughput"]
     assert "inter-annotator: 1 tasks with 2+ verdicts" in render_stats(stats)
 

@@ -137,7 +137,7 @@ def test_review_queue_takes_disagreements_low_confidence_and_an_audit_sample(
                 rows.append(
                     {
                         "critic": critic,
-                        "critic_version": "1",
+                        "critic_version": "3",  # the current consensus version
                         "target": "episode",
                         "target_id": eid,
                         "label": label,

@@ -28,21 +28,22 @@ def test_trajectory_accuracy_meets_the_target(eval_set) -> None:
 
 
 def test_perfect_episodes_are_all_good_or_neutral(eval_set) -> None:
-    critic, textual = HeuristicStepCritic(), TextualTrajectoryCritic()
+    critic, textual = HeuristicStepCritic(APPS), TextualTrajectoryCritic()
     for episode in (e for e in eval_set if e.noise == 0.0):
-        verdicts = critic.judge(episode.query, episode.steps)
+        trace = critic.follow(episode.query, episode.steps)
+        verdicts = trace.verdicts
         assert {v.label for v in verdicts} <= {"GOOD", "NEUTRAL"}
         assert verdicts[-1].reason == "completes_task"
-        assert textual.judge(episode.query, episode.steps, verdicts).success
+        assert textual.judge(trace, episode.steps).success
         assert all(len(v.summary.split()) <= 30 for v in verdicts)
 
 
 def test_wrong_picks_and_early_stops_are_harmful(eval_set) -> None:
-    critic = HeuristicStepCritic()
+    critic = HeuristicStepCritic(APPS)
     reasons = set()
     for episode in (e for e in eval_set if not e.true_success):
         reasons |= {v.reason for v in critic.judge(episode.query, episode.steps) if v.label == "HARMFUL"}
-    assert {"leaves_path", "premature_stop"} <= reasons
+    assert {"moves_away", "wrong_value", "premature_stop"} <= reasons
 
 
 def test_consensus_rules() -> None:

@@ -129,3 +129,35 @@ def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_pa
     assert row.checkpoint_uri and (Path(row.checkpoint_uri) / "model.safetensors").is_file()
     assert row.meta["model"] == row.checkpoint_uri and row.meta["dataset_version"] == published["version"]
     assert type(policy_factory(spine, row.id)()).__name__ == "VLMPolicy"
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_round_runs_on_the_web_backend_and_the_critics_agree_with_its_verifier(
+    evolve_settings: Settings,
+) -> None:
+    from rollout.web.env import chromium_available
+
+    if not chromium_available():
+        pytest.skip("needs Debian's chromium and Playwright")
+    settings = evolve_settings.model_copy(
+        update={"evolve": evolve_settings.evolve.model_copy(update={"backend": "web"})}
+    )
+    run_round_one(settings)
+    spine = open_spine(settings)
+    with spine.sessions() as s:
+        devices = set(s.scalars(select(Episode.device)))
+    assert devices and all(str(d).startswith("chromium-") for d in devices)
+    consensus = steps.calibrate(settings, 1)["consensus"]
+    assert consensus["n"] == 12 and consensus["accuracy"] >= 0.95, consensus
+
+
+def test_the_web_backend_without_chromium_is_one_clear_error(
+    evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(steps, "chromium_available", lambda: False)
+    settings = evolve_settings.model_copy(
+        update={"evolve": evolve_settings.evolve.model_copy(update={"backend": "web"})}
+    )
+    with pytest.raises(ConfigError, match=r"evolve\.backend 'web' needs Chromium"):
+        steps.register_devices(settings)

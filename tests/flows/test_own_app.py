@@ -23,6 +23,10 @@ def test_a_user_spec_rolls_out_is_judged_curated_and_published(tmp_path: Path) -
     shutil.copy(PANTRY, tmp_path / "pantry.yaml")
     out = _stage("rollout", "--app", "pantry.yaml", "--queries", "4", "--workers", "1", cwd=tmp_path)
     assert "success rate: 0/" not in out  # the launcher shows the user's app
+    early = cli("curate", cwd=tmp_path)  # before judging: one line naming the command, nothing written
+    assert early.returncode == 1 and early.stderr.strip() == (
+        "error: round 1 is not judged yet; run `trajforge critics run --round 1` first"
+    )
     _stage("critics", "run", cwd=tmp_path)  # no config: the spec is read back from the database
     _stage("critics", "extract", cwd=tmp_path)
     _stage("curate", cwd=tmp_path)
@@ -32,6 +36,15 @@ def test_a_user_spec_rolls_out_is_judged_curated_and_published(tmp_path: Path) -
         judged = db.execute("select count(*) from judgment where target = 'episode'").fetchone()[0]
         apps = [r[0] for r in db.execute("select name from app")]
     assert outcomes.get("success", 0) > 0 and judged > 0 and apps == ["pantry"]
+
+    # critics written before this app: the consensus agrees with the verifier on its episodes
+    with sqlite3.connect(tmp_path / ".trajforge" / "trajforge.db") as db:
+        pairs = db.execute(
+            "select j.label, a.label from judgment j join anchor a on a.episode_id = j.target_id "
+            "where j.target = 'episode' and j.critic = 'consensus_and' and a.source = 'verifier'"
+        ).fetchall()
+    agree = sum((judge == "correct") == (anchor == "success") for judge, anchor in pairs)
+    assert pairs and agree / len(pairs) >= 0.95, pairs
 
 
 def test_clashing_names_and_unreachable_apps_are_one_line_and_write_nothing(tmp_path: Path) -> None:

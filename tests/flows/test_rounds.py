@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +53,19 @@ def test_evolve_rounds_then_rerun_and_report(
         assert (tmp_path / "report" / f"{png}.png").read_bytes()[:4] == b"\x89PNG" and f"{png}.png" in page
     assert "knn@1" in page and "Example trajectories (round 2)" in page
     assert list((tmp_path / "report" / "examples").glob("*.png"))
+    table = json.loads((tmp_path / "report" / "rounds.json").read_text())
+    assert [r["round"] for r in table["rounds"]] == [1, 2]
+    r2 = table["rounds"][1]
+    assert r2["policy"] == "knn@1" and r2["dataset_version"] == 2
+    assert r2["overall"]["episodes"] == figures[1].episodes == sum(a["episodes"] for a in r2["apps"].values())
+    consensus = r2["overall"]["accuracy"]["consensus_and:3"]
+    assert consensus["n"] > 0 and 0 <= consensus["accuracy"] <= 1
+    assert sum(r2["overall"]["outcome_sources"].values()) > 0 and set(r2["overall"]["outcome_sources"]) <= {
+        "verifier",
+        "human",
+        "critic",
+    }
+    assert r2["overall"]["samples"]["kept"] == sum(a["samples"].get("kept", 0) for a in r2["apps"].values())
 
 
 def _episodes(settings: Settings) -> list[tuple]:
@@ -76,6 +90,7 @@ def test_dask_runner_with_two_workers_matches_the_thread_runner(
         settings = load_settings(cfg)
         rounds.generate_queries(settings, 1)
         rounds.rollout_round.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
+        rounds.judge_round(settings, 1)  # curation reads the stored step labels
         rounds.curate_round.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
         results[runner] = _episodes(settings)
     assert len(results["thread"]) == 12

@@ -23,7 +23,8 @@ def test_the_start_timeout_is_a_setting_with_a_generous_default() -> None:
 
 def test_a_prefect_api_that_does_not_start_is_one_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAJFORGE_", "PREFECT_"))}
-    env["TRAJFORGE_EVOLVE_PREFECT_START_TIMEOUT_S"] = "3"
+    # long enough for the server to fail and print its traceback before the wait ends
+    env["TRAJFORGE_EVOLVE_PREFECT_START_TIMEOUT_S"] = "20"
     # the temporary server cannot open its database, so it never answers
     env["PREFECT_API_DATABASE_CONNECTION_URL"] = "sqlite+aiosqlite:////nonexistent/folder/prefect.db"
     done = subprocess.run(
@@ -34,12 +35,15 @@ def test_a_prefect_api_that_does_not_start_is_one_line(tmp_path: Path) -> None:
         cwd=tmp_path,
         timeout=180,
     )
+    log = tmp_path / ".trajforge" / "prefect" / "server.log"
     one_line_error(
         done,
-        "Prefect's temporary API server did not start within 3s",
+        "Prefect's temporary API server did not start within 20s",
+        f"(its log: {log})",
         "TRAJFORGE_EVOLVE_PREFECT_START_TIMEOUT_S",
         "PREFECT_API_URL",
     )
+    assert "unable to open database file" in log.read_text()  # the server's traceback went there
 
 
 def test_a_killed_runs_partial_build_is_removed_with_a_warning(

@@ -120,3 +120,35 @@ def test_parse_a_real_style_ui_dump() -> None:
         "clickable": True,
     }
     assert parse_ui_dump("not xml") == []
+
+
+def test_an_app_that_exports_no_state_has_no_verifier() -> None:
+    from rollout.sim.verify import UNVERIFIABLE, check_exported_state
+
+    goal = {"app": "takeout", "screen": "placed", "state": {}}
+    for exported in ("", "  \n", "not json"):
+        assert check_exported_state(goal, exported).failed == UNVERIFIABLE
+    assert check_exported_state(goal, '{"app": "takeout", "screen": "placed"}').success
+
+
+@pytest.mark.parametrize("text", ["炸酱面 house", "pizza"])
+def test_the_offline_critics_judge_an_android_episode_like_the_verifier(fake: FakeAdb, text: str) -> None:
+    from critics.heuristic import HeuristicStepCritic, StepView, TextualTrajectoryCritic
+
+    env = AdbEnv(SERIAL, {a.name: package_of(a.name) for a in APPS}, adb=str(fake.path))
+    obs = env.reset(TASK)
+    steps = []
+    for action in (
+        Action(kind=K.OPEN_APP, text="takeout"),
+        Action(kind=K.CLICK, point=(500, 140)),  # the search box
+        Action(kind=K.TYPE, text=text),
+        Action(kind=K.PRESS, key="enter"),
+        Action(kind=K.TERMINATE, status="success"),
+    ):
+        after = env.step(action)
+        steps.append(StepView.observed(action, obs, after))
+        obs = after
+    trace = HeuristicStepCritic(APPS).follow(TASK, steps)
+    verdict = TextualTrajectoryCritic().judge(trace, steps)
+    assert verdict.success is env.verify().success is (text == "炸酱面 house"), verdict
+    assert trace.verdicts[0].label == "GOOD"  # opening the app is progress, on any backend

@@ -109,7 +109,7 @@ class FakeAdb:
             d.open_app(cmd[cmd.index("-p") + 1].removeprefix("com.trajforge."))
         elif cmd[:2] == ["am", "force-stop"]:
             pass  # the next launch starts on the app's first screen anyway
-        elif cmd == ["cat", "/sdcard/trajforge_state.json"]:
+        elif cmd[:2] == ["cat", "/sdcard/trajforge_state.json"]:
             state = {"app": d.state.app, "screen": d.state.screen, "slots": d.slot_values()}
             return 0, json.dumps(state, ensure_ascii=False).encode(), ""
         else:

@@ -47,7 +47,7 @@ def test_yaml_overrides_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         ("llm:\n  modle: x\n", "unknown key 'llm.modle'; known keys: api_key, backoff_base_s"),
         (
             "databse:\n  url: x\n",
-            "unknown section 'databse'; known sections: annotate, apps, curate, db, evolve, home, llm, s3, store, trainer",
+            "unknown section 'databse'; known sections: annotate, apps, critics, curate, db, evolve, home, llm, s3, store, trainer",
         ),
         (
             "llm:\n  concurrency: 0\n",

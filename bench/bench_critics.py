@@ -1,0 +1,202 @@
+"""Offline critics against the verifier on the data the engine actually produces.
+
+`python -m bench.bench_critics` builds its own data in a temporary home: `trajforge evolve`
+for 4 rounds on the simulator (the random explorer, then the trained knn policy of every
+round) and `trajforge rollout --backend web` (Chromium) of the noisy oracle on a built-in
+app and on docs/examples/pantry.yaml, an app spec the critics were not written for. It then
+judges every round again with the current offline critics and prints consensus and
+per-channel accuracy against the verifier by round, backend, policy and app. Then it hides
+the verifier (a person labels a third of each round) and prints how the trusted consensus
+decides the rest (`critics.outcome: anchor_else_critic`) against the hidden verdicts.
+`python -m bench.bench_critics HOME...` measures existing homes instead (nothing is rolled
+out; the databases are copied first, so the homes are left as they were).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from critics.anchors import CONSENSUS, anchors_by_episode, backend_of, deciding_anchor
+from critics.judge import ChannelStats, judge_round
+from critics.outcome import decide_outcomes
+from rollout.web.env import chromium_available
+from storage.apps import round_apps
+from storage.db import create_db_engine, session_factory, upgrade
+from storage.models import Anchor, Episode, Judgment, Policy, Round
+from storage.models import Query as QueryRow
+from storage.objectstore import LocalObjectStore, frame_reader
+from trajforge.appspec import load_apps
+from trajforge.settings import CriticSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+OFFLINE = ("heuristic_step", "heuristic_textual", "heuristic_visual", CONSENSUS[0])
+
+
+def _cli(home: Path, *args: str) -> None:
+    env = {**os.environ, "TRAJFORGE_HOME": str(home / ".trajforge")}
+    trajforge = Path(sys.executable).with_name("trajforge")
+    subprocess.run([str(trajforge), *args], cwd=home, env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def build(home: Path) -> None:
+    """4 evolve rounds on the simulator, then web rollouts of a built-in app and of a user's app."""
+    shutil.copy(ROOT / "docs/examples/pantry.yaml", home / "pantry.yaml")
+    (home / "run.yaml").write_text("evolve:\n  rounds: 4\n")
+    _cli(home, "evolve", "--config", "run.yaml")
+    if not chromium_available():
+        print("no Chromium: the web-backend rollouts are left out (apt-get install chromium)")
+        return
+    for app in ("takeout", "pantry.yaml"):
+        web = ("--backend", "web", "--queries", "12", "--rollouts-per-query", "2", "--noise", "0.2")
+        _cli(home, "rollout", "--app", app, *web)
+
+
+def _copy(home: Path, tmp: str) -> sessionmaker[Session]:
+    """The home's database, copied, upgraded, without the offline critics' judgments."""
+    db = Path(tmp) / "trajforge.db"
+    shutil.copy(home / ".trajforge" / "trajforge.db", db)
+    engine = create_db_engine(f"sqlite:///{db}")
+    upgrade(engine)
+    sessions = session_factory(engine)
+    with sessions.begin() as s:
+        s.execute(delete(Judgment).where(Judgment.critic.in_(OFFLINE)))
+    return sessions
+
+
+def _judge_all(sessions: sessionmaker[Session], home: Path) -> list[tuple[int, int]]:
+    with sessions() as s:
+        rounds = [
+            (rid, number) for rid, number in s.execute(select(Round.id, Round.number).order_by(Round.number))
+        ]
+    apps = round_apps(sessions, load_apps(()))
+    frames = frame_reader(LocalObjectStore(home / ".trajforge" / "objects"))
+    for round_id, _ in rounds:
+        judge_round(sessions, round_id, apps, frames)
+    return rounds
+
+
+def measure(home: Path) -> dict[tuple[int, str, str, str], dict[str, ChannelStats]]:
+    """Rejudge a copy of the home's database; stats per (round, backend, policy, app) and critic."""
+    out: dict[tuple[int, str, str, str], dict[str, ChannelStats]] = defaultdict(dict)
+    with tempfile.TemporaryDirectory() as tmp:
+        sessions = _copy(home, tmp)
+        _judge_all(sessions, home)
+        with sessions() as s:
+            rows = s.execute(
+                select(Episode.id, Round.number, Episode.device, Policy.name, QueryRow.goal)
+                .join(Round, Round.id == Episode.round_id)
+                .join(Policy, Policy.id == Episode.policy_id)
+                .join(QueryRow, QueryRow.id == Episode.query_id)
+            ).all()
+            anchors = anchors_by_episode(s)
+            verdicts: dict[int, list[Judgment]] = defaultdict(list)
+            for j in s.scalars(select(Judgment).where(Judgment.target == "episode")):
+                verdicts[j.target_id].append(j)
+            for episode_id, number, device, policy, goal in rows:
+                decided = deciding_anchor(anchors.get(episode_id, []))
+                if decided is None:
+                    continue
+                key = (number, backend_of(device), policy, str(goal.get("app")))
+                for j in verdicts[episode_id]:
+                    if j.critic in OFFLINE[1:] and j.label in ("correct", "incorrect"):
+                        out[key].setdefault(j.critic, ChannelStats()).add(
+                            j.label == "correct", decided.label == "success"
+                        )
+    return out
+
+
+def verifier_free(home: Path, labelled_share: float = 1 / 3) -> str:
+    """The farm without a verifier: the verifier's verdicts are hidden, a person labels a share of
+    each round's episodes (seeded pick), and the calibrated consensus decides the rest once it
+    is trusted (`critics.outcome: anchor_else_critic`, default trust settings). The decided
+    outcomes are compared with the hidden verdicts."""
+    settings = CriticSettings()
+    lines = [f"{'round':>5} {'episodes':>8} {'by human':>8} {'by critic':>9} {'agree':>7} {'queued':>6}"]
+    agree_all = decided_all = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        sessions = _copy(home, tmp)
+        with sessions.begin() as s:
+            hidden = {
+                a.episode_id: a.label for a in s.scalars(select(Anchor).where(Anchor.source == "verifier"))
+            }
+            s.execute(delete(Anchor))
+            for episode_id, uid in s.execute(select(Episode.id, Episode.uid)):
+                digest = hashlib.sha256(f"label:{uid}".encode()).digest()[0] / 256
+                if episode_id in hidden and digest < labelled_share:
+                    s.add(
+                        Anchor(
+                            episode_id=episode_id, source="human", annotator="bench", label=hidden[episode_id]
+                        )
+                    )
+        for round_id, number in _judge_all(sessions, home):
+            with sessions() as s:
+                outcomes = {e: o for e, o in decide_outcomes(s, round_id, settings).items() if e in hidden}
+            by = Counter(o.source for o in outcomes.values())
+            critic = [(e, o) for e, o in outcomes.items() if o.source == "critic"]
+            agree = sum(o.success == (hidden[e] == "success") for e, o in critic)
+            agree_all, decided_all = agree_all + agree, decided_all + len(critic)
+            queued = len(outcomes) - by["human"] - len(critic)
+            share = f"{agree / len(critic):.1%}" if critic else "-"
+            lines.append(
+                f"{number:>5} {len(outcomes):>8} {by['human']:>8} {len(critic):>9} {share:>7} {queued:>6}"
+            )
+    if decided_all:
+        rate = agree_all / decided_all
+        lines.append(
+            f"critic-decided outcomes agreeing with the hidden verifier: {rate:.1%} of {decided_all}"
+        )
+    return "\n".join(lines)
+
+
+def render(stats: dict[tuple[int, str, str, str], dict[str, ChannelStats]]) -> str:
+    lines = [
+        f"{'round':>5} {'backend':8} {'policy':16} {'app':9} {'n':>4} {'consensus':>9} "
+        f"{'textual':>8} {'visual':>13}"
+    ]
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for key in sorted(stats):
+        number, backend, policy, app = key
+        by = {c: s.summary() for c, s in stats[key].items()}
+        cons = by.get(CONSENSUS[0], {"n": 0, "accuracy": 0.0})
+        text = by.get("heuristic_textual", {"accuracy": 0.0})
+        vis = by.get("heuristic_visual")
+        visual = f"{vis['accuracy']:6.1%} ({vis['n']:>3})" if vis else "   abstained"
+        lines.append(
+            f"{number:>5} {backend:8} {policy:16} {app:9} {cons['n']:>4} {cons['accuracy']:>9.1%} "
+            f"{text['accuracy']:>8.1%} {visual:>13}"
+        )
+        for group in (f"round {number} {backend}", f"backend {backend}", f"policy {policy}"):
+            totals[group][0] += round(cons["accuracy"] * cons["n"])
+            totals[group][1] += int(cons["n"])
+    lines.append("consensus accuracy against the verifier:")
+    lines += [f"  {g:24} {r / n:6.1%} of {n}" for g, (r, n) in sorted(totals.items()) if n]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    homes = [Path(a) for a in sys.argv[1:]]
+    if not homes:
+        tmp = Path(tempfile.mkdtemp(prefix="bench-critics-"))
+        build(tmp)
+        homes = [tmp]
+    for home in homes:
+        print(f"== {home}")
+        print(render(measure(home)))
+        print(
+            "verifier-free (a person labels a third of each round; the trusted consensus decides the rest):"
+        )
+        print(verifier_free(home))
+
+
+if __name__ == "__main__":
+    main()
