@@ -32,13 +32,14 @@ import pathlib
 import sys
 import types
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from PIL import Image
 from transformers import ResNetConfig
 
 from bench.common import table, timed
-from curation.dedup import trajectory_embedding
+from curation.dedup_eval import Pair, choose, score, similarities
 from curation.features import PHashFeaturizer, ResNetFeaturizer, ThumbFeaturizer, _normalise
 from querygen.pipeline import generate_queries
 from rollout.sim.device import POPUP_CLOSE, FaultConfig, Move
@@ -134,29 +135,8 @@ def imagededup_phash() -> Callable[[Frames], np.ndarray]:
     return embed
 
 
-Pair = tuple[str, str, bool, str]
-
-
-def scores(
-    embed: Callable[[Frames], np.ndarray], trajs: dict[str, Frames], pairs: list[Pair]
-) -> tuple[list[float], float]:
-    distinct: dict[bytes, None] = {}
-    for frames in trajs.values():
-        for png in frames:
-            distinct.setdefault(png, None)
-    pngs = list(distinct)
-    vecs, seconds = timed(lambda: embed(pngs))
-    by_png = dict(zip(pngs, vecs, strict=True))
-    emb = {k: trajectory_embedding(by_png[p] for p in frames) for k, frames in trajs.items()}
-    return [float(emb[a] @ emb[b]) for a, b, _, _ in pairs], seconds
-
-
-def prf(sims: list[float], labels: list[bool], threshold: float) -> tuple[float, float, float]:
-    pred = [s > threshold for s in sims]
-    tp = sum(p and y for p, y in zip(pred, labels, strict=True))
-    precision = tp / max(sum(pred), 1)
-    recall = tp / max(sum(labels), 1)
-    return precision, recall, 2 * precision * recall / max(precision + recall, 1e-9)
+def as_pairs(trajs: dict[str, Frames], pairs: list[tuple[str, str, bool, str]]) -> list[Pair]:
+    return [Pair(tuple(trajs[a]), tuple(trajs[b]), dup, kind) for a, b, dup, kind in pairs]
 
 
 def main() -> None:
@@ -179,32 +159,45 @@ def main() -> None:
         "imagededup PHash": imagededup_phash(),
     }
     sweep = (0.95, 0.97, 0.99, 0.995, 0.998)
+    labelled = as_pairs(trajs, pairs)
     rows, curves = [], []
     for name, embed in methods.items():
-        sims, seconds = scores(embed, trajs, pairs)
-        p, r, f = prf(sims, labels, args.threshold)
-        grid = [float(t) for t in np.arange(0.80, 0.9995, 0.0005)]
-        best = max(((*prf(sims, labels, t), t) for t in grid), key=lambda x: x[2])
+        sims, seconds = timed(partial(similarities, embed, labelled))
+        at = score(sims, labels, args.threshold)
+        best = choose(sims, labels)
         per_kind = []
         for kind in kinds:
-            idx = [i for i, (*_, k) in enumerate(pairs) if k == kind]
+            idx = [i for i, p in enumerate(labelled) if p.kind == kind]
             per_kind.append(f"{kind} {sum(sims[i] > args.threshold for i in idx)}/{len(idx)}")
         rows.append(
             [
                 name,
-                f"{p:.2f}",
-                f"{r:.2f}",
-                f"{f:.2f}",
-                f"{best[3]:.4f} (P {best[0]:.2f} R {best[1]:.2f})",
+                f"{at.precision:.2f}",
+                f"{at.recall:.2f}",
+                f"{at.f1:.2f}",
+                f"{best.threshold:.3f} (P {best.precision:.2f} R {best.recall:.2f})",
                 "; ".join(per_kind),
                 f"{seconds:.1f}",
             ]
         )
-        curves.append([name, *("P {:.2f} R {:.2f}".format(*prf(sims, labels, t)[:2]) for t in sweep)])
+        curves.append(
+            [
+                name,
+                *(f"P {s.precision:.2f} R {s.recall:.2f}" for s in (score(sims, labels, t) for t in sweep)),
+            ]
+        )
     print(
         table(
             f"trajectory dedup quality at threshold {args.threshold} (flagged = called duplicate)",
-            ["method", "precision", "recall", "F1", "best-F1 threshold", "flagged per pair kind", "embed s"],
+            [
+                "method",
+                "precision",
+                "recall",
+                "F1",
+                "best-F1 threshold",
+                "flagged per pair kind",
+                "embed+score s",
+            ],
             rows,
         )
     )

@@ -1,8 +1,9 @@
 """Group-wise trajectory dedup (AgentCPM-GUI §3.4) with faiss.
 
 A trajectory's embedding is the mean of its screenshots' feature vectors, L2-normalised.
-Within each group of trajectories that share a query, trajectories are visited in
-order (successful ones first, then shorter, then older) and one is dropped when its
+Within each group of trajectories that share a query (and, by default, an outcome:
+successful with successful, failed with failed), trajectories are visited in order
+(successful ones first, then shorter, then older) and one is dropped when its
 cosine similarity to an already retained one exceeds the threshold. Trajectories
 retained earlier (the previous dataset version) seed the group, so a new version does
 not re-add what is already there. Small groups use an exact `IndexFlatIP`; a group of
@@ -130,17 +131,24 @@ def dedup_group(
 
 
 def dedup(
-    trajectories: list[Trajectory], threshold: float, ivf_min_group: int = 2048
+    trajectories: list[Trajectory],
+    threshold: float,
+    ivf_min_group: int = 2048,
+    within_outcome: bool = True,
 ) -> tuple[list[Decision], DedupReport]:
-    groups: dict[str, list[Trajectory]] = {}
+    """Decisions for every query group; `within_outcome` compares successful trajectories only
+    with successful ones and failed with failed, so a failure is never dropped as a duplicate of
+    a success (critics and CSRS need the negatives)."""
+    groups: dict[tuple[str, bool | None], list[Trajectory]] = {}
     for t in trajectories:
-        groups.setdefault(t.group, []).append(t)
+        groups.setdefault((t.group, t.success if within_outcome else None), []).append(t)
     decisions: list[Decision] = []
     report = DedupReport()
-    for group, members in groups.items():
+    for (group, _), members in groups.items():
         made = dedup_group(members, threshold, ivf_min_group)
         decisions += made
         if made:
-            report.groups[group] = (sum(d.kept for d in made), len(made))
+            kept, total = report.groups.get(group, (0, 0))
+            report.groups[group] = (kept + sum(d.kept for d in made), total + len(made))
         report.reasons.update(d.reason for d in made if d.reason)
     return decisions, report

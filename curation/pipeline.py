@@ -92,6 +92,7 @@ def curate_round(
         _trajectories(sessions, round_id, rollouts, features),
         settings.dedup_threshold,
         settings.ivf_min_group,
+        settings.dedup_within_outcome,
     )
     report.cache = features.stats
     _store_dedup(sessions, round_id, rollouts, decisions)

@@ -10,7 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.cli_common import ConfigOpt, cli_settings, cli_spine
+from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings, cli_spine
+from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.errors import ActionError, StorageError, TrajforgeError
@@ -34,6 +35,7 @@ app.add_typer(queries_app, name="queries")
 critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their calibration.")
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(critics_app, name="critics")
+app.add_typer(curate_app, name="curate")
 
 
 @app.callback()
@@ -191,29 +193,6 @@ def rollout(
     )
 
 
-def _round_id(settings: Settings, number: int | None) -> tuple[Any, int, int]:
-    from sqlalchemy import func, select
-
-    from storage.db import engine_from_settings, session_factory, upgrade
-    from storage.models import Round
-    from trajforge.errors import ConfigError
-
-    engine = engine_from_settings(settings)
-    upgrade(engine)
-    sessions = session_factory(engine)
-    with sessions() as s:
-        wanted = number if number is not None else s.scalar(select(func.max(Round.number)))
-        row = s.scalars(select(Round).where(Round.number == wanted)).first() if wanted is not None else None
-    if row is None:
-        raise ConfigError(
-            f"no round {number if number is not None else ''} in the database; run `trajforge run` first"
-        )
-    return sessions, row.id, row.number
-
-
-RoundOpt = Annotated[int | None, typer.Option("--round", help="Round number (default: the latest).")]
-
-
 @critics_app.command("run")
 def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
     """Judge every step and episode of a round (idempotent): the offline critics, and the model
@@ -228,7 +207,7 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     from trajforge.gateway import LLMGateway
 
     settings = cli_settings(config)
-    sessions, round_id, number = _round_id(settings, round_number)
+    sessions, round_id, number = cli_round(settings, round_number)
     store = open_object_store(settings)
     apps = round_apps(sessions, load_apps(settings.apps))
     report = judge_round(sessions, round_id, apps, frame_reader(store))
@@ -252,7 +231,7 @@ def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -
     """Compare the critics' trajectory verdicts with the anchors; store and print the report."""
     from critics.judge import calibrate_round, render_calibration
 
-    sessions, round_id, number = _round_id(cli_settings(config), round_number)
+    sessions, round_id, number = cli_round(cli_settings(config), round_number)
     typer.echo(f"round {number} calibration")
     typer.echo(render_calibration(calibrate_round(sessions, round_id)))
 
@@ -269,41 +248,11 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     from trajforge.gateway import LLMGateway
 
     settings = cli_settings(config)
-    sessions, round_id, number = _round_id(settings, round_number)
+    sessions, round_id, number = cli_round(settings, round_number)
     gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
     store = open_object_store(settings)
     typer.echo(f"round {number}")
     typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store), settings.critics).render())
-
-
-@app.command("curate")
-def curate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
-    """Dedup, guidance, thoughts, error-recovery samples and balancing for a judged round (idempotent).
-
-    With TRAJFORGE_LLM_BASE_URL set, guidance and thoughts are written by the model.
-    """
-    from curation.pipeline import curate_round
-    from storage.apps import round_apps
-    from storage.llm_cache import SqlResponseCache
-    from storage.objectstore import open_object_store
-    from trajforge.appspec import load_apps
-    from trajforge.gateway import LLMGateway
-
-    settings = cli_settings(config)
-    sessions, round_id, number = _round_id(settings, round_number)
-    apps = round_apps(sessions, load_apps(settings.apps))
-    gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
-    typer.echo(f"round {number}")
-    report = curate_round(
-        sessions,
-        round_id,
-        open_object_store(settings),
-        settings.curate,
-        apps,
-        gateway,
-        critics=settings.critics,
-    )
-    typer.echo(report.render())
 
 
 annotate_app = typer.Typer(
@@ -327,7 +276,7 @@ def annotate_push(
     from storage.objectstore import open_object_store
 
     settings = cli_settings(config)
-    sessions, round_id, number = _round_id(settings, round_number)
+    sessions, round_id, number = cli_round(settings, round_number)
     report = push_round(
         sessions, round_id, open_object_store(settings), settings.annotate, settings.s3, limit
     )

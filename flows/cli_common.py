@@ -28,3 +28,27 @@ def cli_spine(config: Path | None) -> tuple[Settings, Any, Any]:
     engine = engine_from_settings(settings)
     upgrade(engine)
     return settings, session_factory(engine), open_object_store(settings)
+
+
+def cli_round(settings: Settings, number: int | None) -> tuple[Any, int, int]:
+    """A session factory on the migrated database, the round's id and its number (default: the latest)."""
+    from sqlalchemy import func, select
+
+    from storage.db import engine_from_settings, session_factory, upgrade
+    from storage.models import Round
+    from trajforge.errors import ConfigError
+
+    engine = engine_from_settings(settings)
+    upgrade(engine)
+    sessions = session_factory(engine)
+    with sessions() as s:
+        wanted = number if number is not None else s.scalar(select(func.max(Round.number)))
+        row = s.scalars(select(Round).where(Round.number == wanted)).first() if wanted is not None else None
+    if row is None:
+        raise ConfigError(
+            f"no round {number if number is not None else ''} in the database; run `trajforge run` first"
+        )
+    return sessions, row.id, row.number
+
+
+RoundOpt = Annotated[int | None, typer.Option("--round", help="Round number (default: the latest).")]

@@ -132,6 +132,11 @@ class CurationSettings(BaseSettings):
     dedup_threshold: float = Field(
         0.97, gt=0, le=1, description="Cosine similarity above which a trajectory duplicates a kept one."
     )
+    dedup_within_outcome: bool = Field(
+        True,
+        description="Compare trajectories only with those of the same outcome (successful with "
+        "successful, failed with failed), so failures are not dropped as duplicates of successes.",
+    )
     ivf_min_group: int = Field(
         2048, ge=64, description="Query groups at least this large are searched with an IVF index."
     )

@@ -43,6 +43,26 @@ def test_successful_trajectories_are_retained_first_and_exact_copies_are_named()
     assert decisions["copy"].reason == "exact_duplicate" and decisions["copy"].duplicate_of == "z-won"
 
 
+def test_by_default_a_failure_is_never_dropped_as_a_duplicate_of_a_success() -> None:
+    v = unit(0, 1, 1)
+    rows = [
+        traj("won", v, success=True),
+        traj("lost", v),
+        traj("lost-again", v),
+        traj("won-again", v, success=True),
+    ]
+    within, report = dedup(rows, threshold=0.9)
+    assert {d.uid: (d.kept, d.duplicate_of) for d in within} == {
+        "won": (True, None),
+        "won-again": (False, "won"),
+        "lost": (True, None),  # the negative example stays for the critics and CSRS
+        "lost-again": (False, "lost"),
+    }
+    assert report.groups == {"q": (2, 4)} and report.reasons == {"near_duplicate": 2}
+    across, _ = dedup(rows, threshold=0.9, within_outcome=False)
+    assert [d.uid for d in across if d.kept] == ["won"]
+
+
 def test_priors_from_the_previous_version_seed_the_group_and_are_never_redecided() -> None:
     v = unit(1, 1, 0)
     decisions = dedup_group([traj("old", v, prior=True), traj("new", v), traj("fresh", unit(0, 0, 1))], 0.95)

@@ -1,0 +1,121 @@
+"""How well a featuriser and threshold call duplicates, on labelled trajectory pairs.
+
+A pair is two trajectories (lists of screenshots) and a label: duplicate or not. Each
+trajectory is embedded as dedup embeds it (the mean of its frames' features, see
+`curation.dedup`), and a pair is called a duplicate when the cosine exceeds the threshold.
+Users tune `curate.dedup_threshold` on their own pairs with `trajforge curate dedup-eval`.
+
+The pairs file is JSON Lines, one pair per line:
+
+    {"a": ["run1/0.png", "run1/1.png"], "b": ["run2/0.png", "run2/1.png"], "duplicate": true}
+
+Relative paths are read from the pairs file's folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from curation.dedup import trajectory_embedding
+from trajforge.errors import ConfigError
+
+Frames = Sequence[bytes]
+SWEEP = tuple(round(float(t), 3) for t in np.arange(0.80, 0.999, 0.005))
+
+
+@dataclass(frozen=True)
+class Pair:
+    a: tuple[bytes, ...]
+    b: tuple[bytes, ...]
+    duplicate: bool
+    kind: str = ""  # an optional label for per-kind counts
+
+
+@dataclass(frozen=True)
+class Score:
+    threshold: float
+    precision: float
+    recall: float
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+
+def similarities(embed: Callable[[list[bytes]], np.ndarray], pairs: Sequence[Pair]) -> list[float]:
+    """The cosine of each pair's trajectory embeddings; every distinct image embedded once."""
+    distinct = list(dict.fromkeys(png for p in pairs for png in (*p.a, *p.b)))
+    vectors = dict(zip(distinct, embed(distinct), strict=True)) if distinct else {}
+    out = []
+    for p in pairs:
+        a = trajectory_embedding(vectors[png] for png in p.a)
+        b = trajectory_embedding(vectors[png] for png in p.b)
+        out.append(float(a @ b))
+    return out
+
+
+def score(sims: Sequence[float], labels: Sequence[bool], threshold: float) -> Score:
+    called = [s > threshold for s in sims]
+    hits = sum(c and y for c, y in zip(called, labels, strict=True))
+    return Score(threshold, hits / max(sum(called), 1), hits / max(sum(labels), 1))
+
+
+def choose(sims: Sequence[float], labels: Sequence[bool], grid: Sequence[float] = SWEEP) -> Score:
+    """The threshold with the best F1; among ties the highest (fewest false duplicates)."""
+    return max((score(sims, labels, t) for t in grid), key=lambda s: (round(s.f1, 9), s.threshold))
+
+
+def read_pairs(path: Path) -> list[Pair]:
+    """Pairs from a JSON Lines file; any bad line is one error naming it, before anything runs."""
+    if not path.is_file():
+        raise ConfigError(f"--pairs {path}: no such file; give a JSON Lines file of labelled pairs")
+    pairs = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: not JSON ({exc.msg}); write one pair object per line") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("duplicate"), bool):
+            raise ConfigError(
+                f'{where}: a pair needs "a" and "b" (lists of screenshot paths) and "duplicate" '
+                '(true or false), e.g. {"a": ["x/0.png"], "b": ["y/0.png"], "duplicate": true}'
+            )
+        sides = []
+        for side in ("a", "b"):
+            shots = row.get(side)
+            if not isinstance(shots, list) or not shots or not all(isinstance(s, str) for s in shots):
+                raise ConfigError(f'{where}: "{side}" must be a non-empty list of screenshot paths')
+            files = [p if p.is_absolute() else path.parent / p for p in map(Path, shots)]
+            missing = [str(f) for f in files if not f.is_file()]
+            if missing:
+                raise ConfigError(f'{where}: "{side}" names screenshots that do not exist: {missing[:3]}')
+            sides.append(tuple(f.read_bytes() for f in files))
+        pairs.append(Pair(sides[0], sides[1], row["duplicate"], str(row.get("kind", ""))))
+    if not pairs or all(p.duplicate for p in pairs) or not any(p.duplicate for p in pairs):
+        raise ConfigError(
+            f"{path}: precision and recall need both duplicate and distinct pairs; "
+            f"found {sum(p.duplicate for p in pairs)} duplicate of {len(pairs)}"
+        )
+    return pairs
+
+
+def digest(pairs: Sequence[Pair]) -> str:
+    """Names a pair set (so a report says which pairs it was measured on)."""
+    h = hashlib.sha256()
+    for p in pairs:
+        for side in (p.a, p.b):
+            for png in side:
+                h.update(hashlib.sha256(png).digest())
+            h.update(b"|")
+        h.update(b"1" if p.duplicate else b"0")
+    return h.hexdigest()[:12]

@@ -1,0 +1,97 @@
+"""`trajforge curate …`: curate a judged round, and measure trajectory dedup on labelled pairs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
+
+curate_app = typer.Typer(
+    invoke_without_command=True,
+    help="Dedup, guidance, thoughts, error-recovery samples and balancing for a judged round; "
+    "`curate dedup-eval` measures dedup on your labelled pairs.",
+)
+
+
+@curate_app.callback()
+def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
+    """Dedup, guidance, thoughts, error-recovery samples and balancing for a judged round (idempotent).
+
+    With TRAJFORGE_LLM_BASE_URL set, guidance and thoughts are written by the model.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from curation.pipeline import curate_round
+    from storage.apps import round_apps
+    from storage.llm_cache import SqlResponseCache
+    from storage.objectstore import open_object_store
+    from trajforge.appspec import load_apps
+    from trajforge.gateway import LLMGateway
+
+    settings = cli_settings(config)
+    sessions, round_id, number = cli_round(settings, round_number)
+    apps = round_apps(sessions, load_apps(settings.apps))
+    gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
+    typer.echo(f"round {number}")
+    report = curate_round(
+        sessions,
+        round_id,
+        open_object_store(settings),
+        settings.curate,
+        apps,
+        gateway,
+        critics=settings.critics,
+    )
+    typer.echo(report.render())
+
+
+@curate_app.command("dedup-eval")
+def dedup_eval(
+    pairs: Annotated[
+        Path,
+        typer.Option(
+            "--pairs",
+            help='JSON Lines: {"a": [screenshot paths], "b": [screenshot paths], "duplicate": true|false}.',
+        ),
+    ],
+    featurizer: Annotated[
+        Literal["thumb", "phash", "resnet"] | None,
+        typer.Option(help="Screenshot features to measure (default: curate.featurizer)."),
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Precision and recall of trajectory dedup per threshold on labelled pairs, and the best one.
+
+    Set the chosen threshold as curate.dedup_threshold.
+    """
+    from curation.dedup_eval import SWEEP, choose, digest, read_pairs, score, similarities
+    from curation.features import make_featurizer
+
+    settings = cli_settings(config).curate
+    if featurizer is not None:
+        settings = settings.model_copy(update={"featurizer": featurizer})
+    labelled = read_pairs(pairs)
+    embed = make_featurizer(settings)
+    sims = similarities(embed.embed, labelled)
+    labels = [p.duplicate for p in labelled]
+    typer.echo(
+        f"{len(labelled)} pairs ({sum(labels)} duplicate, {len(labels) - sum(labels)} distinct; "
+        f"set {digest(labelled)}), featurizer {embed.key}"
+    )
+    typer.echo("threshold  precision  recall  F1")
+    for threshold in SWEEP[::4]:
+        s = score(sims, labels, threshold)
+        typer.echo(f"{threshold:<9.3f}  {s.precision:<9.2f}  {s.recall:<6.2f}  {s.f1:.2f}")
+    now = score(sims, labels, settings.dedup_threshold)
+    best = choose(sims, labels)
+    typer.echo(
+        f"configured curate.dedup_threshold {now.threshold}: precision {now.precision:.2f} "
+        f"recall {now.recall:.2f} F1 {now.f1:.2f}"
+    )
+    typer.echo(
+        f"chosen: {best.threshold} (best F1 {best.f1:.2f}: precision {best.precision:.2f} "
+        f"recall {best.recall:.2f}); set curate.dedup_threshold: {best.threshold}"
+    )
