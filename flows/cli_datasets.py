@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 
 from flows.cli_common import ConfigOpt, cli_spine
 from trajforge.actions import CODECS
+from trajforge.settings import ExportFormat
 
 datasets_app = typer.Typer(no_args_is_help=True, help="Versioned datasets: publish, inspect, verify, export.")
 DatasetOpt = Annotated[str, typer.Option("--dataset", "-d", help="Dataset name.")]
@@ -98,7 +99,7 @@ def datasets_verify(version: int, dataset: DatasetOpt = "trajforge", config: Con
 @datasets_app.command("export")
 def datasets_export(
     version: int,
-    fmt: Annotated[str, typer.Option("--format", help="sft-sharegpt, sft-messages, rl-verl or hf.")],
+    fmt: Annotated[str, typer.Option("--format", help=f"One of {', '.join(get_args(ExportFormat))}.")],
     out: Annotated[str, typer.Option("--out", help="A directory, or s3://bucket/prefix.")],
     action_format: Annotated[str, typer.Option(help=f"One of {', '.join(CODECS)}.")] = "canonical",
     max_side: Annotated[int | None, typer.Option(help="Downscale screenshots to this many px.")] = None,

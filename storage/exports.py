@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args
 
 import polars as pl
 from PIL import Image
@@ -55,9 +55,9 @@ from storage.objectstore import ObjectStore, S3ObjectStore
 from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
 from trajforge.errors import ConfigError, StorageError
-from trajforge.settings import Settings
+from trajforge.settings import ExportFormat, Settings
 
-FORMATS = ("sft-sharegpt", "sft-messages", "rl-verl", "hf")
+FORMATS: tuple[str, ...] = get_args(ExportFormat)
 ACTION_FORMATS = tuple(CODECS)
 WEIGHTS = ("repeat", "keep")
 

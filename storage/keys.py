@@ -25,7 +25,3 @@ def shard_key(sha256: str, fmt: str = "parquet") -> str:
 
 def manifest_key(dataset: str, version: int) -> str:
     return f"datasets/{dataset}/v{version:05d}/manifest.json"
-
-
-def report_key(round_number: int, name: str) -> str:
-    return f"rounds/{round_number:05d}/{name}"

@@ -1,4 +1,4 @@
-"""Domain types shared by every stage: Query, Observation, Step, Episode, Judgment.
+"""Domain types shared by every stage: Query and Observation.
 
 These are the in-memory shapes stages pass to each other; `storage.models` holds
 their rows. Screenshots travel as sha256 hashes into the object store, never as bytes
@@ -7,28 +7,11 @@ inside these types.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajforge.actions import Action
-
 Sha256 = str
-
-
-class Outcome(StrEnum):
-    SUCCESS = "success"
-    FAILURE = "failure"
-    UNKNOWN = "unknown"
-
-
-class StepLabel(StrEnum):
-    """GUI-Owl §6.3 step critic labels."""
-
-    GOOD = "GOOD"
-    NEUTRAL = "NEUTRAL"
-    HARMFUL = "HARMFUL"
 
 
 class Query(BaseModel):
@@ -60,45 +43,3 @@ class Observation(BaseModel):
     height: int = Field(gt=0)
     elements: list[dict[str, Any]] | None = Field(None, description="a11y / element tree, if any.")
     meta: dict[str, Any] = Field(default_factory=dict)
-
-
-class Step(BaseModel):
-    """One policy decision: what it saw, what it said, what was done."""
-
-    index: int = Field(ge=0)
-    before: Observation
-    after: Observation | None = None
-    action: Action | None = Field(None, description="None when the output could not be parsed.")
-    raw_output: str = ""
-    parse_error: str | None = Field(None, description="Reason code when raw_output did not parse.")
-    latency_ms: int = Field(0, ge=0)
-
-
-class Episode(BaseModel):
-    """One rollout of a policy on a query."""
-
-    uid: str
-    query_uid: str
-    policy: str
-    attempt: int = Field(0, ge=0)
-    steps: list[Step] = Field(default_factory=list)
-    outcome: Outcome = Outcome.UNKNOWN
-    verifier_success: bool | None = None
-    reason: str | None = Field(None, description="Why the episode ended early or was dropped.")
-
-
-class Judgment(BaseModel):
-    """A critic's verdict on a step or an episode; raw output kept beside the parse."""
-
-    critic: str
-    critic_version: str
-    target: str = Field(pattern="^(step|episode)$")
-    target_uid: str
-    label: str
-    score: float | None = None
-    analysis: str = ""
-    summary: str = Field("", description="At most 30 words (GUI-Owl §6.3).")
-    raw_output: str = ""
-    parse_error: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0

@@ -19,9 +19,11 @@ import yaml
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from trajforge.actions import CODECS
 from trajforge.errors import ConfigError
 
 SQLITE_FILE = "trajforge.db"
+ExportFormat = Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"]  # the one list of export formats
 
 
 class HomeSettings(BaseSettings):
@@ -306,12 +308,21 @@ class TrainerSettings(BaseSettings):
         description="External trainer command line; {dataset} (the export directory), {output} (the "
         "checkpoint directory), {version} and {round} are filled in. None: the built-in knn policy.",
     )
-    format: Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"] = Field(
-        "sft-sharegpt", description="Export format handed to an external trainer."
+    format: ExportFormat = Field("sft-sharegpt", description="Export format handed to an external trainer.")
+    action_format: str = Field(
+        "qwen",
+        description="Action format of the export and of the trained policy: a codec name "
+        "(`trajforge actions convert --help` lists them).",
+        json_schema_extra={"enum": list(CODECS)},
     )
-    action_format: Literal["canonical", "agentcpm", "qwen", "uitars", "mobiler1"] = Field(
-        "qwen", description="Action format of the export and of the trained policy."
-    )
+
+    @field_validator("action_format")
+    @classmethod
+    def _known_codec(cls, value: str) -> str:
+        if value not in CODECS:
+            raise ValueError(f"unknown action format {value!r}; known: {', '.join(CODECS)}")
+        return value
+
     name: str = Field(
         "trained", min_length=1, max_length=128, description="Policy name of external checkpoints."
     )

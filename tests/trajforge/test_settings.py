@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
+from storage.exports import FORMATS
+from trajforge.actions import CODECS
 from trajforge.errors import ConfigError
 from trajforge.logs import RedactingFilter, redact, redact_url
-from trajforge.settings import load_settings
+from trajforge.settings import ExportFormat, load_settings
 
 
 def test_embedded_default_lives_under_the_working_directory(tmp_path: Path) -> None:
@@ -56,6 +59,11 @@ def test_yaml_overrides_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         (
             "store:\n  backend: gcs\n",
             "store.backend (env TRAJFORGE_STORE_BACKEND) = 'gcs': Input should be 'local' or 's3'",
+        ),
+        (
+            "trainer:\n  action_format: gpt\n",
+            "trainer.action_format (env TRAJFORGE_TRAINER_ACTION_FORMAT) = 'gpt': Value error, unknown "
+            "action format 'gpt'; known: agentcpm, qwen, uitars, uitars15, mobiler1, androidworld, canonical",
         ),
         ("s3:\n  endpoint: http://minio:9000\n", "give host:port without a scheme"),
         ("s3:\n  bucket: A\n", "s3.bucket"),
@@ -136,3 +144,11 @@ def test_apps_are_built_in_names_or_spec_paths_relative_to_the_config(tmp_path: 
     config.write_text("apps: settings\n")
     with pytest.raises(ConfigError, match="`apps` must be a list of built-in app names and spec paths"):
         load_settings(config)
+
+
+def test_every_codec_and_export_format_is_accepted_by_the_trainer_settings(tmp_path: Path) -> None:
+    assert get_args(ExportFormat) == FORMATS  # one list
+    cfg = tmp_path / "c.yaml"
+    for codec in CODECS:  # androidworld and uitars15 included
+        cfg.write_text(f"trainer:\n  action_format: {codec}\n  format: rl-verl\n")
+        assert load_settings(cfg).trainer.action_format == codec

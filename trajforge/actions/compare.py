@@ -15,17 +15,7 @@ from typing import Any
 
 from trajforge.actions.model import Action, ActionKind, Screen
 
-# Reason codes of a mismatch; counted wherever a thought or prediction is dropped.
-THOUGHT_ACTION_MISMATCH = "thought_action_mismatch"
-MISMATCH_REASONS = (
-    "kind_mismatch",
-    "point_outside_target",
-    "point_beyond_tolerance",
-    "direction_mismatch",
-    "text_mismatch",
-    "key_mismatch",
-    "status_mismatch",
-)
+THOUGHT_ACTION_MISMATCH = "thought_action_mismatch"  # the drop reason of a thought whose action differs
 DEFAULT_TOLERANCE = 40
 _POINTED = (ActionKind.CLICK, ActionKind.LONG_PRESS)
 
