@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings, cli_spine
+from flows.cli_annotate import annotate_app
+from flows.cli_common import ConfigOpt, cli_settings, cli_spine
+from flows.cli_critics import critics_app
 from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
+from flows.prefect_env import prefect_call, prefect_env
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.errors import ActionError, StorageError, TrajforgeError
 from trajforge.logs import configure_logging, redact_url
-from trajforge.settings import Settings
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -32,10 +33,10 @@ app.add_typer(actions_app, name="actions")
 app.add_typer(db_app, name="db")
 app.add_typer(apps_app, name="apps")
 app.add_typer(queries_app, name="queries")
-critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their calibration.")
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(critics_app, name="critics")
 app.add_typer(curate_app, name="curate")
+app.add_typer(annotate_app, name="annotate")
 
 
 @app.callback()
@@ -193,123 +194,6 @@ def rollout(
     )
 
 
-@critics_app.command("run")
-def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
-    """Judge every step and episode of a round (idempotent): the offline critics, and the model
-    critics too when TRAJFORGE_LLM_BASE_URL is set (a rerun costs no model calls)."""
-    import asyncio
-
-    from critics.judge import judge_round, judge_round_llm
-    from storage.apps import round_apps
-    from storage.llm_cache import SqlResponseCache
-    from storage.objectstore import frame_reader, open_object_store
-    from trajforge.appspec import load_apps
-    from trajforge.gateway import LLMGateway
-
-    settings = cli_settings(config)
-    sessions, round_id, number = cli_round(settings, round_number)
-    store = open_object_store(settings)
-    apps = round_apps(sessions, load_apps(settings.apps))
-    report = judge_round(sessions, round_id, apps, frame_reader(store))
-    typer.echo(f"round {number}: {report.render()} (offline critics)")
-    if settings.llm.offline:
-        return
-
-    async def with_model() -> str:
-        gateway = LLMGateway(settings.llm, SqlResponseCache(sessions))
-        try:
-            judged = await judge_round_llm(sessions, round_id, gateway, frame_reader(store))
-            return judged.render()
-        finally:
-            await gateway.aclose()
-
-    typer.echo(f"round {number}: {asyncio.run(with_model())} (model critics, {settings.llm.model})")
-
-
-@critics_app.command("calibrate")
-def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
-    """Compare the critics' trajectory verdicts with the anchors; store and print the report."""
-    from critics.judge import calibrate_round, render_calibration
-
-    sessions, round_id, number = cli_round(cli_settings(config), round_number)
-    typer.echo(f"round {number} calibration")
-    typer.echo(render_calibration(calibrate_round(sessions, round_id)))
-
-
-@critics_app.command("extract")
-def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
-    """CSRS: the seven categories of training samples from every anchored episode (idempotent).
-
-    With TRAJFORGE_LLM_BASE_URL set, the model writes the knowledge categories (1-5).
-    """
-    from critics.csrs import extract_round
-    from storage.llm_cache import SqlResponseCache
-    from storage.objectstore import frame_reader, open_object_store
-    from trajforge.gateway import LLMGateway
-
-    settings = cli_settings(config)
-    sessions, round_id, number = cli_round(settings, round_number)
-    gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
-    store = open_object_store(settings)
-    typer.echo(f"round {number}")
-    typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store), settings.critics).render())
-
-
-annotate_app = typer.Typer(
-    no_args_is_help=True,
-    help="Human calibration in Label Studio: push uncertain trajectories, pull verdicts.",
-)
-app.add_typer(annotate_app, name="annotate")
-
-
-@annotate_app.command("push")
-def annotate_push(
-    round_number: RoundOpt = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=0, help="Push at most this many.")] = None,
-    config: ConfigOpt = None,
-) -> None:
-    """Push the round's review queue (critic disagreements, low confidence) and an audit sample.
-
-    Idempotent: a trajectory already pushed is never pushed again.
-    """
-    from annotation.push import push_round
-    from storage.objectstore import open_object_store
-
-    settings = cli_settings(config)
-    sessions, round_id, number = cli_round(settings, round_number)
-    report = push_round(
-        sessions, round_id, open_object_store(settings), settings.annotate, settings.s3, limit
-    )
-    typer.echo(f"round {number}: {report.render()}")
-    typer.echo(f"annotate at {settings.annotate.url.rstrip('/')}/projects/")
-
-
-@annotate_app.command("pull")
-def annotate_pull(config: ConfigOpt = None) -> None:
-    """Fetch new, updated and deleted annotations; store human anchors and corrections."""
-    from annotation.pull import pull
-
-    settings, sessions, _ = cli_spine(config)
-    typer.echo(pull(sessions, settings.annotate).render())
-
-
-@annotate_app.command("stats")
-def annotate_stats(config: ConfigOpt = None) -> None:
-    """Critic vs human, human vs verifier and inter-annotator agreement; annotator throughput."""
-    from annotation.stats import annotation_stats, render_stats
-
-    _, sessions, _ = cli_spine(config)
-    typer.echo(render_stats(annotation_stats(sessions)))
-
-
-@annotate_app.command("config")
-def annotate_config() -> None:
-    """Print the Label Studio labelling config trajforge uses."""
-    from annotation.config import LABEL_CONFIG
-
-    typer.echo(LABEL_CONFIG)
-
-
 @app.command("check")
 def check(config: ConfigOpt = None) -> None:
     """Validate the settings, reach the database (and check a SQLite file's integrity) and the object
@@ -378,24 +262,6 @@ def run(
     typer.echo(report.render())
 
 
-def _prefect_env(settings: Settings, verbose: bool = False) -> None:
-    """Prefect's own state under the trajforge home, unless the environment says otherwise.
-
-    Called before Prefect is imported: it reads these when it loads.
-    """
-    home = settings.home / "prefect"
-    home.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("PREFECT_HOME", str(home))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
-    timeout = str(settings.evolve.prefect_start_timeout_s)
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", timeout)
-    if not verbose and not os.environ.get("PREFECT_API_URL"):
-        from flows.prefect_server import quiet_temporary_server
-
-        quiet_temporary_server(home / "server.log")
-
-
 @app.command("evolve")
 def evolve_cmd(
     rounds: Annotated[
@@ -415,7 +281,7 @@ def evolve_cmd(
 
     settings = cli_settings(config)
     target = rounds or settings.evolve.rounds
-    _prefect_env(settings, verbose)
+    prefect_env(settings, verbose)
     from evolve.report import write_report
     from evolve.spine import open_spine
     from flows.rounds import evolve_round
@@ -426,7 +292,7 @@ def evolve_cmd(
     for number in range(1, target + 1):
         started = time.monotonic()
         typer.echo(f"round {number}/{target}: running…")
-        result = _prefect_call(evolve_round, settings, number)
+        result = prefect_call(evolve_round, settings, number)
         per_app = ", ".join(f"{a} {w}/{n}" for a, (w, n) in result["per_app"].items())
         state = "already done" if result.get("skipped") else f"{time.monotonic() - started:.0f}s"
         typer.echo(
@@ -466,7 +332,7 @@ def serve_cmd(
     """Deploy the `evolve` flow with the cron schedule `evolve.schedule`: served from this process,
     or registered on a work pool. Needs a Prefect API (PREFECT_API_URL)."""
     settings = cli_settings(config)
-    _prefect_env(settings)
+    prefect_env(settings)
     from flows.serve import create_limits, register_work_pool, serve_here
 
     limits = create_limits(settings)
@@ -479,25 +345,6 @@ def serve_cmd(
         return
     typer.echo(f"serving evolve/trajforge-evolve; schedule {schedule}")
     serve_here(settings, config)
-
-
-def _prefect_call(fn: Any, *args: Any) -> Any:
-    """Call a flow; a temporary Prefect API that did not come up becomes one clear error."""
-    try:
-        return fn(*args)
-    except RuntimeError as exc:
-        if "ephemeral Prefect API server" not in str(exc):
-            raise
-        from flows.prefect_server import server_log
-
-        log = server_log()
-        raise TrajforgeError(
-            "Prefect's temporary API server did not start within "
-            f"{os.environ.get('PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS')}s"
-            f"{f' (its log: {log})' if log else ''}; raise "
-            "evolve.prefect_start_timeout_s (TRAJFORGE_EVOLVE_PREFECT_START_TIMEOUT_S), or set "
-            "PREFECT_API_URL to a running Prefect server"
-        ) from exc
 
 
 def main() -> None:

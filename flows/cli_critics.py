@@ -1,0 +1,71 @@
+"""`trajforge critics …`: judge a round, calibrate the critics against the anchors, extract CSRS samples."""
+
+from __future__ import annotations
+
+import typer
+
+from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
+
+critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their calibration.")
+
+
+@critics_app.command("run")
+def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
+    """Judge every step and episode of a round (idempotent): the offline critics, and the model
+    critics too when TRAJFORGE_LLM_BASE_URL is set (a rerun costs no model calls)."""
+    import asyncio
+
+    from critics.judge import judge_round, judge_round_llm
+    from storage.apps import round_apps
+    from storage.llm_cache import SqlResponseCache
+    from storage.objectstore import frame_reader, open_object_store
+    from trajforge.appspec import load_apps
+    from trajforge.gateway import LLMGateway
+
+    settings = cli_settings(config)
+    sessions, round_id, number = cli_round(settings, round_number)
+    store = open_object_store(settings)
+    apps = round_apps(sessions, load_apps(settings.apps))
+    report = judge_round(sessions, round_id, apps, frame_reader(store))
+    typer.echo(f"round {number}: {report.render()} (offline critics)")
+    if settings.llm.offline:
+        return
+
+    async def with_model() -> str:
+        gateway = LLMGateway(settings.llm, SqlResponseCache(sessions))
+        try:
+            judged = await judge_round_llm(sessions, round_id, gateway, frame_reader(store))
+            return judged.render()
+        finally:
+            await gateway.aclose()
+
+    typer.echo(f"round {number}: {asyncio.run(with_model())} (model critics, {settings.llm.model})")
+
+
+@critics_app.command("calibrate")
+def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
+    """Compare the critics' trajectory verdicts with the anchors; store and print the report."""
+    from critics.judge import calibrate_round, render_calibration
+
+    sessions, round_id, number = cli_round(cli_settings(config), round_number)
+    typer.echo(f"round {number} calibration")
+    typer.echo(render_calibration(calibrate_round(sessions, round_id)))
+
+
+@critics_app.command("extract")
+def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
+    """CSRS: the seven categories of training samples from every anchored episode (idempotent).
+
+    With TRAJFORGE_LLM_BASE_URL set, the model writes the knowledge categories (1-5).
+    """
+    from critics.csrs import extract_round
+    from storage.llm_cache import SqlResponseCache
+    from storage.objectstore import frame_reader, open_object_store
+    from trajforge.gateway import LLMGateway
+
+    settings = cli_settings(config)
+    sessions, round_id, number = cli_round(settings, round_number)
+    gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
+    store = open_object_store(settings)
+    typer.echo(f"round {number}")
+    typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store), settings.critics).render())

@@ -1,0 +1,46 @@
+"""Prefect's environment for the commands that run flows, set before Prefect is first imported."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trajforge.errors import TrajforgeError
+from trajforge.settings import Settings
+
+
+def prefect_env(settings: Settings, verbose: bool = False) -> None:
+    """Prefect's own state under the trajforge home, unless the environment says otherwise.
+
+    Called before Prefect is imported: it reads these when it loads.
+    """
+    home = settings.home / "prefect"
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(home))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
+    timeout = str(settings.evolve.prefect_start_timeout_s)
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", timeout)
+    if not verbose and not os.environ.get("PREFECT_API_URL"):
+        from flows.prefect_server import quiet_temporary_server
+
+        quiet_temporary_server(home / "server.log")
+
+
+def prefect_call(fn: Any, *args: Any) -> Any:
+    """Call a flow; a temporary Prefect API that did not come up becomes one clear error."""
+    try:
+        return fn(*args)
+    except RuntimeError as exc:
+        if "ephemeral Prefect API server" not in str(exc):
+            raise
+        from flows.prefect_server import server_log
+
+        log = server_log()
+        raise TrajforgeError(
+            "Prefect's temporary API server did not start within "
+            f"{os.environ.get('PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS')}s"
+            f"{f' (its log: {log})' if log else ''}; raise "
+            "evolve.prefect_start_timeout_s (TRAJFORGE_EVOLVE_PREFECT_START_TIMEOUT_S), or set "
+            "PREFECT_API_URL to a running Prefect server"
+        ) from exc
