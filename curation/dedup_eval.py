@@ -15,12 +15,14 @@ Relative paths are read from the pairs file's folder.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from curation.dedup import trajectory_embedding
 from trajforge.errors import ConfigError
@@ -99,7 +101,7 @@ def read_pairs(path: Path) -> list[Pair]:
             missing = [str(f) for f in files if not f.is_file()]
             if missing:
                 raise ConfigError(f'{where}: "{side}" names screenshots that do not exist: {missing[:3]}')
-            sides.append(tuple(f.read_bytes() for f in files))
+            sides.append(tuple(_image(f, where, side) for f in files))
         pairs.append(Pair(sides[0], sides[1], row["duplicate"], str(row.get("kind", ""))))
     if not pairs or all(p.duplicate for p in pairs) or not any(p.duplicate for p in pairs):
         raise ConfigError(
@@ -107,6 +109,15 @@ def read_pairs(path: Path) -> list[Pair]:
             f"found {sum(p.duplicate for p in pairs)} duplicate of {len(pairs)}"
         )
     return pairs
+
+
+def _image(file: Path, where: str, side: str) -> bytes:
+    data = file.read_bytes()
+    try:
+        Image.open(io.BytesIO(data)).verify()
+    except (OSError, SyntaxError) as exc:  # PIL raises both for a file that is not an image
+        raise ConfigError(f'{where}: "{side}" names {file}, which is not an image ({exc})') from exc
+    return data
 
 
 def digest(pairs: Sequence[Pair]) -> str:

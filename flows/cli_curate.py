@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
 from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
+from trajforge.settings import FeaturizerName
 
 curate_app = typer.Typer(
     invoke_without_command=True,
@@ -58,7 +59,7 @@ def dedup_eval(
         ),
     ],
     featurizer: Annotated[
-        Literal["thumb", "phash", "resnet"] | None,
+        FeaturizerName | None,
         typer.Option(help="Screenshot features to measure (default: curate.featurizer)."),
     ] = None,
     config: ConfigOpt = None,

@@ -24,6 +24,7 @@ from trajforge.errors import ConfigError
 
 SQLITE_FILE = "trajforge.db"
 ExportFormat = Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"]  # the one list of export formats
+FeaturizerName = Literal["thumb", "phash", "resnet"]  # screenshot features for trajectory dedup
 
 
 class HomeSettings(BaseSettings):
@@ -120,7 +121,7 @@ class CurationSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TRAJFORGE_CURATE_", extra="forbid")
 
-    featurizer: Literal["thumb", "phash", "resnet"] = Field(
+    featurizer: FeaturizerName = Field(
         "phash",
         description="Screenshot features for trajectory dedup: phash (64-bit DCT hash) and thumb (grey "
         "16x32 thumbnail) need no weights; resnet needs resnet_weights. phash is the most precise "

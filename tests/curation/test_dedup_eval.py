@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from PIL import Image
+
 from querygen.pipeline import generate_queries
 from rollout.sim.device import Move
 from rollout.sim.env import SimEnv
@@ -55,15 +57,19 @@ def test_dedup_eval_prints_precision_recall_per_threshold_and_the_chosen_one(tmp
 
 def test_a_bad_pairs_file_is_one_error_naming_the_line(tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text('{"a": ["x.png"], "b": ["y.png"], "duplicate": true}\n{"a": ["x.png"]}\n')
-    (tmp_path / "x.png").write_bytes(b"")
-    (tmp_path / "y.png").write_bytes(b"")
-    one_line_error(
-        cli("curate", "dedup-eval", "--pairs", str(pairs), cwd=tmp_path), f"{pairs}:2", '"duplicate"'
+    Image.new("RGB", (8, 16)).save(tmp_path / "x.png")
+    Image.new("RGB", (8, 16)).save(tmp_path / "y.png")
+    (tmp_path / "notes.png").write_text("not a picture")
+
+    def refused(text: str, *fragments: str) -> None:
+        pairs.write_text(text)
+        one_line_error(cli("curate", "dedup-eval", "--pairs", str(pairs), cwd=tmp_path), *fragments)
+
+    ok = '{"a": ["x.png"], "b": ["y.png"], "duplicate": true}\n'
+    refused(ok + '{"a": ["x.png"]}\n', f"{pairs}:2", '"duplicate"')
+    refused(ok + "{not json\n", f"{pairs}:2", "not JSON")
+    refused(
+        '{"a": ["x.png"], "b": ["notes.png"], "duplicate": true}\n', f"{pairs}:1", "notes.png", "not an image"
     )
-    pairs.write_text('{"a": ["x.png"], "b": ["gone.png"], "duplicate": true}\n')
-    one_line_error(cli("curate", "dedup-eval", "--pairs", str(pairs), cwd=tmp_path), f"{pairs}:1", "gone.png")
-    pairs.write_text('{"a": ["x.png"], "b": ["y.png"], "duplicate": true}\n')
-    one_line_error(
-        cli("curate", "dedup-eval", "--pairs", str(pairs), cwd=tmp_path), "both duplicate and distinct pairs"
-    )
+    refused('{"a": ["x.png"], "b": ["gone.png"], "duplicate": true}\n', f"{pairs}:1", "gone.png")
+    refused(ok, "both duplicate and distinct pairs")
