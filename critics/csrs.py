@@ -279,7 +279,7 @@ def extract_round(
     settings = settings or CriticSettings()
     report = ExtractionReport()
     batches: list[tuple[int, list[SampleDraft]]] = []
-    outcomes: dict[int, str] = {}
+    outcomes: dict[int, dict[str, Any]] = {}  # episode id -> its provenance.anchor now
     undecided: list[tuple[str, str, dict[str, Any]]] = []
     with sessions() as s:
         decided = decide_outcomes(s, round_id, settings)
@@ -291,13 +291,12 @@ def extract_round(
                 continue
             verdicts = stored_step_verdicts(s, round_id, steps)
             views = [step_view(st) for st in steps]
-            label = "success" if outcome.success else "failure"
-            outcomes[episode.id] = label
+            outcomes[episode.id] = outcome.provenance()
             drafts = extract(
                 query,
                 episode.uid,
                 outcome.success,
-                outcome.provenance(),
+                outcomes[episode.id],
                 views,
                 verdicts,
                 tau_c=settings.tau_c,
@@ -323,9 +322,13 @@ def extract_round(
     return report
 
 
-def revise_outcomes(sessions: sessionmaker[Session], round_id: int, outcomes: dict[int, str]) -> int:
+def revise_outcomes(
+    sessions: sessionmaker[Session], round_id: int, outcomes: dict[int, dict[str, Any]]
+) -> int:
     """Samples written under an outcome the deciding anchor no longer gives are dropped as
     `superseded_by_human_anchor`; ones dropped so, whose outcome holds again, are restored.
+    Samples whose outcome holds record the deciding anchor as it is now (`provenance.anchor`:
+    a human who agrees with the critic or the verifier becomes the source).
 
     Returns how many were dropped now.
     """
@@ -341,11 +344,13 @@ def revise_outcomes(sessions: sessionmaker[Session], round_id: int, outcomes: di
             )
         )
         for sample in rows:
-            outcome = outcomes.get(sample.episode_id or 0)
-            if outcome is None:
+            anchor = outcomes.get(sample.episode_id or 0)
+            if anchor is None:
                 continue
             written = (sample.provenance.get("anchor") or {}).get("label")
-            holds = written == outcome
+            holds = written == anchor["label"]
+            if holds and sample.provenance.get("anchor") != anchor:
+                sample.provenance = {**sample.provenance, "anchor": anchor}
             if sample.status == "kept" and not holds:
                 sample.status, sample.reason = "dropped", SUPERSEDED
                 record_exclusions(s, round_id, "csrs", "sample", [(sample.uid, SUPERSEDED, {"was": written})])

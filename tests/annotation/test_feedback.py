@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.csrs import SUPERSEDED, extract_round
+from critics.csrs import CATEGORIES, SUPERSEDED, extract_round
 from curation.corrections import CATEGORY
 from curation.corrections import SUPERSEDED as CORRECTED
 from curation.pipeline import curate_round
@@ -145,6 +145,36 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
         back = select(func.count()).select_from(Exclusion)
         assert s.scalar(back.where(Exclusion.item_key.in_(list(before)), Exclusion.reason == SUPERSEDED)) == 0
     assert verifier == "success"
+
+
+def test_a_human_who_agrees_becomes_the_samples_recorded_source(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    _, sessions, round_id = smoke_round(rollouts=2)
+    with sessions() as s:
+        episode_id = s.scalar(
+            select(Anchor.episode_id).where(Anchor.source == "verifier", Anchor.label == "success")
+        )
+    assert episode_id is not None
+
+    def csrs_samples() -> dict[str, tuple[str, dict[str, str]]]:
+        return {
+            x.uid: (x.status, x.provenance["anchor"])
+            for x in _samples(sessions, episode_id)
+            if x.category in CATEGORIES
+        }
+
+    before = csrs_samples()
+    assert before and all(a == {"source": "verifier", "label": "success"} for _, a in before.values())
+    _human_verdict(sessions, episode_id, round_id, "success", step=0)
+
+    extracted = extract_round(sessions, round_id)
+    assert SUPERSEDED not in extracted.dropped
+    after = csrs_samples()
+    assert after.keys() == before.keys()  # the same samples, kept or dropped as before
+    assert all(after[uid][0] == status for uid, (status, _) in before.items())
+    assert all(a == {"source": "human", "label": "success"} for _, a in after.values())
 
 
 def test_a_corrected_action_supersedes_the_models_action_samples(
