@@ -21,6 +21,12 @@ def deciding_anchor(anchors: Sequence[Anchor]) -> Anchor | None:
     return next((a for a in anchors if a.source == "human"), anchors[0] if anchors else None)
 
 
+def reversed_verifier(anchors: Sequence[Anchor], deciding: Anchor) -> str | None:
+    """The verifier's label when the deciding anchor is a human who reversed it, else None."""
+    verifier = next((a.label for a in anchors if a.source == "verifier"), None)
+    return verifier if deciding.source == "human" and verifier not in (None, deciding.label) else None
+
+
 def anchors_by_episode(s: Session, *where: Any) -> dict[int, list[Anchor]]:
     """Every anchor of the episodes `where` selects (conditions on `Episode`), by episode id."""
     out: dict[int, list[Anchor]] = {}

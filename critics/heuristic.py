@@ -24,7 +24,7 @@ import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from PIL import Image
 
@@ -34,6 +34,7 @@ from trajforge.appspec import AppSpec
 from trajforge.domain import Observation, Query
 
 Label = Literal["GOOD", "NEUTRAL", "HARMFUL"]
+STEP_LABELS: tuple[Label, ...] = get_args(Label)
 BAR_SHARE = 0.05  # top and bottom share of a screenshot the visual channel ignores (status, navigation)
 SIGNATURE_SIDE = 16  # the visual signature is SIDE x SIDE difference bits
 

@@ -17,8 +17,9 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.anchors import CONSENSUS, backend_of, deciding_anchor, success_references
+from critics.anchors import CONSENSUS, backend_of, deciding_anchor, reversed_verifier, success_references
 from critics.heuristic import (
+    STEP_LABELS,
     HeuristicStepCritic,
     StepVerdict,
     StepView,
@@ -193,8 +194,8 @@ def stored_step_verdicts(s: Session, round_id: int, steps: Sequence[Step]) -> li
     out = []
     for st in steps:
         j = next(stored[st.id][c] for c in STEP_CRITICS if c in stored[st.id])
-        label = j.label if j.label in ("GOOD", "NEUTRAL", "HARMFUL") else "NEUTRAL"
-        out.append(StepVerdict(label, j.analysis or "stored", j.summary or ""))  # type: ignore[arg-type]
+        label = j.label if j.label in STEP_LABELS else "NEUTRAL"
+        out.append(StepVerdict(label, j.analysis or "stored", j.summary or ""))
     return out
 
 
@@ -243,8 +244,7 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
             if anchor is None:
                 continue
             sources[anchor.source] += 1
-            verifier = next((a.label for a in anchors if a.source == "verifier"), None)
-            if anchor.source == "human" and verifier not in (None, anchor.label):
+            if reversed_verifier(anchors, anchor) is not None:
                 sources["human_overrode_verifier"] += 1
             actual = anchor.label == "success"
             judged = s.scalars(

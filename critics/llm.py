@@ -19,7 +19,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from PIL import Image, ImageDraw
 
-from critics.heuristic import StepView, describe
+from critics.heuristic import STEP_LABELS, StepView, describe
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway, image_part, text_part
@@ -27,7 +27,6 @@ from trajforge.gateway import LLMGateway, image_part, text_part
 _TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
 )
-_LABELS = ("GOOD", "NEUTRAL", "HARMFUL")
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ class LLMStepCritic:
         result = await self.gateway.chat(
             [{"role": "user", "content": content}], stage="critic.step", model=self.model, json_mode=True
         )
-        label, summary, analysis, error = _parse(result, "label", _LABELS)
+        label, summary, analysis, error = _parse(result, "label", STEP_LABELS)
         return LLMJudgment(
             label, summary, analysis, result.text, error, result.prompt_tokens, result.completion_tokens
         )

@@ -20,7 +20,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from critics.anchors import anchors_by_episode, consensus_labels, deciding_anchor, episode_apps
+from critics.anchors import (
+    anchors_by_episode,
+    consensus_labels,
+    deciding_anchor,
+    episode_apps,
+    reversed_verifier,
+)
 from storage.models import Episode
 from trajforge.settings import CriticSettings
 
@@ -84,11 +90,8 @@ def decide_outcomes(s: Session, round_id: int, settings: CriticSettings) -> dict
         found = anchors.get(episode_id, [])
         deciding = deciding_anchor(found)
         if deciding is not None and (settings.outcome != "critic" or deciding.source == "human"):
-            verifier = next((a.label for a in found if a.source == "verifier"), None)
-            reversed_ = (
-                verifier if deciding.source == "human" and verifier not in (None, deciding.label) else None
-            )
-            out[episode_id] = Outcome(deciding.label == "success", deciding.source, overrides=reversed_)
+            overrides = reversed_verifier(found, deciding)
+            out[episode_id] = Outcome(deciding.label == "success", deciding.source, overrides=overrides)
             continue
         if settings.outcome == "anchor":
             out[episode_id] = Outcome(None, "none")
