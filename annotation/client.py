@@ -15,13 +15,19 @@ from label_studio_sdk.core.api_error import ApiError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from annotation.config import CONFIG_SHA256, LABEL_CONFIG
+from annotation.config import CONFIG_SHA256, INSTRUCTIONS, LABEL_CONFIG
 from storage.models import AnnotationProject
 from trajforge.errors import AnnotationError, ConfigError
 from trajforge.settings import AnnotationSettings
 
 T = TypeVar("T")
 PREDICTIONS = "trajforge-critics"  # the model_version of the critics' pre-annotations
+# What every trajforge project shows: the labelling view and the instructions, opened with each task.
+_VIEW: dict[str, Any] = {
+    "label_config": LABEL_CONFIG,
+    "expert_instruction": INSTRUCTIONS,
+    "show_instruction": True,
+}
 
 
 class Studio:
@@ -40,6 +46,7 @@ class Studio:
             timeout=settings.timeout_s,
         )
         self._users: dict[int, str] | None = None
+        self._files: int | None = None  # the project that holds uploaded screenshots
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
         url = self.settings.url
@@ -81,6 +88,49 @@ class Studio:
         pager: Any = self.call("list tasks", lambda: self.ls.tasks.list(project=project_id, fields="all"))
         yield from self.call("page through tasks", lambda: list(pager))
 
+    def upload(self, content: bytes, name: str) -> str:
+        """Upload one screenshot as a file, not a task; the URL Label Studio serves it at.
+
+        Label Studio takes a bare file only into a project whose view has one data key, so the
+        files go to a task-less project of their own (`<prefix> · screenshots`), which every
+        annotator of the organisation can read."""
+        http = self.ls._client_wrapper.httpx_client  # the SDK has no call for a bare upload
+        project_id = self._files_project()
+
+        def send() -> str:
+            answer = _ok(
+                http.request(
+                    f"api/projects/{project_id}/import",
+                    method="POST",
+                    params={"commit_to_project": "false"},
+                    files={"file": (name, content, "image/jpeg")},
+                )
+            )
+            upload_id = (answer.json().get("file_upload_ids") or [None])[0]
+            info = _ok(http.request(f"api/import/file-upload/{upload_id}", method="GET"))
+            return "/data/" + str(info.json()["file"]).lstrip("/")
+
+        return self.call("upload a screenshot", send)
+
+    def _files_project(self) -> int:
+        if self._files is None:
+            title = f"{self.settings.project_prefix} · screenshots"
+            listed: list[Any] = self.call("list projects", lambda: list(self.ls.projects.list(title=title)))
+            found = [int(p.id) for p in listed if p.title == title]
+            if found:
+                self._files = found[0]
+            else:
+                created = self.call(
+                    "create the screenshots project",
+                    lambda: self.ls.projects.create(
+                        title=title,
+                        description="Screenshots of the trajforge review tasks; it holds files, no tasks.",
+                        label_config='<View><Image name="image" value="$image"/></View>',
+                    ),
+                )
+                self._files = int(created.id or 0)
+        return self._files
+
     def project_exists(self, project_id: int) -> bool:
         def get() -> bool:
             try:
@@ -105,7 +155,7 @@ class Studio:
                 recorded = row.ls_project_id
                 self.call(
                     "update the labelling config",
-                    lambda: self.ls.projects.update(id=recorded, label_config=LABEL_CONFIG),
+                    lambda: self.ls.projects.update(id=recorded, **_VIEW),
                 )
                 row.config_sha256 = CONFIG_SHA256
             return row
@@ -115,20 +165,18 @@ class Studio:
             project_id = int(found[0].id)
             self.call(
                 "update the labelling config",
-                lambda: self.ls.projects.update(
-                    id=project_id, label_config=LABEL_CONFIG, model_version=PREDICTIONS
-                ),
+                lambda: self.ls.projects.update(id=project_id, model_version=PREDICTIONS, **_VIEW),
             )
         else:
             created = self.call(
                 "create a project",
                 lambda: self.ls.projects.create(
                     title=title,
-                    label_config=LABEL_CONFIG,
                     description="Trajectories the trajforge critics disagree on or are unsure about, plus an "
                     "audit sample. Set the verdict, label the steps, correct what is wrong.",
                     model_version=PREDICTIONS,
                     show_collab_predictions=True,
+                    **_VIEW,
                 ),
             )
             project_id = int(created.id or 0)
@@ -141,6 +189,12 @@ class Studio:
             row.ls_project_id, row.title, row.config_sha256 = project_id, title, CONFIG_SHA256
         s.flush()
         return row
+
+
+def _ok(answer: httpx.Response) -> httpx.Response:
+    if answer.status_code >= 400:
+        raise ApiError(status_code=answer.status_code, headers=dict(answer.headers), body=answer.text)
+    return answer
 
 
 def project_key(settings: AnnotationSettings, app: str) -> tuple[str, str]:

@@ -1,10 +1,13 @@
 """Screenshots the annotator's browser can load, with the step's action drawn on them.
 
 Label Studio fetches task images from the browser (with `fetch`, so CORS applies), which is
-where broken images come from. Three ways to serve them:
+where broken images come from. Four ways to serve them:
 
-- `data`: the image inline as a data URL. Works anywhere, needs nothing; tasks get larger.
-  The default for the local object store, which the browser cannot reach.
+- `upload`: each image uploaded to Label Studio once (as a file of the project, not a task),
+  the task holding its `/data/upload/...` URL. The default for the local object store, which
+  the browser cannot reach: tasks stay small, so the task list loads fast.
+- `data`: the image inline as a data URL. Works anywhere, needs nothing; every task carries
+  its images, so listing tasks downloads them all.
 - `presign`: a presigned GET URL on the S3/MinIO store (MinIO answers CORS for any origin;
   an S3 bucket needs a CORS rule for the Label Studio origin). URLs expire (7 days at most).
 - `storage`: an `s3://bucket/key` URI that Label Studio resolves itself through an S3 source
@@ -15,10 +18,11 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
 
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from critics.llm import draw_action
 from storage.keys import blob_key
@@ -27,25 +31,29 @@ from trajforge.actions import Action
 from trajforge.errors import ConfigError
 from trajforge.settings import AnnotationSettings
 
-Mode = Literal["data", "presign", "storage"]
+Mode = Literal["upload", "data", "presign", "storage"]
+Uploader = Callable[[bytes, str], str]  # (jpeg, file name) -> the URL Label Studio serves it at
 
 
 def image_mode(settings: AnnotationSettings, store: ObjectStore) -> Mode:
     """The serving mode; ConfigError when the mode needs an S3 store and there is none."""
     remote = isinstance(store, S3ObjectStore)
     if settings.images == "auto":
-        return "presign" if remote else "data"
-    if settings.images != "data" and not remote:
+        return "presign" if remote else "upload"
+    if settings.images in ("presign", "storage") and not remote:
         raise ConfigError(
             f"annotate.images={settings.images} needs the S3 object store (TRAJFORGE_STORE_BACKEND=s3): "
-            "the browser cannot reach the local store; use annotate.images=data"
+            "the browser cannot reach the local store; use annotate.images=upload"
         )
     return settings.images
 
 
-def overlay(png: bytes, action: dict[str, Any] | None, max_side: int) -> bytes:
-    """The screenshot with the action's point circled, scaled to `max_side`, as JPEG."""
+def overlay(png: bytes, action: dict[str, Any] | None, max_side: int, box: list[int] | None = None) -> bytes:
+    """The screenshot with the action's point circled (a swipe's arrow from start to end) and
+    the target element's pixel `box` outlined in blue, scaled to `max_side`, as JPEG."""
     img = Image.open(io.BytesIO(png)).convert("RGB")
+    if box is not None:
+        ImageDraw.Draw(img).rectangle(tuple(box), outline="#1f6feb", width=max(2, img.width // 200))
     if action is not None:
         draw_action(img, Action.model_validate(action))
     img.thumbnail((max_side, max_side))
@@ -55,17 +63,34 @@ def overlay(png: bytes, action: dict[str, Any] | None, max_side: int) -> bytes:
 
 
 class ImageLinks:
-    """Makes the URL of one step's annotated screenshot, in the configured mode."""
+    """Makes the URL of one step's screenshot (annotated or plain), in the configured mode."""
 
-    def __init__(self, store: ObjectStore, settings: AnnotationSettings) -> None:
+    def __init__(
+        self, store: ObjectStore, settings: AnnotationSettings, upload: Uploader | None = None
+    ) -> None:
         self.store, self.settings = store, settings
         self.mode = image_mode(settings, store)
+        if self.mode == "upload" and upload is None:
+            raise ConfigError("annotate.images=upload needs a Label Studio project to upload to")
+        self.upload = upload
+        self._made: dict[tuple[str, str], str] = {}
 
-    def __call__(self, sha256: str, action: dict[str, Any] | None) -> str:
-        jpeg = overlay(self.store.get(blob_key(sha256)), action, self.settings.image_max_side)
+    def __call__(
+        self, sha256: str, action: dict[str, Any] | None = None, box: list[int] | None = None
+    ) -> str:
+        key = (sha256, repr((action, box)))
+        if key not in self._made:
+            self._made[key] = self._make(sha256, action, box)
+        return self._made[key]
+
+    def _make(self, sha256: str, action: dict[str, Any] | None, box: list[int] | None) -> str:
+        jpeg = overlay(self.store.get(blob_key(sha256)), action, self.settings.image_max_side, box)
         if self.mode == "data":
             return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()
         digest, _ = put_blob(self.store, jpeg, ext="jpg", content_type="image/jpeg")
+        if self.mode == "upload":
+            assert self.upload is not None
+            return self.upload(jpeg, f"{digest[:16]}.jpg")
         key = blob_key(digest, "jpg")
         if self.mode == "presign":
             return self.store.presign(key, timedelta(hours=self.settings.presign_expiry_h))

@@ -10,6 +10,7 @@ one that parses nowhere is kept with `parse_error`, never dropped silently.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,7 +29,9 @@ from trajforge.errors import ActionError
 from trajforge.logs import counts
 from trajforge.settings import AnnotationSettings
 
-_STEP_FIELD = re.compile(r"^(step_label|corrected_action|corrected_thought)_(\d+)$")
+_STEP_FIELD = re.compile(
+    r"^(step_label|corrected_action|corrected_thought|corrected_instruction|correct_point)_(\d+)$"
+)
 # Tried in order on a corrected action; canonical JSON first, then the model formats.
 CORRECTION_CODECS = ("canonical", "qwen", "mobiler1", "uitars", "agentcpm", "androidworld")
 
@@ -39,6 +42,9 @@ class Parsed:
     step_labels: dict[str, str] = field(default_factory=dict)
     actions: dict[int, str] = field(default_factory=dict)
     thoughts: dict[int, str] = field(default_factory=dict)
+    instructions: dict[int, str] = field(default_factory=dict)
+    points: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)  # (kind, x, y) per mille
+    first_wrong_step: int | None = None
     ignored: Counter[str] = field(default_factory=Counter)  # result items not understood, by reason
 
 
@@ -82,6 +88,13 @@ def parse_result(result: list[dict[str, Any]]) -> Parsed:
             else:
                 out.ignored["bad_verdict"] += 1
             continue
+        if name == cfg.FIRST_WRONG:
+            number = value.get("number") if isinstance(value, dict) else None
+            if isinstance(number, int | float) and number >= 0 and number == int(number):
+                out.first_wrong_step = int(number)
+            else:
+                out.ignored["bad_first_wrong_step"] += 1
+            continue
         match = _STEP_FIELD.match(name)
         if match is None:
             out.ignored["unknown_field"] += 1
@@ -93,9 +106,46 @@ def parse_result(result: list[dict[str, Any]]) -> Parsed:
                 out.step_labels[str(index)] = label
             else:
                 out.ignored["bad_step_label"] += 1
+        elif kind == "correct_point":
+            kinds = value.get("keypointlabels") or []
+            x, y = value.get("x"), value.get("y")
+            if (
+                len(kinds) == 1
+                and kinds[0] in cfg.POINT_KINDS
+                and isinstance(x, int | float)
+                and isinstance(y, int | float)
+            ):
+                # Label Studio gives percent of the image; actions use per mille of the screen
+                point = (str(kinds[0]), _permille(x), _permille(y))
+                out.points.setdefault(index, []).append(point)
+            else:
+                out.ignored["bad_keypoint"] += 1
         elif (text := _text(value)) is not None:
-            (out.actions if kind == "corrected_action" else out.thoughts)[index] = text
+            fields = {
+                "corrected_action": out.actions,
+                "corrected_thought": out.thoughts,
+                "corrected_instruction": out.instructions,
+            }
+            fields[kind][index] = text
     return out
+
+
+def _permille(percent: float) -> int:
+    return max(0, min(1000, round(percent * 10)))
+
+
+def clicked_action(points: list[tuple[str, int, int]]) -> tuple[dict[str, Any] | None, str | None]:
+    """(canonical action, parse error) of the keypoints clicked on one step's screen: one click or
+    long press, or a swipe's start and end."""
+    kinds = sorted(k for k, _, _ in points)
+    at = {k: [x, y] for k, x, y in points}
+    if kinds in (["click"], ["long_press"]):
+        return {"kind": kinds[0], "point": at[kinds[0]]}, None
+    if kinds == ["swipe_end", "swipe_start"]:
+        return {"kind": "swipe", "point": at["swipe_start"], "to": at["swipe_end"]}, None
+    if kinds in (["swipe_start"], ["swipe_end"]):
+        return None, "incomplete_swipe"
+    return None, "ambiguous_clicks"
 
 
 def parse_correction(text: str, screen: Screen) -> tuple[dict[str, Any] | None, str | None, str | None]:
@@ -147,8 +197,15 @@ def pull(
     for project in projects:
         with transaction(sessions) as s:
             touched = _pull_project(s, studio, project, report)
+            twins = s.execute(
+                select(AnnotationTask.episode_id, AnnotationTask.duplicate_of).where(
+                    AnnotationTask.duplicate_of.in_(touched)
+                )
+            ).all()
             for episode_id in sorted(touched):
-                _anchor(s, episode_id, settings.resolve, report)
+                _anchor(s, episode_id, episode_id, settings.resolve, report)
+            for episode_id, primary in twins:  # an identical trajectory takes its task's verdict
+                _anchor(s, episode_id, primary or episode_id, settings.resolve, report)
     return report
 
 
@@ -157,7 +214,9 @@ def _pull_project(s: Session, studio: Studio, project: AnnotationProject, report
         t.ls_task_id: t
         for t in s.scalars(
             select(AnnotationTask).where(
-                AnnotationTask.project_id == project.id, AnnotationTask.status == "pushed"
+                AnnotationTask.project_id == project.id,
+                AnnotationTask.status == "pushed",
+                AnnotationTask.duplicate_of.is_(None),
             )
         )
     }
@@ -208,10 +267,17 @@ def _store(
     skipped = bool(annotation.get("was_cancelled"))
     parsed = parse_result([] if skipped else annotation.get("result") or [])
     report.ignored.update(parsed.ignored)
+    independent = independence(parsed, task.prefill)
+    if independent.accepted_as_is:
+        report.annotations["accepted_as_is"] += 1
     fields = {
         "annotator": studio.annotator(annotation.get("completed_by")),
         "verdict": parsed.verdict,
         "step_labels": parsed.step_labels,
+        "independent_verdict": independent.verdict,
+        "independent_steps": independent.steps,
+        "accepted_as_is": independent.accepted_as_is,
+        "first_wrong_step": parsed.first_wrong_step,
         "skipped": skipped,
         "withdrawn": False,
         "lead_time_s": annotation.get("lead_time"),
@@ -231,7 +297,9 @@ def _store(
         report.annotations["skipped"] += 1
     s.flush()
     s.execute(delete(Correction).where(Correction.annotation_id == row.id))
-    corrected = sorted(set(parsed.actions) | set(parsed.thoughts))
+    corrected = sorted(
+        set(parsed.actions) | set(parsed.thoughts) | set(parsed.instructions) | set(parsed.points)
+    )
     if not corrected:
         return True
     steps = {st.index: st for st in s.scalars(select(Step).where(Step.episode_id == task.episode_id))}
@@ -240,11 +308,18 @@ def _store(
         if step is None:
             report.ignored["correction_of_unknown_step"] += 1
             continue
-        text = parsed.actions.get(index)
-        action, codec, error = (None, None, None)
-        if text is not None:
+        text, clicks = parsed.actions.get(index), parsed.points.get(index)
+        action, codec, error, source = None, None, None, None
+        if text is not None:  # typed wins over clicked: it can say what a click cannot (text, keys)
             action, codec, error = parse_correction(text, Screen(step.width, step.height))
-            report.corrections["unparseable" if error else "parsed"] += 1
+            source = "typed"
+            if clicks:
+                report.ignored["clicks_under_a_typed_action"] += 1
+        elif clicks:
+            action, error = clicked_action(clicks)
+            text, codec, source = json.dumps(clicks), "clicked" if action else None, "clicked"
+        if source is not None:
+            report.corrections[f"{source}_unparseable" if error else source] += 1
         s.add(
             Correction(
                 annotation_id=row.id,
@@ -255,18 +330,42 @@ def _store(
                 action=action,
                 action_format=codec,
                 thought=parsed.thoughts.get(index),
+                instruction=parsed.instructions.get(index),
+                source=source,
                 parse_error=error,
             )
         )
     return True
 
 
-def _anchor(s: Session, episode_id: int, rule: str, report: PullReport) -> None:
-    """Replace the episode's human anchor with what its current annotations resolve to."""
+@dataclass
+class Independence:
+    verdict: bool  # the verdict was not accepted from a pre-fill
+    steps: list[int]  # the steps whose label the annotator set (on a blind task: every labelled step)
+    accepted_as_is: bool  # the pre-filled verdict and labels submitted without a change
+
+
+def independence(parsed: Parsed, prefill: dict[str, Any] | None) -> Independence:
+    """What of an annotation the annotator decided: a label equal to the critics' pre-fill may have
+    been accepted unread, so it is not independent evidence about the critics."""
+    labelled = sorted(int(i) for i in parsed.step_labels)
+    if prefill is None:
+        return Independence(True, labelled, False)
+    shown = prefill.get("steps") or {}
+    steps = [i for i in labelled if shown.get(str(i)) != parsed.step_labels[str(i)]]
+    verdict = parsed.verdict is not None and parsed.verdict != prefill.get("verdict")
+    untouched = parsed.step_labels == shown and not verdict
+    extra = parsed.actions or parsed.thoughts or parsed.instructions or parsed.points
+    return Independence(verdict, steps, untouched and not extra and parsed.first_wrong_step is None)
+
+
+def _anchor(s: Session, episode_id: int, annotated: int, rule: str, report: PullReport) -> None:
+    """Replace the episode's human anchor with what the current annotations of episode
+    `annotated` (itself, or the identical trajectory whose task it was merged into) resolve to."""
     rows = list(
         s.scalars(
             select(HumanAnnotation).where(
-                HumanAnnotation.episode_id == episode_id,
+                HumanAnnotation.episode_id == annotated,
                 HumanAnnotation.withdrawn.is_(False),
                 HumanAnnotation.skipped.is_(False),
                 HumanAnnotation.verdict.is_not(None),

@@ -11,6 +11,8 @@ crashed push created in Label Studio are found again by their episode uid.
 from __future__ import annotations
 
 import hashlib
+import html
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from annotation import config as cfg
 from annotation.client import PREDICTIONS, Studio, project_key
-from annotation.images import ImageLinks
+from annotation.images import ImageLinks, image_mode
 from critics.anchors import CONSENSUS
 from critics.csrs import OUTCOME_STAGE
 from critics.judge import SILENT
@@ -29,7 +31,8 @@ from storage.db import transaction
 from storage.models import Anchor, AnnotationProject, AnnotationTask, Episode, Exclusion, Judgment, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, S3ObjectStore
-from trajforge.actions import Action
+from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions.compare import target_element
 from trajforge.errors import AnnotationError
 from trajforge.logs import counts
 from trajforge.settings import AnnotationSettings, S3Settings
@@ -59,6 +62,7 @@ class PushReport:
     queued: Counter[str] = field(default_factory=Counter)  # by reason
     pushed: Counter[str] = field(default_factory=Counter)  # by project title
     already: int = 0
+    merged: int = 0  # identical trajectories recorded under another episode's task
     recovered: int = 0  # tasks a crashed push had created, now recorded
     limited: int = 0
 
@@ -66,7 +70,7 @@ class PushReport:
         return (
             f"pushed {sum(self.pushed.values())} trajectories ({counts(self.pushed)}); "
             f"review queue by reason: {counts(self.queued)}; already pushed: {self.already}; "
-            f"recovered: {self.recovered}; "
+            f"identical trajectories merged: {self.merged}; recovered: {self.recovered}; "
             f"left for later by --limit: {self.limited}"
         )
 
@@ -140,16 +144,71 @@ def _verdict(label: str) -> str:
     return {"correct": "success", "incorrect": "failure"}.get(label, "unsure")
 
 
-def _action_text(action: dict[str, Any] | None, parse_error: str | None) -> str:
-    if action is None:
-        return f"(no action: {parse_error or 'none'})"
-    parsed = Action.model_validate(action)
-    core = parsed.core().to_json()
-    return f"action {core}" + (f"\nthought: {parsed.thought}" if parsed.thought else "")
+def blind(candidate: Candidate, settings: AnnotationSettings) -> bool:
+    """Whether the task hides the critics: every task under blind=all, else the pure audit sample."""
+    return settings.blind == "all" or candidate.reasons == ["audit"]
 
 
-def build_task(s: Session, candidate: Candidate, images: ImageLinks) -> dict[str, Any]:
-    """The Label Studio task of one trajectory, with the critics' verdicts as a prediction."""
+@dataclass
+class StepShown:
+    """What the annotator sees of one step: the action in words, and its target element."""
+
+    short: str  # under the filmstrip thumbnail
+    text: str  # above the step's page
+    box: list[int] | None  # the target element's pixel bounds, outlined on the screen
+
+
+def show_step(st: Step, i: int, n: int) -> StepShown:
+    if st.action is None:
+        note = f"no action: {st.parse_error or 'none'}"
+        return StepShown(note, f"Step {i + 1} of {n}: {note}", None)
+    action = Action.model_validate(st.action)
+    screen = Screen(st.width, st.height)
+    element = target_element(action.point, st.elements or [], screen) if action.point is not None else None
+    label = str(element.get("text") or element.get("id") or element.get("kind") or "") if element else ""
+    what = action.kind.value
+    if action.kind == ActionKind.SWIPE:
+        (x, y), (ex, ey) = action.point or (0, 0), action.swipe_end()
+        what = f"swipe from ({x}, {y}) to ({ex}, {ey}), the arrow points where the finger ends"
+    elif action.text:
+        what += f" {action.text!r}"
+    elif action.key:
+        what += f" {action.key}"
+    elif action.status:
+        what += f" {action.status}"
+    short = f"{action.kind.value} {label!r}" if label else what.split(",")[0]
+    lines = [f"Step {i + 1} of {n}: {what}", f"exact: {action.core().to_json()}"]
+    box = None
+    if element is not None:
+        x1, y1, x2, y2 = element["bounds"]
+        (a, b), (c, d) = screen.from_px(x1, y1), screen.from_px(x2, y2)
+        kind = element.get("kind", "element")
+        lines.append(f"target: {kind} {label!r}, box [{a}, {b}, {c}, {d}] per mille")
+        box = [x1, y1, x2, y2]
+    if action.thought:
+        lines.append(f"thought: {action.thought}")
+    return StepShown(short, "\n".join(lines), box)
+
+
+def filmstrip(frames: list[tuple[str, str]], links: bool) -> str:
+    """The whole trajectory in one row: (screen URL, caption) per step, then the final screen."""
+    out = ['<div class="tf-strip">']
+    for i, (url, caption) in enumerate(frames):
+        number = str(i + 1) if i < len(frames) - 1 else "end"
+        picture = f'<a href="{html.escape(url)}" target="_blank"><img src="{html.escape(url)}"/></a>'
+        out.append(
+            f"<figure>{picture if links else ''}"
+            f"<figcaption><b>{number}</b> {html.escape(caption)}</figcaption></figure>"
+        )
+    out.append("</div>")
+    return "".join(out)
+
+
+def build_task(
+    s: Session, candidate: Candidate, images: ImageLinks, hidden: bool = False
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The Label Studio task of one trajectory, and what it pre-fills (None when blind): the
+    critics' verdicts as a prediction, unless `hidden` (a blind task shows no critic at all)."""
     episode = s.get(Episode, candidate.episode_id)
     assert episode is not None
     query = s.get(QueryRow, episode.query_id)
@@ -169,36 +228,53 @@ def build_task(s: Session, candidate: Candidate, images: ImageLinks) -> dict[str
     if "verifier" in anchors:
         critics_line.insert(0, f"verifier = {anchors['verifier']}")
     task_steps = []
+    frames: list[tuple[str, str]] = []
+    prefill: dict[str, Any] = {"verdict": None, "steps": {}}
     result: list[dict[str, object]] = []
     for i, st in enumerate(steps):
         labels = step_judgments.get(st.id, {})
-        judged = "; ".join(
-            f"{k}: {j.label}" + (f" ({j.summary})" if j.summary else "") for k, j in labels.items()
-        )
-        task_steps.append(
-            {
-                "image": images(st.screenshot, st.action),
-                "text": f"Step {i + 1}: {_action_text(st.action, st.parse_error)}\n"
-                f"critics: {judged or 'none'}",
-            }
-        )
+        shown = show_step(st, i, len(steps))
+        text = shown.text
+        if not hidden:
+            judged = "; ".join(
+                f"{k}: {j.label}" + (f" ({j.summary})" if j.summary else "") for k, j in labels.items()
+            )
+            text += f"\ncritics: {judged or 'none'}"
+        before = images(st.screenshot, st.action, shown.box)
+        after_sha = st.screenshot_after or (steps[i + 1].screenshot if i + 1 < len(steps) else None)
+        after = images(after_sha) if after_sha else before
+        task_steps.append({"image": before, "after": after, "text": text})
+        frames.append((before, shown.short))
         preferred = sorted(labels.items(), key=lambda kv: (not kv[0].startswith("llm"), kv[0]))
         label = next((j.label for _, j in preferred if j.label in cfg.STEP_LABELS), None)
         if label is not None:
             result.append(cfg.choice(cfg.step_label(i), cfg.screen(i), label))
+            prefill["steps"][str(i)] = label
+    if steps:
+        frames.append((task_steps[-1]["after"], "after the last action"))
     consensus = next((j for j in episode_judgments if (j.critic, j.critic_version) == CONSENSUS), None)
     if consensus is not None:
         result.insert(0, cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, _verdict(consensus.label)))
+        prefill["verdict"] = _verdict(consensus.label)
     decided = [j for j in episode_judgments if (j.critic, j.critic_version) != CONSENSUS]
     agreeing = sum(1 for j in decided if consensus is not None and j.label == consensus.label)
     score = consensus.score if consensus is not None and consensus.score is not None else None
     if score is None:
         score = agreeing / len(decided) if decided else 0.0
-    return {
+    verdicts = "hidden: blind audit" if hidden else " · ".join(critics_line)
+    task: dict[str, Any] = {
         "data": {
             "instruction": query.instruction,
-            "critics": " · ".join(critics_line) + f"\nqueued for: {', '.join(candidate.reasons)}",
+            "critics": f"Blind audit: the critics' verdicts are hidden. {len(steps)} steps."
+            if hidden
+            else " · ".join(critics_line) + f"\nqueued for: {', '.join(candidate.reasons)}",
+            "filmstrip": filmstrip(frames, links=images.mode in ("upload", "presign")),
             "steps": task_steps,
+            # flat columns for the task list
+            "app": candidate.app,
+            "reasons": ", ".join(candidate.reasons),
+            "n_steps": len(steps),
+            "verdicts": verdicts,
             "trajforge": {
                 "episode": episode.uid,
                 "round": episode.round_id,
@@ -206,9 +282,12 @@ def build_task(s: Session, candidate: Candidate, images: ImageLinks) -> dict[str
                 "query": query.uid,
                 "reasons": candidate.reasons,
             },
-        },
-        "predictions": [{"model_version": PREDICTIONS, "score": round(score, 4), "result": result}],
+        }
     }
+    if hidden:
+        return task, None
+    task["predictions"] = [{"model_version": PREDICTIONS, "score": round(score, 4), "result": result}]
+    return task, prefill
 
 
 def _connect_storage(
@@ -268,6 +347,24 @@ def _recover(
     return recovered
 
 
+def signature(s: Session, episode_ids: list[int]) -> dict[int, str]:
+    """A digest per episode of its query, screens and actions: equal digests, identical trajectories."""
+    parts: dict[int, list[Any]] = {}
+    for e, q in s.execute(
+        select(Episode.id, QueryRow.uid)
+        .join(QueryRow, QueryRow.id == Episode.query_id)
+        .where(Episode.id.in_(episode_ids))
+    ):
+        parts[e] = [q]
+    for e, shot, after, action in s.execute(
+        select(Step.episode_id, Step.screenshot, Step.screenshot_after, Step.action)
+        .where(Step.episode_id.in_(episode_ids))
+        .order_by(Step.episode_id, Step.index)
+    ):
+        parts[e].append([shot, after, action])
+    return {e: hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest() for e, p in parts.items()}
+
+
 def push_round(
     sessions: sessionmaker[Session],
     round_id: int,
@@ -277,59 +374,94 @@ def push_round(
     limit: int | None = None,
     studio: Studio | None = None,
 ) -> PushReport:
-    """Push the round's review queue; idempotent (see the module docstring)."""
+    """Push the round's review queue in priority order, `limit` tasks at most; idempotent (see
+    the module docstring). An identical trajectory (same query, screens and actions) is merged
+    into the task of the first one, so a human judges it once; projects are created only for
+    tasks that are pushed."""
     studio = studio or Studio(settings)
-    images = ImageLinks(store, settings)
+    image_mode(settings, store)  # a mode the store cannot serve fails before anything is written
     report = PushReport()
     with transaction(sessions) as s:
         queue = review_queue(s, round_id, settings)
         report.queued.update(r for c in queue for r in c.reasons)
-        by_project: dict[tuple[str, str], list[Candidate]] = {}
-        for c in queue:
-            by_project.setdefault(project_key(settings, c.app), []).append(c)
-        projects = {key: studio.ensure_project(s, *key) for key in by_project}
+        keys = {c.episode_id: project_key(settings, c.app) for c in queue}
+        for project in s.scalars(
+            select(AnnotationProject).where(AnnotationProject.key.in_({k for k, _ in keys.values()}))
+        ):
+            if studio.project_exists(project.ls_project_id):
+                round_of = {c.uid: (c.episode_id, round_id) for c in queue}
+                report.recovered += _recover(s, studio, project, round_of)
+        recorded = {
+            t.episode_id: t
+            for t in s.scalars(
+                select(AnnotationTask).where(AnnotationTask.episode_id.in_([c.episode_id for c in queue]))
+            )
+        }
+        digests = signature(s, [c.episode_id for c in queue])
+        groups: dict[str, list[Candidate]] = {}
+        for c in queue:  # in priority order: a group's first member is its task
+            groups.setdefault(digests[c.episode_id], []).append(c)
+        fresh: list[tuple[Candidate, list[Candidate]]] = []
+        for members in groups.values():
+            primary = next((c for c in members if c.episode_id in recorded), members[0])
+            twins = [c for c in members if c is not primary and c.episode_id not in recorded]
+            if primary.episode_id in recorded:
+                _merge(s, recorded[primary.episode_id], twins, report)
+            else:
+                fresh.append((primary, twins))
+        report.already = sum(1 for c in queue if c.episode_id in recorded)
+    fresh.sort(key=lambda pair: queue.index(pair[0]))
+    take = fresh if limit is None else fresh[:limit]
+    report.limited = len(fresh) - len(take)
+    by_project: dict[tuple[str, str], list[tuple[Candidate, list[Candidate]]]] = {}
+    for pair in take:
+        by_project.setdefault(keys[pair[0].episode_id], []).append(pair)
+    for key, pairs in by_project.items():
+        with transaction(sessions) as s:
+            project = studio.ensure_project(s, *key)
+        images = ImageLinks(store, settings, upload=studio.upload)
         if images.mode == "storage":
             assert isinstance(store, S3ObjectStore)
-            for project in projects.values():
-                _connect_storage(studio, project, store, s3)
-        round_of = {c.uid: (c.episode_id, round_id) for c in queue}
-        for project in projects.values():
-            report.recovered += _recover(s, studio, project, round_of)
-    budget = limit if limit is not None else len(queue)
-    for key, candidates in by_project.items():
-        project_id = projects[key].id
-        with sessions() as s:
-            pushed = set(
-                s.scalars(
-                    select(AnnotationTask.episode_id).where(
-                        AnnotationTask.episode_id.in_([c.episode_id for c in candidates])
-                    )
-                )
-            )
-        fresh = [c for c in candidates if c.episode_id not in pushed]
-        report.already += len(candidates) - len(fresh)
-        take, budget = fresh[:budget], budget - min(budget, len(fresh))
-        report.limited += len(fresh) - len(take)
-        for start in range(0, len(take), BATCH):
-            _push_batch(
-                sessions, studio, projects[key], project_id, round_id, take[start : start + BATCH], images
-            )
-            report.pushed[key[1]] += len(take[start : start + BATCH])
+            _connect_storage(studio, project, store, s3)
+        for start in range(0, len(pairs), BATCH):
+            batch = pairs[start : start + BATCH]
+            _push_batch(sessions, studio, project, round_id, batch, images, settings, report)
+            report.pushed[key[1]] += len(batch)
     return report
+
+
+def _merge(s: Session, task: AnnotationTask, twins: list[Candidate], report: PushReport) -> None:
+    """Record identical trajectories as covered by `task`: its verdict will stand for them too."""
+    for twin in twins:
+        s.add(
+            AnnotationTask(
+                episode_id=twin.episode_id,
+                round_id=task.round_id,
+                project_id=task.project_id,
+                ls_task_id=task.ls_task_id,
+                reasons=twin.reasons,
+                blind=task.blind,
+                prefill=task.prefill,
+                duplicate_of=task.episode_id,
+            )
+        )
+        report.merged += 1
+    s.flush()
 
 
 def _push_batch(
     sessions: sessionmaker[Session],
     studio: Studio,
     project: AnnotationProject,
-    project_id: int,
     round_id: int,
-    batch: Sequence[Candidate],
+    batch: Sequence[tuple[Candidate, list[Candidate]]],
     images: ImageLinks,
+    settings: AnnotationSettings,
+    report: PushReport,
 ) -> None:
     with sessions() as s:
-        tasks = [build_task(s, c, images) for c in batch]
-    request = cast(Any, tasks)  # the SDK types each task as ImportApiRequest; plain dicts are what it sends
+        built = [build_task(s, c, images, blind(c, settings)) for c, _ in batch]
+    request = cast(Any, [task for task, _ in built])  # the SDK types each task as ImportApiRequest
     answer = studio.call(
         "import tasks",
         lambda: studio.ls.projects.import_tasks(
@@ -343,13 +475,16 @@ def _push_batch(
             "`trajforge annotate push`, which records the tasks it finds by episode uid"
         )
     with transaction(sessions) as s:
-        for c, task_id in zip(batch, task_ids, strict=True):
-            s.add(
-                AnnotationTask(
-                    episode_id=c.episode_id,
-                    round_id=round_id,
-                    project_id=project_id,
-                    ls_task_id=int(task_id),
-                    reasons=c.reasons,
-                )
+        for i, (c, twins) in enumerate(batch):
+            prefill, task_id = built[i][1], task_ids[i]
+            task = AnnotationTask(
+                episode_id=c.episode_id,
+                round_id=round_id,
+                project_id=project.id,
+                ls_task_id=int(task_id),
+                reasons=c.reasons,
+                blind=prefill is None,
+                prefill=prefill,
             )
+            s.add(task)
+            _merge(s, task, twins, report)

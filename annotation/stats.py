@@ -1,5 +1,9 @@
 """Agreement figures: critics vs humans, humans vs the verifier, annotators vs each other.
 
+Critics are measured only against what annotators decided themselves: a verdict or step label
+equal to the critics' pre-fill may have been accepted unread (see `pull.independence`), so it
+is counted and flagged, not used as agreement.
+
 All figures come from what `pull` stored, so `trajforge annotate stats` needs no Label
 Studio connection.
 """
@@ -46,8 +50,11 @@ def annotation_stats(sessions: sessionmaker[Session]) -> dict[str, Any]:
         anchors: dict[int, dict[str, str]] = {}
         for a in s.scalars(select(Anchor)):
             anchors.setdefault(a.episode_id, {})[a.source] = a.label
-        human = {e: by["human"] for e, by in anchors.items() if "human" in by}
+        # only verdicts someone reached themselves measure the critics; an accepted pre-fill echoes them
+        independent = {a.episode_id for a in annotations if a.independent_verdict and a.verdict is not None}
+        human = {e: by["human"] for e, by in anchors.items() if "human" in by and e in independent}
         return {
+            "independence": _independence(annotations),
             "critics_vs_human": _critics_vs_human(s, human),
             "steps_vs_human": _steps_vs_human(s, annotations),
             "human_vs_verifier": _human_vs_verifier(anchors),
@@ -80,7 +87,12 @@ def _critics_vs_human(s: Session, human: dict[int, str]) -> dict[str, dict[str, 
 
 def _steps_vs_human(s: Session, annotations: list[HumanAnnotation]) -> dict[str, dict[str, Any]]:
     """Per step critic: agreement with the humans' step labels, and the confusion pairs."""
-    labelled = [(a.episode_id, int(i), label) for a in annotations for i, label in a.step_labels.items()]
+    labelled = [
+        (a.episode_id, int(i), label)
+        for a in annotations
+        for i, label in a.step_labels.items()
+        if int(i) in a.independent_steps
+    ]
     if not labelled:
         return {}
     episodes = {e for e, _, _ in labelled}
@@ -109,6 +121,21 @@ def _steps_vs_human(s: Session, annotations: list[HumanAnnotation]) -> dict[str,
     }
 
 
+def _independence(annotations: list[HumanAnnotation]) -> dict[str, int]:
+    """How much of what annotators submitted they decided themselves."""
+    done = [a for a in annotations if not a.skipped]
+    labels = sum(len(a.step_labels) for a in done)
+    independent = sum(len(a.independent_steps) for a in done)
+    return {
+        "annotations": len(done),
+        "accepted_as_is": sum(a.accepted_as_is for a in done),
+        "verdicts_independent": sum(a.independent_verdict and a.verdict is not None for a in done),
+        "step_labels": labels,
+        "step_labels_independent": independent,
+        "step_labels_accepted": labels - independent,
+    }
+
+
 def _human_vs_verifier(anchors: dict[int, dict[str, str]]) -> dict[str, Any]:
     both = [(by["human"], by["verifier"]) for by in anchors.values() if "human" in by and "verifier" in by]
     agree = sum(h == v for h, v in both)
@@ -125,6 +152,7 @@ def _throughput(annotations: list[HumanAnnotation]) -> dict[str, dict[str, Any]]
         span_h = (stamps[-1] - stamps[0]).total_seconds() / 3600 if len(stamps) > 1 else 0.0
         out[who] = {
             "annotations": sum(1 for a in mine if not a.skipped),
+            "accepted_as_is": sum(1 for a in mine if a.accepted_as_is),
             "skipped": sum(1 for a in mine if a.skipped),
             "median_lead_time_s": statistics.median(times) if times else None,
             "per_hour": round(len(mine) / span_h, 1) if span_h > 0 else None,
@@ -133,7 +161,14 @@ def _throughput(annotations: list[HumanAnnotation]) -> dict[str, dict[str, Any]]
 
 
 def render_stats(stats: dict[str, Any]) -> str:
-    lines = ["critic vs human (trajectory verdicts)       n  accuracy  precision  recall"]
+    ind = stats["independence"]
+    lines = [
+        f"independence: {ind['annotations']} annotations, {ind['accepted_as_is']} submitted the critics' "
+        f"pre-fill unchanged (flagged); {ind['verdicts_independent']} verdicts and "
+        f"{ind['step_labels_independent']} of {ind['step_labels']} step labels set by the annotator "
+        "(agreement below counts only these)",
+        "critic vs human (independent trajectory verdicts)  n  accuracy  precision  recall",
+    ]
     for name, st in stats["critics_vs_human"].items():
         lines.append("  " + channel_row(name, st, width=38))
     if not stats["critics_vs_human"]:
@@ -153,9 +188,12 @@ def render_stats(stats: dict[str, Any]) -> str:
         f"inter-annotator: {ia['tasks']} tasks with 2+ verdicts, {ia['pairs']} pairs, "
         f"agreement {ia['agreement']:.1%}, kappa {ia['kappa']:.2f}"
     )
-    lines.append("annotator                      done  skipped  median lead time  per hour")
+    lines.append("annotator                      done  as-is  skipped  median lead time  per hour")
     for who, t in stats["throughput"].items():
         lead = f"{t['median_lead_time_s']:.1f} s" if t["median_lead_time_s"] is not None else "-"
         rate = t["per_hour"] if t["per_hour"] is not None else "-"
-        lines.append(f"  {who:28} {t['annotations']:4}  {t['skipped']:7}  {lead:>16}  {rate:>8}")
+        lines.append(
+            f"  {who:28} {t['annotations']:4}  {t['accepted_as_is']:5}  {t['skipped']:7}  "
+            f"{lead:>16}  {rate:>8}"
+        )
     return "\n".join(lines)

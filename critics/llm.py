@@ -41,7 +41,7 @@ class LLMJudgment:
 
 
 def draw_action(img: Image.Image, action: Action) -> None:
-    """Circle the action's interaction point (and draw a swipe's line) in red, in place."""
+    """Circle the action's interaction point (a swipe: an arrow from start to end) in red, in place."""
     if action.point is None:
         return
     draw = ImageDraw.Draw(img)
@@ -51,6 +51,17 @@ def draw_action(img: Image.Image, action: Action) -> None:
     if action.kind == ActionKind.SWIPE:
         ex, ey = Screen(img.width, img.height).to_px(action.swipe_end())
         draw.line((x, y, ex, ey), fill="#ff0000", width=max(3, r // 4))
+        length = max(1.0, ((ex - x) ** 2 + (ey - y) ** 2) ** 0.5)
+        ux, uy = (ex - x) / length, (ey - y) / length  # the arrowhead marks where the finger ends
+        head = 2 * r
+        draw.polygon(
+            [
+                (ex, ey),
+                (ex - head * ux + head / 2 * uy, ey - head * uy - head / 2 * ux),
+                (ex - head * ux - head / 2 * uy, ey - head * uy + head / 2 * ux),
+            ],
+            fill="#ff0000",
+        )
 
 
 def mark_point(png: bytes, action: Action, screen: Screen) -> bytes:

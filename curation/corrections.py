@@ -2,10 +2,11 @@
 
 A step an annotator corrected becomes a `corrected_action` sample: the step's screen, the
 task and history, and the corrected action (or the original action with the corrected
-thought). The step's model-made action samples (`action_prediction`, `intent_execution`)
-are then dropped as `superseded_by_human_correction` when the action itself was corrected.
-Corrections that did not parse stay in the `correction` table with their `parse_error`
-and are counted here, never turned into samples.
+thought), with Mobile-R1's clear low-level instruction when the annotator wrote one. The
+step's model-made action samples (`action_prediction`, `intent_execution`) are then dropped
+as `superseded_by_human_correction` when the action itself was corrected. Corrections that
+did not parse stay in the `correction` table with their `parse_error` and are counted here,
+never turned into samples.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def correction_samples(sessions: sessionmaker[Session], round_id: int) -> tuple[
                             "screen": [view.width, view.height],
                             "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
                             **({"thought": thought} if thought else {}),
+                            **({"instruction": correction.instruction} if correction.instruction else {}),
                         },
                         {
                             "episode": episode.uid,
@@ -93,11 +95,14 @@ def correction_samples(sessions: sessionmaker[Session], round_id: int) -> tuple[
                             "source": "human_correction",
                             "annotator": correction.annotator,
                             "annotation": ls_id,
-                            "corrected": [k for k in ("action", "thought") if getattr(correction, k)],
+                            "corrected": [
+                                k for k in ("action", "thought", "instruction") if getattr(correction, k)
+                            ],
+                            **({"given": correction.source} if correction.source else {}),
                         },
                     )
                 )
-                tally["action" if correction.action else "thought_only"] += 1
+                tally["action" if correction.action else "thought_or_instruction_only"] += 1
     return batches, tally
 
 

@@ -326,6 +326,13 @@ class AnnotationTask(Base):
     ls_task_id: Mapped[int] = mapped_column(Integer, index=True)
     reasons: Mapped[list[Any]] = mapped_column(default=list)  # why it was queued
     status: Mapped[str] = mapped_column(String(16), default="pushed")  # pushed | deleted
+    blind: Mapped[bool] = mapped_column(
+        Boolean, default=False
+    )  # critics' verdicts hidden, nothing pre-filled
+    # what the critics pre-filled: {"verdict": ..., "steps": {index: label}}; None when blind
+    prefill: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    # an identical trajectory merged into another episode's task: that episode's id (same ls_task_id)
+    duplicate_of: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class HumanAnnotation(Base):
@@ -338,6 +345,11 @@ class HumanAnnotation(Base):
     annotator: Mapped[str] = mapped_column(String(256))
     verdict: Mapped[str | None] = mapped_column(String(16))  # success | failure | unsure; None when skipped
     step_labels: Mapped[dict[str, Any]] = mapped_column(default=dict)  # step index -> GOOD|NEUTRAL|HARMFUL
+    # what the annotator decided, not accepted from a pre-fill: the verdict, and the step indices
+    independent_verdict: Mapped[bool] = mapped_column(Boolean, default=True)
+    independent_steps: Mapped[list[Any]] = mapped_column(default=list)
+    accepted_as_is: Mapped[bool] = mapped_column(Boolean, default=False)  # submitted the pre-fill unchanged
+    first_wrong_step: Mapped[int | None] = mapped_column(Integer)  # 1-based; 0: no step was wrong
     skipped: Mapped[bool] = mapped_column(Boolean, default=False)
     withdrawn: Mapped[bool] = mapped_column(Boolean, default=False)  # deleted in Label Studio
     lead_time_s: Mapped[float | None] = mapped_column(Float)
@@ -357,4 +369,6 @@ class Correction(Base):
     action: Mapped[dict[str, Any] | None] = mapped_column(Json)  # canonical, when it parsed
     action_format: Mapped[str | None] = mapped_column(String(32))  # the codec that parsed it
     thought: Mapped[str | None] = mapped_column(Text)
+    instruction: Mapped[str | None] = mapped_column(Text)  # the clear low-level instruction (Mobile-R1)
+    source: Mapped[str | None] = mapped_column(String(16))  # typed | clicked: how the action was given
     parse_error: Mapped[str | None] = mapped_column(String(64))

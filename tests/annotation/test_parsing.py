@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from annotation import config as cfg
 from annotation.images import ImageLinks, image_mode, overlay
-from annotation.pull import parse_correction, parse_result, resolve
+from annotation.pull import clicked_action, independence, parse_correction, parse_result, resolve
 from annotation.push import review_queue
 from annotation.stats import inter_annotator
 from storage.db import insert_ignore, transaction
@@ -39,6 +39,74 @@ def test_parse_result_reads_verdict_step_labels_and_corrections() -> None:
     assert parsed.step_labels == {"0": "GOOD"}
     assert parsed.actions == {1: "tap it"} and parsed.thoughts == {1: "Open the menu"}
     assert parsed.ignored == {"bad_step_label": 1, "unknown_field": 1}
+
+
+def _point(i: int, kind: str, x: float, y: float) -> dict[str, object]:
+    return {
+        "from_name": cfg.correct_point(i),
+        "to_name": cfg.screen(i),
+        "type": "keypointlabels",
+        "value": {"x": x, "y": y, "width": 1.5, "keypointlabels": [kind]},
+    }
+
+
+def test_parse_result_reads_clicks_instructions_and_the_first_wrong_step() -> None:
+    parsed = parse_result(
+        [
+            {"from_name": cfg.FIRST_WRONG, "type": "number", "value": {"number": 3}},
+            _point(2, "swipe_start", 50.0, 80.04),
+            _point(2, "swipe_end", 50.0, 19.96),
+            _point(4, "teleport", 10.0, 10.0),
+            {
+                "from_name": cfg.corrected_instruction(2),
+                "type": "textarea",
+                "value": {"text": ["Scroll down"]},
+            },
+        ]
+    )
+    assert parsed.first_wrong_step == 3
+    assert parsed.points == {2: [("swipe_start", 500, 800), ("swipe_end", 500, 200)]}  # percent -> per mille
+    assert parsed.instructions == {2: "Scroll down"}
+    assert parsed.ignored == {"bad_keypoint": 1}
+    assert parse_result([{"from_name": cfg.FIRST_WRONG, "value": {"number": -1}}]).ignored == {
+        "bad_first_wrong_step": 1
+    }
+
+
+def test_clicks_become_one_action_or_a_reason() -> None:
+    assert clicked_action([("click", 120, 340)]) == ({"kind": "click", "point": [120, 340]}, None)
+    assert clicked_action([("long_press", 1, 2)]) == ({"kind": "long_press", "point": [1, 2]}, None)
+    swipe = clicked_action([("swipe_end", 500, 200), ("swipe_start", 500, 800)])
+    assert swipe == ({"kind": "swipe", "point": [500, 800], "to": [500, 200]}, None)
+    assert clicked_action([("swipe_start", 5, 5)]) == (None, "incomplete_swipe")
+    assert clicked_action([("click", 1, 1), ("click", 2, 2)]) == (None, "ambiguous_clicks")
+
+
+def test_labels_equal_to_the_prefill_are_not_independent() -> None:
+    prefill = {"verdict": "success", "steps": {"0": "GOOD", "1": "GOOD"}}
+    accepted = parse_result(
+        [cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, "success")]
+        + [cfg.choice(cfg.step_label(i), cfg.screen(i), "GOOD") for i in (0, 1)]
+    )
+    flag = independence(accepted, prefill)
+    assert (flag.verdict, flag.steps, flag.accepted_as_is) == (False, [], True)
+    changed = parse_result(
+        [
+            cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, "failure"),
+            cfg.choice(cfg.step_label(0), cfg.screen(0), "GOOD"),
+            cfg.choice(cfg.step_label(1), cfg.screen(1), "HARMFUL"),
+        ]
+    )
+    flag = independence(changed, prefill)
+    assert (flag.verdict, flag.steps, flag.accepted_as_is) == (True, [1], False)
+    blind = independence(accepted, None)  # nothing was shown: all of it is the annotator's
+    assert (blind.verdict, blind.steps, blind.accepted_as_is) == (True, [0, 1], False)
+
+
+def test_the_placeholder_action_parses_and_states_the_coordinates() -> None:
+    assert parse_correction(cfg.EXAMPLE_ACTION, Screen(1080, 2400))[2] is None
+    assert "per mille" in cfg.LABEL_CONFIG and "{{idx}}" in cfg.LABEL_CONFIG
+    assert 'mode="pagination"' in cfg.LABEL_CONFIG
 
 
 def test_corrections_parse_in_any_known_format_or_keep_a_reason() -> None:
@@ -99,15 +167,47 @@ def test_overlay_circles_the_action_point_and_scales_down() -> None:
     assert all(min(plain.getpixel((x, 300))) > 240 for x in range(0, 135))  # type: ignore[arg-type]
 
 
-def test_image_links_on_the_local_store_are_data_urls_and_s3_modes_are_refused(tmp_path: Path) -> None:
+def test_image_links_on_the_local_store_are_uploads_or_data_urls_and_s3_modes_are_refused(
+    tmp_path: Path,
+) -> None:
     store = LocalObjectStore(tmp_path)
     sha, _ = put_blob(store, _png())
-    links = ImageLinks(store, AnnotationSettings())
-    assert links.mode == "data"
-    assert links(sha, {"kind": "click", "point": [10, 10]}).startswith("data:image/jpeg;base64,")
+    sent: list[tuple[bytes, str]] = []
+
+    def upload(jpeg: bytes, name: str) -> str:
+        sent.append((jpeg, name))
+        return f"/data/upload/1/{name}"
+
+    links = ImageLinks(store, AnnotationSettings(), upload=upload)
+    assert links.mode == "upload"
+    url = links(sha, {"kind": "click", "point": [10, 10]})
+    assert url.startswith("/data/upload/1/") and url.endswith(".jpg")
+    assert links(sha, {"kind": "click", "point": [10, 10]}) == url and len(sent) == 1  # uploaded once
+    assert links(sha) != url and len(sent) == 2  # the plain screen is another image
+    assert Image.open(io.BytesIO(sent[0][0])).format == "JPEG"
+    with pytest.raises(ConfigError, match="needs a Label Studio project"):
+        ImageLinks(store, AnnotationSettings())
+    data = ImageLinks(store, AnnotationSettings(images="data"))
+    assert data(sha, {"kind": "click", "point": [10, 10]}).startswith("data:image/jpeg;base64,")
     for mode in ("presign", "storage"):
         with pytest.raises(ConfigError, match="needs the S3 object store"):
             image_mode(AnnotationSettings(images=mode), store)
+
+
+def test_a_swipe_is_drawn_as_an_arrow_that_ends_where_the_finger_ends() -> None:
+    jpeg = overlay(_png(), {"kind": "swipe", "point": [500, 800], "to": [500, 200]}, max_side=600)
+    img = Image.open(io.BytesIO(jpeg)).convert("RGB")
+
+    def red_width(y: int) -> int:
+        return sum(1 for x in range(270) if _red(img.getpixel((x, y))))
+
+    # the arrowhead is wide just below the end (y=120) and the shaft is thin mid-way (y=300)
+    assert red_width(135) > 2 * red_width(300) > 0
+
+
+def _red(pixel: object) -> bool:
+    r, g, b = pixel  # type: ignore[misc]
+    return bool(r > 200 and g < 80 and b < 80)
 
 
 def test_review_queue_takes_disagreements_low_confidence_and_an_audit_sample(
