@@ -104,7 +104,8 @@ LABEL_CONFIG = f"""<View>
       <View style="display: flex; gap: 12px; align-items: flex-start">
         <View style="width: 48%">
           <Header value="before: the action in red; click here to correct it" size="6"/>
-          <Image name="screen_{_IDX}" value="$steps[{_IDX}].image" maxWidth="100%" maxHeight="440px" zoomControl="true"/>
+          <Image name="screen_{_IDX}" value="$steps[{_IDX}].image" maxWidth="100%" maxHeight="440px"
+                 zoomControl="true"/>
           <KeyPointLabels name="correct_point_{_IDX}" toName="screen_{_IDX}" strokeWidth="3" smart="false">
             {"".join(f'<Label value="{k}" hotkey="{POINT_KEYS[k]}"/>' for k in POINT_KINDS)}
           </KeyPointLabels>

@@ -222,14 +222,14 @@ class AnnotationSettings(BaseSettings):
     )
     images: Literal["auto", "upload", "data", "presign", "storage"] = Field(
         "auto",
-        description="How the browser gets screenshots: upload (files uploaded to Label Studio), data (inline "
-        "data URLs: every task carries its images), presign (presigned S3 URLs), storage (s3:// URIs resolved "
-        "by a Label Studio S3 storage connection); auto: upload for the local store, presign for S3.",
+        description="How the browser gets screenshots: upload (files uploaded to Label Studio), data "
+        "(inline data URLs: every task carries its images), presign (presigned S3 URLs), storage (s3:// URIs "
+        "resolved by a Label Studio S3 storage connection); auto: upload for the local store, presign for S3.",
     )
     blind: Literal["audit", "all"] = Field(
         "audit",
-        description="Which tasks hide the critics' verdicts and carry no pre-filled labels: audit (the random "
-        "audit sample, so calibration is independent) or all.",
+        description="Which tasks hide the critics' verdicts and carry no pre-filled labels: audit (the "
+        "random audit sample, so calibration is independent) or all.",
     )
     image_max_side: int = Field(
         720, ge=64, le=4096, description="Longest side of a screenshot shown to annotators."

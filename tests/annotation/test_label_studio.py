@@ -55,6 +55,7 @@ def _tasks(sessions: sessionmaker[Session]) -> dict[int, tuple[int, str | None]]
             .outerjoin(
                 Anchor, (Anchor.episode_id == AnnotationTask.episode_id) & (Anchor.source == "verifier")
             )
+            .where(AnnotationTask.duplicate_of.is_(None))
             .order_by(AnnotationTask.id)
         ).all()
     return {t: (e, label) for t, e, label in rows}
@@ -79,19 +80,36 @@ def test_push_annotate_pull_round_trip(
     pushed = sum(report.pushed.values())
     assert pushed == sum(1 for _ in _tasks(sessions)) >= 4
     assert report.queued["audit"] > 0  # hard cases plus the audit sample
+    with sessions() as s:
+        twins = s.execute(
+            select(AnnotationTask.episode_id, AnnotationTask.duplicate_of).where(
+                AnnotationTask.duplicate_of.is_not(None)
+            )
+        ).all()
+    # the simulator is deterministic: some rollouts of a query are identical, and are judged once
+    assert report.merged == len(twins) > 0
     again = push_round(sessions, round_id, store, annotate, settings.s3)
-    assert sum(again.pushed.values()) == 0 and again.already == pushed  # never pushed twice
+    assert sum(again.pushed.values()) == 0 and again.already == pushed + len(twins)  # never twice
 
     tasks = _tasks(sessions)
-    # each task shows every step, with the critics' verdicts as a pre-annotation
-    first_id = next(iter(tasks))
-    first = ls.tasks.get(id=str(first_id))
     with sessions() as s:
-        n_steps = s.scalar(select(Episode.num_steps).where(Episode.id == tasks[first_id][0]))
-    assert first.data is not None and len(first.data["steps"]) == n_steps
-    assert all(step["image"].startswith("data:image/jpeg;base64,") for step in first.data["steps"])
-    prediction = ls.predictions.list(task=first_id)[0]
+        blind = dict(s.execute(select(AnnotationTask.ls_task_id, AnnotationTask.blind)).all())
+    # each task shows every step before and after, screenshots uploaded to Label Studio; review
+    # tasks carry the critics' verdicts as a pre-annotation, blind audit tasks carry none
+    review_id = next(t for t in tasks if not blind[t])
+    audit_id = next(t for t in tasks if blind[t])
+    review = ls.tasks.get(id=str(review_id))
+    with sessions() as s:
+        n_steps = s.scalar(select(Episode.num_steps).where(Episode.id == tasks[review_id][0]))
+    assert review.data is not None and len(review.data["steps"]) == review.data["n_steps"] == n_steps
+    assert all(step["image"].startswith("/data/upload/") for step in review.data["steps"])
+    assert all(step["after"].startswith("/data/upload/") for step in review.data["steps"])
+    assert review.data["filmstrip"].count("<figure>") == n_steps + 1  # every step and the end
+    prediction = ls.predictions.list(task=review_id)[0]
     assert {r["from_name"] for r in prediction.result} >= {cfg.VERDICT, cfg.step_label(0)}
+    audit = ls.tasks.get(id=str(audit_id))
+    assert audit.data is not None and "hidden" in audit.data["critics"] and "critics:" not in str(audit.data)
+    assert not list(ls.predictions.list(task=audit_id))
 
     before = calibrate_round(sessions, round_id)
     assert "human" not in before["anchors"]
@@ -110,6 +128,13 @@ def test_push_annotate_pull_round_trip(
             _text(cfg.corrected_action(0), cfg.screen(0), '{"kind":"click","point":[500,300]}'),
             _text(cfg.corrected_thought(0), cfg.screen(0), "The search box is at the top."),
             _text(cfg.corrected_action(1), cfg.screen(1), "poke the blue thing"),
+            _text(cfg.corrected_instruction(1), cfg.screen(1), "Tap the search box at the top"),
+            {  # clicked on step 2's screen: a quarter across, a third down
+                "from_name": cfg.correct_point(2),
+                "to_name": cfg.screen(2),
+                "type": "keypointlabels",
+                "value": {"x": 25.0, "y": 33.3, "width": 1.5, "keypointlabels": ["long_press"]},
+            },
         ],
         lead_time=42.0,
     )
@@ -123,8 +148,10 @@ def test_push_annotate_pull_round_trip(
 
     pulled = pull(sessions, annotate)
     assert pulled.annotations["new"] == 4 and pulled.annotations["skipped"] == 1
-    assert pulled.anchors["set"] == 1 and pulled.unresolved == {"tie": 1, "no_verdict": 1}
-    assert pulled.corrections == {"parsed": 1, "unparseable": 1}
+    copies = {e: 1 + sum(1 for _, primary in twins if primary == e) for e in (e_override, e_split, e_skip)}
+    assert pulled.anchors["set"] == copies[e_override]  # a merged identical trajectory shares the verdict
+    assert pulled.unresolved == {"tie": copies[e_split], "no_verdict": copies[e_skip]}
+    assert pulled.corrections == {"typed": 1, "typed_unparseable": 1, "clicked": 1}
     human = _deciding(sessions, e_override)
     assert human is not None and human.source == "human" and human.label == flipped
     assert human.annotator == label_studio.username and human.annotated_at is not None
@@ -138,6 +165,16 @@ def test_push_annotate_pull_round_trip(
         and corrections[0].annotator == label_studio.username
     )
     assert corrections[1].action is None and corrections[1].parse_error == "unparseable_correction"
+    assert corrections[1].instruction == "Tap the search box at the top"
+    assert corrections[2].action == {"kind": "long_press", "point": [250, 333]}
+    assert corrections[2].source == "clicked" and corrections[0].source == "typed"
+    with sessions() as s:
+        for twin, primary in twins:  # an identical trajectory takes its task's human verdict
+            ours = s.scalar(
+                select(Anchor.label).where(Anchor.episode_id == primary, Anchor.source == "human")
+            )
+            theirs = s.scalar(select(Anchor.label).where(Anchor.episode_id == twin, Anchor.source == "human"))
+            assert theirs == ours
     assert _deciding(sessions, e_split).source == "verifier"  # type: ignore[union-attr]  # a tie decides nothing
 
     after = calibrate_round(sessions, round_id)
@@ -166,15 +203,19 @@ def test_push_annotate_pull_round_trip(
         )
 
     stats = annotation_stats(sessions)
-    assert stats["inter_annotator"]["pairs"] == 3 and stats["human_vs_verifier"]["n"] == 2
-    assert stats["critics_vs_human"]["consensus_and:3"]["n"] == 2
+    assert stats["inter_annotator"]["pairs"] == 3
+    assert stats["human_vs_verifier"]["n"] == copies[e_override] + copies[e_split]
+    # the critics are scored only on verdicts the annotators reached themselves, once per task
+    independent = stats["independence"]["verdicts_independent"]
+    assert stats["critics_vs_human"]["consensus_and:3"]["n"] <= 2 and independent >= 2
     assert label_studio.username in stats["throughput"]
     assert "inter-annotator: 1 tasks with 2+ verdicts" in render_stats(stats)
 
     # a task deleted in Label Studio withdraws what it said
     ls.tasks.delete(id=str(t_split))
     gone = pull(sessions, annotate)
-    assert gone.tasks_deleted == 1 and gone.annotations["withdrawn"] == 3 and gone.anchors["removed"] == 1
+    assert gone.tasks_deleted == 1 and gone.annotations["withdrawn"] == 3
+    assert gone.anchors["removed"] == copies[e_split]
     assert _deciding(sessions, e_split).source == "verifier"  # type: ignore[union-attr]
     with sessions() as s:
         assert (
@@ -196,7 +237,9 @@ def test_push_records_tasks_a_crashed_push_left_in_label_studio(
     resumed = push_round(sessions, round_id, store, annotate, settings.s3, limit=2)
     assert resumed.recovered == 3 and sum(resumed.pushed.values()) == 2
     with sessions() as s:
-        recorded = s.scalar(select(func.count()).select_from(AnnotationTask))
+        recorded = s.scalar(
+            select(func.count()).select_from(AnnotationTask).where(AnnotationTask.duplicate_of.is_(None))
+        )
     studio = Studio(annotate)
     listed: list[Any] = list(studio.ls.projects.list())
     projects = {p.title: p.id for p in listed if p.title.startswith(annotate.project_prefix)}
