@@ -224,7 +224,8 @@ class AnnotationSettings(BaseSettings):
         "auto",
         description="How the browser gets screenshots: upload (files uploaded to Label Studio), data "
         "(inline data URLs: every task carries its images), presign (presigned S3 URLs), storage (s3:// URIs "
-        "resolved by a Label Studio S3 storage connection); auto: upload for the local store, presign for S3.",
+        "resolved by a Label Studio S3 storage connection); auto: upload for the local store, presign "
+        "for S3.",
     )
     blind: Literal["audit", "all"] = Field(
         "audit",
