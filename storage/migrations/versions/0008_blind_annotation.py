@@ -18,7 +18,6 @@ down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
 
 
@@ -26,7 +25,7 @@ def upgrade() -> None:
     with op.batch_alter_table("annotation_task", schema=None) as batch_op:
         batch_op.add_column(sa.Column("blind", sa.Boolean(), server_default=sa.false(), nullable=False))
         batch_op.add_column(sa.Column("prefill", _JSON, nullable=True))
-        batch_op.add_column(sa.Column("duplicate_of", _ID, nullable=True))
+        batch_op.add_column(sa.Column("duplicate_of", sa.BigInteger(), nullable=True))
     with op.batch_alter_table("human_annotation", schema=None) as batch_op:
         batch_op.add_column(
             sa.Column("independent_verdict", sa.Boolean(), server_default=sa.true(), nullable=False)
