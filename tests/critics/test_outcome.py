@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from annotation.push import review_queue
+from annotation.queue import review_queue
 from critics.csrs import OUTCOME_STAGE, extract_round
 from critics.outcome import UNTRUSTED, decide_outcomes, measure_trust
 from rollout.smoke import run_smoke_round

@@ -1,0 +1,127 @@
+"""The review queue: which trajectories of a round need a human, and why.
+
+It is what CSRS sends to humans: episodes nothing could decide, trajectory channels that
+disagree, a consensus that disagrees with the verifier, verdicts that did not parse, and
+verdicts scored below `annotate.low_confidence`. A seeded random share of the other
+episodes (`annotate.audit_fraction`) joins as `audit`, so calibration is measured beyond
+hard cases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from critics.anchors import CONSENSUS
+from critics.csrs import OUTCOME_STAGE
+from critics.judge import SILENT
+from storage.models import Anchor, Episode, Exclusion, Judgment, Step
+from storage.models import Query as QueryRow
+from trajforge.settings import AnnotationSettings
+
+# why an episode needs a human, most urgent first; no_outcome: no anchor and no trusted critic decided it
+REASONS = (
+    "no_outcome",
+    "verifier_disagreement",
+    "channel_disagreement",
+    "unparsed",
+    "low_confidence",
+    "audit",
+)
+
+
+@dataclass
+@dataclass
+class Candidate:
+    episode_id: int
+    uid: str
+    app: str
+    reasons: list[str]
+
+
+def _audited(uid: str, seed: int, fraction: float) -> bool:
+    digest = hashlib.sha256(f"{seed}:{uid}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> list[Candidate]:
+    """Every episode of the round that needs a human, with why; hardest reasons first."""
+    out = []
+    consensus = ":".join(CONSENSUS)
+    rows = s.execute(
+        select(Episode.id, Episode.uid, QueryRow.goal)
+        .join(QueryRow, QueryRow.id == Episode.query_id)
+        .where(Episode.round_id == round_id, Episode.status == "done")
+        .order_by(Episode.id)
+    ).all()
+    in_round = select(Episode.id).where(Episode.round_id == round_id).scalar_subquery()
+    judgments: dict[int, dict[str, Judgment]] = {}
+    for j in s.scalars(
+        select(Judgment).where(Judgment.target == "episode", Judgment.target_id.in_(in_round))
+    ):
+        judgments.setdefault(j.target_id, {})[f"{j.critic}:{j.critic_version}"] = j
+    verifiers = dict(
+        s.execute(
+            select(Anchor.episode_id, Anchor.label).where(
+                Anchor.source == "verifier", Anchor.episode_id.in_(in_round)
+            )
+        ).all()
+    )
+    undecided = set(
+        s.scalars(
+            select(Exclusion.item_key).where(
+                Exclusion.round_id == round_id,
+                Exclusion.stage == OUTCOME_STAGE,
+                Exclusion.item_type == "episode",
+            )
+        )
+    )
+    for episode_id, uid, goal in rows:
+        judged = judgments.get(episode_id, {})
+        verifier = verifiers.get(episode_id)
+        reasons = ["no_outcome"] if uid in undecided else []
+        agreed = judged.get(consensus)
+        if (
+            verifier is not None
+            and agreed is not None
+            and (agreed.label == "correct") != (verifier == "success")
+        ):
+            reasons.append("verifier_disagreement")
+        channels = {
+            j.label for k, j in judged.items() if k != consensus and j.label not in ("unparsed", *SILENT)
+        }
+        if len(channels) > 1:
+            reasons.append("channel_disagreement")
+        if any(j.label == "unparsed" for j in judged.values()):
+            reasons.append("unparsed")
+        if any(j.score is not None and j.score < settings.low_confidence for j in judged.values()):
+            reasons.append("low_confidence")
+        if not reasons and judged and _audited(uid, settings.seed, settings.audit_fraction):
+            reasons.append("audit")
+        if reasons:
+            out.append(Candidate(episode_id, uid, str(goal.get("app", "")), reasons))
+    out.sort(key=lambda c: (min(REASONS.index(r) for r in c.reasons), c.episode_id))
+    return out
+
+
+def signature(s: Session, episode_ids: list[int]) -> dict[int, str]:
+    """A digest per episode of its query, screens and actions: equal digests, identical trajectories."""
+    parts: dict[int, list[Any]] = {}
+    for e, q in s.execute(
+        select(Episode.id, QueryRow.uid)
+        .join(QueryRow, QueryRow.id == Episode.query_id)
+        .where(Episode.id.in_(episode_ids))
+    ):
+        parts[e] = [q]
+    for e, shot, after, action in s.execute(
+        select(Step.episode_id, Step.screenshot, Step.screenshot_after, Step.action)
+        .where(Step.episode_id.in_(episode_ids))
+        .order_by(Step.episode_id, Step.index)
+    ):
+        parts[e].append([shot, after, action])
+    return {e: hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest() for e, p in parts.items()}

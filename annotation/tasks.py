@@ -1,0 +1,176 @@
+"""One trajectory as a Label Studio task: what the annotator sees, and what is pre-filled.
+
+A blind task (the audit sample, or every task under `annotate.blind: all`) shows no critic
+and pre-fills nothing; a review task shows the critics' verdicts and pre-fills them as a
+prediction (`model_version=trajforge-critics`).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from annotation import config as cfg
+from annotation.client import PREDICTIONS
+from annotation.images import ImageLinks
+from annotation.queue import Candidate
+from critics.anchors import CONSENSUS
+from storage.models import Anchor, Episode, Judgment, Step
+from storage.models import Query as QueryRow
+from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions.compare import target_element
+from trajforge.settings import AnnotationSettings
+
+
+def _verdict(label: str) -> str:
+    return {"correct": "success", "incorrect": "failure"}.get(label, "unsure")
+
+
+def blind(candidate: Candidate, settings: AnnotationSettings) -> bool:
+    """Whether the task hides the critics: every task under blind=all, else the pure audit sample."""
+    return settings.blind == "all" or candidate.reasons == ["audit"]
+
+
+@dataclass
+class StepShown:
+    """What the annotator sees of one step: the action in words, and its target element."""
+
+    short: str  # under the filmstrip thumbnail
+    text: str  # above the step's page
+    box: list[int] | None  # the target element's pixel bounds, outlined on the screen
+
+
+def show_step(st: Step, i: int, n: int) -> StepShown:
+    if st.action is None:
+        note = f"no action: {st.parse_error or 'none'}"
+        return StepShown(note, f"Step {i + 1} of {n}: {note}", None)
+    action = Action.model_validate(st.action)
+    screen = Screen(st.width, st.height)
+    element = target_element(action.point, st.elements or [], screen) if action.point is not None else None
+    label = str(element.get("text") or element.get("id") or element.get("kind") or "") if element else ""
+    what = action.kind.value
+    if action.kind == ActionKind.SWIPE:
+        (x, y), (ex, ey) = action.point or (0, 0), action.swipe_end()
+        what = f"swipe from ({x}, {y}) to ({ex}, {ey}), the arrow points where the finger ends"
+    elif action.text:
+        what += f" {action.text!r}"
+    elif action.key:
+        what += f" {action.key}"
+    elif action.status:
+        what += f" {action.status}"
+    short = f"{action.kind.value} {label!r}" if label else what.split(",")[0]
+    lines = [f"Step {i + 1} of {n}: {what}", f"exact: {action.core().to_json()}"]
+    box = None
+    if element is not None:
+        x1, y1, x2, y2 = element["bounds"]
+        (a, b), (c, d) = screen.from_px(x1, y1), screen.from_px(x2, y2)
+        kind = element.get("kind", "element")
+        lines.append(f"target: {kind} {label!r}, box [{a}, {b}, {c}, {d}] per mille")
+        box = [x1, y1, x2, y2]
+    if action.thought:
+        lines.append(f"thought: {action.thought}")
+    return StepShown(short, "\n".join(lines), box)
+
+
+def filmstrip(frames: list[tuple[str, str]], links: bool) -> str:
+    """The whole trajectory in one row: (screen URL, caption) per step, then the final screen."""
+    out = ['<div class="tf-strip">']
+    for i, (url, caption) in enumerate(frames):
+        number = str(i + 1) if i < len(frames) - 1 else "end"
+        picture = f'<a href="{html.escape(url)}" target="_blank"><img src="{html.escape(url)}"/></a>'
+        out.append(
+            f"<figure>{picture if links else ''}"
+            f"<figcaption><b>{number}</b> {html.escape(caption)}</figcaption></figure>"
+        )
+    out.append("</div>")
+    return "".join(out)
+
+
+def build_task(
+    s: Session, candidate: Candidate, images: ImageLinks, hidden: bool = False
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The Label Studio task of one trajectory, and what it pre-fills (None when blind): the
+    critics' verdicts as a prediction, unless `hidden` (a blind task shows no critic at all)."""
+    episode = s.get(Episode, candidate.episode_id)
+    assert episode is not None
+    query = s.get(QueryRow, episode.query_id)
+    assert query is not None
+    steps = list(s.scalars(select(Step).where(Step.episode_id == episode.id).order_by(Step.index)))
+    episode_judgments = list(
+        s.scalars(select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id))
+    )
+    step_judgments: dict[int, dict[str, Judgment]] = {}
+    for j in s.scalars(
+        select(Judgment).where(Judgment.target == "step", Judgment.target_id.in_([st.id for st in steps]))
+    ):
+        step_judgments.setdefault(j.target_id, {})[f"{j.critic}:{j.critic_version}"] = j
+    anchors = {a.source: a.label for a in s.scalars(select(Anchor).where(Anchor.episode_id == episode.id))}
+
+    critics_line = [f"{j.critic}:{j.critic_version} = {_verdict(j.label)}" for j in episode_judgments]
+    if "verifier" in anchors:
+        critics_line.insert(0, f"verifier = {anchors['verifier']}")
+    task_steps = []
+    frames: list[tuple[str, str]] = []
+    prefill: dict[str, Any] = {"verdict": None, "steps": {}}
+    result: list[dict[str, object]] = []
+    for i, st in enumerate(steps):
+        labels = step_judgments.get(st.id, {})
+        shown = show_step(st, i, len(steps))
+        text = shown.text
+        if not hidden:
+            judged = "; ".join(
+                f"{k}: {j.label}" + (f" ({j.summary})" if j.summary else "") for k, j in labels.items()
+            )
+            text += f"\ncritics: {judged or 'none'}"
+        before = images(st.screenshot, st.action, shown.box)
+        after_sha = st.screenshot_after or (steps[i + 1].screenshot if i + 1 < len(steps) else None)
+        after = images(after_sha) if after_sha else before
+        task_steps.append({"image": before, "after": after, "text": text})
+        frames.append((before, shown.short))
+        preferred = sorted(labels.items(), key=lambda kv: (not kv[0].startswith("llm"), kv[0]))
+        label = next((j.label for _, j in preferred if j.label in cfg.STEP_LABELS), None)
+        if label is not None:
+            result.append(cfg.choice(cfg.step_label(i), cfg.screen(i), label))
+            prefill["steps"][str(i)] = label
+    if steps:
+        frames.append((task_steps[-1]["after"], "after the last action"))
+    consensus = next((j for j in episode_judgments if (j.critic, j.critic_version) == CONSENSUS), None)
+    if consensus is not None:
+        result.insert(0, cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, _verdict(consensus.label)))
+        prefill["verdict"] = _verdict(consensus.label)
+    decided = [j for j in episode_judgments if (j.critic, j.critic_version) != CONSENSUS]
+    agreeing = sum(1 for j in decided if consensus is not None and j.label == consensus.label)
+    score = consensus.score if consensus is not None and consensus.score is not None else None
+    if score is None:
+        score = agreeing / len(decided) if decided else 0.0
+    verdicts = "hidden: blind audit" if hidden else " · ".join(critics_line)
+    task: dict[str, Any] = {
+        "data": {
+            "instruction": query.instruction,
+            "critics": f"Blind audit: the critics' verdicts are hidden. {len(steps)} steps."
+            if hidden
+            else " · ".join(critics_line) + f"\nqueued for: {', '.join(candidate.reasons)}",
+            "filmstrip": filmstrip(frames, links=images.mode in ("upload", "presign")),
+            "steps": task_steps,
+            # flat columns for the task list
+            "app": candidate.app,
+            "reasons": ", ".join(candidate.reasons),
+            "n_steps": len(steps),
+            "verdicts": verdicts,
+            "trajforge": {
+                "episode": episode.uid,
+                "round": episode.round_id,
+                "app": candidate.app,
+                "query": query.uid,
+                "reasons": candidate.reasons,
+            },
+        }
+    }
+    if hidden:
+        return task, None
+    task["predictions"] = [{"model_version": PREDICTIONS, "score": round(score, 4), "result": result}]
+    return task, prefill
