@@ -17,12 +17,16 @@ annotate_app = typer.Typer(
 @annotate_app.command("push")
 def annotate_push(
     round_number: RoundOpt = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=0, help="Push at most this many.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=0, help="Push at most this many tasks, the most urgent first."),
+    ] = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Push the round's review queue (critic disagreements, low confidence) and an audit sample.
+    """Push the round's review queue (critic disagreements, low confidence) and a blind audit sample.
 
-    Idempotent: a trajectory already pushed is never pushed again.
+    Idempotent: a trajectory already pushed is never pushed again; identical trajectories
+    share one task.
     """
     from annotation.push import push_round
     from storage.objectstore import open_object_store

@@ -61,8 +61,10 @@ def _human_verdict(
                     annotator="ann@x",
                     action_text="{...}",
                     action=corrected,
-                    action_format="canonical",
+                    action_format="clicked",
                     thought="The button is at the top.",
+                    instruction="Tap the button at the top",
+                    source="clicked",
                 ),
                 Correction(
                     annotation_id=note.id,
@@ -120,6 +122,9 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
     assert report.corrections["action"] == 1 and report.corrections["unparseable_correction"] == 1
     (sample,) = [x for x in _samples(sessions, episode_id) if x.category == CATEGORY]
     assert sample.payload["action"] == corrected and sample.payload["thought"] == "The button is at the top."
+    assert sample.payload["instruction"] == "Tap the button at the top"  # Mobile-R1's middle step
+    assert sample.provenance["given"] == "clicked"
+    assert sample.provenance["corrected"] == ["action", "thought", "instruction"]
     assert sample.provenance["annotator"] == "ann@x" and sample.step_index == 0
     with sessions() as s:
         shot = s.scalar(select(Step.screenshot).where(Step.episode_id == episode_id, Step.index == 0))

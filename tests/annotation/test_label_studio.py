@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -10,14 +11,15 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from annotation import config as cfg
-from annotation.client import Studio
+from annotation.client import Studio, project_key
 from annotation.pull import pull
 from annotation.push import push_round
+from annotation.queue import review_queue
 from annotation.stats import annotation_stats, render_stats
 from critics.anchors import deciding_anchor
 from critics.judge import calibrate_round
 from storage.db import transaction
-from storage.models import Anchor, AnnotationTask, Correction, Episode, HumanAnnotation
+from storage.models import Anchor, AnnotationProject, AnnotationTask, Correction, Episode, HumanAnnotation
 from storage.objectstore import open_object_store
 from tests.annotation.conftest import smoke_round
 from tests.support.label_studio import LabelStudioServer
@@ -105,6 +107,7 @@ def test_push_annotate_pull_round_trip(
     assert all(step["image"].startswith("/data/upload/") for step in review.data["steps"])
     assert all(step["after"].startswith("/data/upload/") for step in review.data["steps"])
     assert review.data["filmstrip"].count("<figure>") == n_steps + 1  # every step and the end
+    assert len(json.dumps(review.data)) < 20_000  # the task list stays light: images are links
     prediction = ls.predictions.list(task=review_id)[0]
     assert {r["from_name"] for r in prediction.result} >= {cfg.VERDICT, cfg.step_label(0)}
     audit = ls.tasks.get(id=str(audit_id))
@@ -245,6 +248,28 @@ def test_push_records_tasks_a_crashed_push_left_in_label_studio(
     projects = {p.title: p.id for p in listed if p.title.startswith(annotate.project_prefix)}
     in_ls = sum(len(list(studio.tasks(pid))) for pid in projects.values())
     assert recorded == in_ls == 5
+
+
+def test_the_limit_takes_the_most_urgent_first_and_creates_no_empty_project(
+    label_studio: LabelStudioServer, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, sessions, round_id = _round(f"sqlite:///{tmp_path / 'limit.db'}", monkeypatch)
+    annotate = _settings(label_studio, audit_fraction=1.0, project_by="app")
+    with sessions() as s:
+        queue = review_queue(s, round_id, annotate)
+    assert len({c.app for c in queue}) > 1  # several apps queued, so several projects were possible
+    report = push_round(sessions, round_id, open_object_store(settings), annotate, settings.s3, limit=1)
+    assert sum(report.pushed.values()) == 1 and report.limited > 0
+    with sessions() as s:
+        pushed = s.scalars(
+            select(AnnotationTask.episode_id).where(AnnotationTask.duplicate_of.is_(None))
+        ).one()
+        keys = s.scalars(select(AnnotationProject.key)).all()
+    key, title = project_key(annotate, queue[0].app)
+    assert pushed == queue[0].episode_id and keys == [key]  # the most urgent, in its app's project only
+    listed: list[Any] = list(Studio(annotate).ls.projects.list())
+    ours = sorted(p.title for p in listed if p.title.startswith(annotate.project_prefix))
+    assert ours == sorted([title, f"{annotate.project_prefix} · screenshots"])
 
 
 def test_label_studio_failures_are_one_clear_error_and_write_nothing(
