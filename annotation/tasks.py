@@ -52,17 +52,15 @@ def show_step(st: Step, i: int, n: int) -> StepShown:
     screen = Screen(st.width, st.height)
     element = target_element(action.point, st.elements or [], screen) if action.point is not None else None
     label = str(element.get("text") or element.get("id") or element.get("kind") or "") if element else ""
-    what = action.kind.value
+    what = short = action.kind.value
     if action.kind == ActionKind.SWIPE:
         (x, y), (ex, ey) = action.point or (0, 0), action.swipe_end()
         what = f"swipe from ({x}, {y}) to ({ex}, {ey}), the arrow points where the finger ends"
-    elif action.text:
-        what += f" {action.text!r}"
-    elif action.key:
-        what += f" {action.key}"
-    elif action.status:
-        what += f" {action.status}"
-    short = f"{action.kind.value} {label!r}" if label else what.split(",")[0]
+        short = f"swipe {action.swipe_direction()}"
+    elif action.text or action.key or action.status:
+        what = short = f"{what} {action.text!r}" if action.text else f"{what} {action.key or action.status}"
+    if label and action.kind != ActionKind.SWIPE and not action.text:
+        short = f"{action.kind.value} {label!r}"
     lines = [f"Step {i + 1} of {n}: {what}", f"exact: {action.core().to_json()}"]
     box = None
     if element is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from bench import (
+    bench_annotation,
     bench_critics,
     bench_dedup_quality,
     bench_faiss,
@@ -34,6 +35,7 @@ def main() -> None:
         bench_features,
         bench_dedup_quality,
         bench_faiss,
+        bench_annotation,
     ):
         sys.argv = [module.__name__]
         module.main()
