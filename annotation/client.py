@@ -6,6 +6,7 @@ SDK's own exceptions never leak to the CLI.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from trajforge.errors import AnnotationError, ConfigError
 from trajforge.settings import AnnotationSettings
 
 T = TypeVar("T")
+UPLOAD_BATCH = 40  # screenshots per upload request
 PREDICTIONS = "trajforge-critics"  # the model_version of the critics' pre-annotations
 # What every trajforge project shows: the labelling view and the instructions, opened with each task.
 _VIEW: dict[str, Any] = {
@@ -88,29 +90,49 @@ class Studio:
         pager: Any = self.call("list tasks", lambda: self.ls.tasks.list(project=project_id, fields="all"))
         yield from self.call("page through tasks", lambda: list(pager))
 
-    def upload(self, content: bytes, name: str) -> str:
-        """Upload one screenshot as a file, not a task; the URL Label Studio serves it at.
+    def upload(self, files: list[tuple[str, bytes]]) -> dict[str, str]:
+        """Upload screenshots (unique name, JPEG) as files, not tasks; the URL of each by name.
 
         Label Studio takes a bare file only into a project whose view has one data key, so the
         files go to a task-less project of their own (`<prefix> · screenshots`), which every
-        annotator of the organisation can read."""
+        annotator of the organisation can read. One request carries up to UPLOAD_BATCH files,
+        and one more finds where Label Studio put them."""
         http = self.ls._client_wrapper.httpx_client  # the SDK has no call for a bare upload
         project_id = self._files_project()
 
-        def send() -> str:
+        def send(part: list[tuple[str, bytes]]) -> dict[str, str]:
             answer = _ok(
                 http.request(
                     f"api/projects/{project_id}/import",
                     method="POST",
                     params={"commit_to_project": "false"},
-                    files={"file": (name, content, "image/jpeg")},
+                    # distinct field names: Label Studio reads one file per field
+                    files={f"file{i}": (name, data, "image/jpeg") for i, (name, data) in enumerate(part)},
                 )
             )
-            upload_id = (answer.json().get("file_upload_ids") or [None])[0]
-            info = _ok(http.request(f"api/import/file-upload/{upload_id}", method="GET"))
-            return "/data/" + str(info.json()["file"]).lstrip("/")
+            ids = answer.json().get("file_upload_ids") or []
+            listed = _ok(
+                http.request(
+                    f"api/projects/{project_id}/file-uploads", method="GET", params={"ids": json.dumps(ids)}
+                )
+            )
+            stored = [str(row["file"]).lstrip("/") for row in listed.json()]  # upload/<project>/<uuid>-<name>
+            urls = {}
+            for name, _ in part:
+                found = next((f for f in stored if f.endswith(f"-{name}")), None)
+                if found is None:
+                    raise AnnotationError(
+                        f"Label Studio did not keep the uploaded screenshot {name}; rerun "
+                        "`trajforge annotate push` (nothing was recorded for these tasks)"
+                    )
+                urls[name] = f"/data/{found}"
+            return urls
 
-        return self.call("upload a screenshot", send)
+        out: dict[str, str] = {}
+        for start in range(0, len(files), UPLOAD_BATCH):
+            part = files[start : start + UPLOAD_BATCH]
+            out.update(self.call("upload screenshots", lambda part=part: send(part)))  # type: ignore[misc]
+        return out
 
     def _files_project(self) -> int:
         if self._files is None:

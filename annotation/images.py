@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from PIL import Image, ImageDraw
 
@@ -31,8 +32,10 @@ from trajforge.actions import Action
 from trajforge.errors import ConfigError
 from trajforge.settings import AnnotationSettings
 
+T = TypeVar("T")
 Mode = Literal["upload", "data", "presign", "storage"]
-Uploader = Callable[[bytes, str], str]  # (jpeg, file name) -> the URL Label Studio serves it at
+Uploader = Callable[[list[tuple[str, bytes]]], dict[str, str]]  # (name, jpeg)s -> URL by name
+PENDING = "trajforge-pending:"  # stands for an image's URL until `resolve` uploads it
 
 
 def image_mode(settings: AnnotationSettings, store: ObjectStore) -> Mode:
@@ -63,7 +66,10 @@ def overlay(png: bytes, action: dict[str, Any] | None, max_side: int, box: list[
 
 
 class ImageLinks:
-    """Makes the URL of one step's screenshot (annotated or plain), in the configured mode."""
+    """Makes the URL of one step's screenshot (annotated or plain), in the configured mode.
+
+    In `upload` mode a URL is known only after the upload: the call returns a placeholder,
+    and `resolve` uploads every pending image in one go and puts the URLs in its place."""
 
     def __init__(
         self, store: ObjectStore, settings: AnnotationSettings, upload: Uploader | None = None
@@ -74,6 +80,8 @@ class ImageLinks:
             raise ConfigError("annotate.images=upload needs a Label Studio project to upload to")
         self.upload = upload
         self._made: dict[tuple[str, str], str] = {}
+        self._pending: dict[str, bytes] = {}  # file name -> JPEG, not uploaded yet
+        self._uploaded: dict[str, str] = {}  # placeholder -> URL
 
     def __call__(
         self, sha256: str, action: dict[str, Any] | None = None, box: list[int] | None = None
@@ -81,7 +89,28 @@ class ImageLinks:
         key = (sha256, repr((action, box)))
         if key not in self._made:
             self._made[key] = self._make(sha256, action, box)
-        return self._made[key]
+        made = self._made[key]
+        return self._uploaded.get(made, made)
+
+    def resolve(self, value: T) -> T:
+        """`value` (tasks: dicts, lists, tuples, strings) with every placeholder replaced by its URL."""
+        if self._pending:
+            assert self.upload is not None
+            urls = self.upload(sorted(self._pending.items()))
+            self._uploaded.update({PENDING + name: url for name, url in urls.items()})
+            self._pending.clear()
+        return cast(T, self._replace(value)) if self._uploaded else value
+
+    def _replace(self, value: Any) -> Any:
+        if isinstance(value, str):
+            for token in set(_TOKEN.findall(value)):
+                value = value.replace(token, self._uploaded[token])
+            return value
+        if isinstance(value, dict):
+            return {k: self._replace(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(self._replace(v) for v in value)
+        return value
 
     def _make(self, sha256: str, action: dict[str, Any] | None, box: list[int] | None) -> str:
         jpeg = overlay(self.store.get(blob_key(sha256)), action, self.settings.image_max_side, box)
@@ -89,10 +118,14 @@ class ImageLinks:
             return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()
         digest, _ = put_blob(self.store, jpeg, ext="jpg", content_type="image/jpeg")
         if self.mode == "upload":
-            assert self.upload is not None
-            return self.upload(jpeg, f"{digest[:16]}.jpg")
+            name = f"{digest[:24]}.jpg"
+            self._pending[name] = jpeg
+            return PENDING + name
         key = blob_key(digest, "jpg")
         if self.mode == "presign":
             return self.store.presign(key, timedelta(hours=self.settings.presign_expiry_h))
         assert isinstance(self.store, S3ObjectStore)
         return f"s3://{self.store.bucket}/{key}"
+
+
+_TOKEN = re.compile(re.escape(PENDING) + r"[0-9a-f]+\.jpg")

@@ -200,7 +200,7 @@ def _push_batch(
     report: PushReport,
 ) -> None:
     with sessions() as s:
-        built = [build_task(s, c, images, blind(c, settings)) for c, _ in batch]
+        built = images.resolve([build_task(s, c, images, blind(c, settings)) for c, _ in batch])
     request = cast(Any, [task for task, _ in built])  # the SDK types each task as ImportApiRequest
     answer = studio.call(
         "import tasks",

@@ -173,19 +173,27 @@ def test_image_links_on_the_local_store_are_uploads_or_data_urls_and_s3_modes_ar
 ) -> None:
     store = LocalObjectStore(tmp_path)
     sha, _ = put_blob(store, _png())
-    sent: list[tuple[bytes, str]] = []
+    sent: list[list[tuple[str, bytes]]] = []
 
-    def upload(jpeg: bytes, name: str) -> str:
-        sent.append((jpeg, name))
-        return f"/data/upload/1/{name}"
+    def upload(files: list[tuple[str, bytes]]) -> dict[str, str]:
+        sent.append(files)
+        return {name: f"/data/upload/1/abcd-{name}" for name, _ in files}
 
     links = ImageLinks(store, AnnotationSettings(), upload=upload)
     assert links.mode == "upload"
-    url = links(sha, {"kind": "click", "point": [10, 10]})
-    assert url.startswith("/data/upload/1/") and url.endswith(".jpg")
-    assert links(sha, {"kind": "click", "point": [10, 10]}) == url and len(sent) == 1  # uploaded once
-    assert links(sha) != url and len(sent) == 2  # the plain screen is another image
-    assert Image.open(io.BytesIO(sent[0][0])).format == "JPEG"
+    marked = links(sha, {"kind": "click", "point": [10, 10]})
+    plain = links(sha)
+    task: dict[str, Any] = {"steps": [{"image": marked, "after": plain}], "html": f'<img src="{marked}"/>'}
+    assert not sent  # nothing is uploaded until the batch is resolved
+    resolved = links.resolve([(task, None)])
+    assert len(sent) == 1 and len(sent[0]) == 2  # both images, in one upload
+    ((got, _),) = resolved
+    url = got["steps"][0]["image"]
+    assert url.startswith("/data/upload/1/abcd-") and url.endswith(".jpg") and url in got["html"]
+    assert got["steps"][0]["after"] != url
+    assert links(sha, {"kind": "click", "point": [10, 10]}) == url  # known now: no second upload
+    assert links.resolve([]) == [] and len(sent) == 1
+    assert Image.open(io.BytesIO(sent[0][0][1])).format == "JPEG"
     with pytest.raises(ConfigError, match="needs a Label Studio project"):
         ImageLinks(store, AnnotationSettings())
     data = ImageLinks(store, AnnotationSettings(images="data"))
