@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.judge import ChannelStats, channel_row
+from critics.calibration import ChannelStats, channel_row
 from storage.models import Anchor, HumanAnnotation, Judgment, Step
 from trajforge.logs import counts
 

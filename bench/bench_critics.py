@@ -27,7 +27,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.anchors import CONSENSUS, anchors_by_episode, backend_of, deciding_anchor
-from critics.judge import ChannelStats, judge_round
+from critics.calibration import ChannelStats
+from critics.judge import judge_round
 from critics.outcome import decide_outcomes
 from rollout.web.env import chromium_available
 from storage.apps import round_apps

@@ -1,9 +1,8 @@
-"""Judging a round with the offline critics, and calibrating them against the anchors (CSRS).
+"""Judging a round with the offline critics (and the model critics, `judge_round_llm`).
 
 `judge_round` writes one judgment per step and per channel and the consensus per episode;
-it is idempotent (a judgment is keyed by critic, version and target). `calibrate_round`
-compares the trajectory verdicts with the anchors (a human verdict overrides the verifier)
-and stores the report in the round's stats under each critic version.
+it is idempotent (a judgment is keyed by critic, version and target). Scoring the verdicts
+against the anchors is `critics.calibration`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.anchors import CONSENSUS, backend_of, deciding_anchor, reversed_verifier, success_references
+from critics.anchors import CONSENSUS, backend_of, success_references
 from critics.heuristic import (
     STEP_LABELS,
     HeuristicStepCritic,
@@ -30,7 +29,7 @@ from critics.heuristic import (
 )
 from critics.llm import LLMJudgment, LLMStepCritic, LLMTrajectoryCritic
 from storage.db import insert_ignore, record_exclusions, transaction
-from storage.models import Anchor, Episode, Exclusion, Judgment, Round, Step
+from storage.models import Episode, Exclusion, Judgment, Step
 from storage.models import Query as QueryRow
 from storage.rounds import JUDGED, mark_stage
 from trajforge.actions import Action
@@ -197,108 +196,6 @@ def stored_step_verdicts(s: Session, round_id: int, steps: Sequence[Step]) -> li
         label = j.label if j.label in STEP_LABELS else "NEUTRAL"
         out.append(StepVerdict(label, j.analysis or "stored", j.summary or ""))
     return out
-
-
-@dataclass
-class ChannelStats:
-    tp: int = 0
-    fp: int = 0
-    tn: int = 0
-    fn: int = 0
-
-    def add(self, predicted: bool, actual: bool) -> None:
-        if predicted and actual:
-            self.tp += 1
-        elif predicted:
-            self.fp += 1
-        elif actual:
-            self.fn += 1
-        else:
-            self.tn += 1
-
-    def summary(self) -> dict[str, float | int]:
-        n = self.tp + self.fp + self.tn + self.fn
-        return {
-            "n": n,
-            "accuracy": (self.tp + self.tn) / n if n else 0.0,
-            "precision": self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0,
-            "recall": self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0,
-            "tp": self.tp,
-            "fp": self.fp,
-            "tn": self.tn,
-            "fn": self.fn,
-        }
-
-
-def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str, Any]:
-    """Critic verdicts against anchors; stored in round.stats['calibration'] and returned."""
-    channels: dict[str, ChannelStats] = {}
-    by_outcome: dict[str, Counter[str]] = {"success": Counter(), "failure": Counter()}
-    review: list[dict[str, Any]] = []
-    sources: Counter[str] = Counter()
-    with transaction(sessions) as s:
-        episodes = s.scalars(select(Episode).where(Episode.round_id == round_id)).all()
-        for episode in episodes:
-            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
-            anchor = deciding_anchor(anchors)
-            if anchor is None:
-                continue
-            sources[anchor.source] += 1
-            if reversed_verifier(anchors, anchor) is not None:
-                sources["human_overrode_verifier"] += 1
-            actual = anchor.label == "success"
-            judged = s.scalars(
-                select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
-            ).all()
-            verdicts = {
-                f"{j.critic}:{j.critic_version}": j.label == "correct"
-                for j in judged
-                if j.label not in SILENT
-            }
-            unsure = [f"{j.critic}:{j.critic_version}" for j in judged if j.label == "unparsed"]
-            for key, predicted in verdicts.items():
-                channels.setdefault(key, ChannelStats()).add(predicted, actual)
-            disagree = len(set(verdicts.values())) > 1 or verdicts.get(":".join(CONSENSUS)) not in (
-                None,
-                actual,
-            )
-            if disagree or unsure:  # disagreements and low-confidence cases go to human review
-                review.append(
-                    {"episode": episode.uid, "anchor": anchor.label, "verdicts": verdicts, "unparsed": unsure}
-                )
-            step_ids = s.scalars(select(Step.id).where(Step.episode_id == episode.id)).all()
-            labels = s.scalars(
-                select(Judgment.label).where(Judgment.target == "step", Judgment.target_id.in_(step_ids))
-            ).all()
-            by_outcome["success" if actual else "failure"].update(labels)
-        report = {
-            "channels": {k: v.summary() for k, v in sorted(channels.items())},
-            "step_labels_by_outcome": {k: dict(v) for k, v in by_outcome.items()},
-            "review_queue": review,
-            "anchors": dict(sources),
-        }
-        rnd = s.get(Round, round_id)
-        if rnd is not None:
-            stats = dict(rnd.stats or {})
-            stats["calibration"] = report
-            rnd.stats = stats
-    return report
-
-
-def channel_row(name: str, st: dict[str, Any], width: int = 24) -> str:
-    """One `ChannelStats.summary()` as a table row: name, n, accuracy, precision, recall."""
-    return f"{name:{width}} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
-
-
-def render_calibration(report: dict[str, Any]) -> str:
-    lines = ["critic                     n    accuracy  precision  recall   tp  fp  tn  fn"]
-    for name, st in report["channels"].items():
-        lines.append(f"{channel_row(name, st)}  {st['tp']:3} {st['fp']:3} {st['tn']:3} {st['fn']:3}")
-    for outcome, labels in report["step_labels_by_outcome"].items():
-        lines.append(f"step labels in {outcome} episodes: {counts(labels)}")
-    lines.append(f"review queue (disagreements and unparsed verdicts): {len(report['review_queue'])}")
-    lines.append(f"anchors deciding the outcome: {counts(report.get('anchors', {}))}")
-    return "\n".join(lines)
 
 
 async def judge_round_llm(

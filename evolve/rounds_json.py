@@ -20,8 +20,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.anchors import anchors_by_episode, deciding_anchor
+from critics.calibration import ChannelStats
 from critics.csrs import OUTCOME_STAGE
-from critics.judge import SILENT, ChannelStats
+from critics.judge import SILENT
 from storage.models import Episode, Exclusion, Judgment, Policy, Round, Sample
 from storage.models import Query as QueryRow
 

@@ -23,8 +23,9 @@ from typing import Any
 from sqlalchemy import func, select
 
 from critics.anchors import CONSENSUS
+from critics.calibration import calibrate_round
 from critics.csrs import extract_round
-from critics.judge import calibrate_round, judge_round, judge_round_llm
+from critics.judge import judge_round, judge_round_llm
 from curation.features import FeatureStore, make_featurizer
 from curation.pipeline import curate_round
 from evolve.policies import policy_factory, register_policy

@@ -45,7 +45,7 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
 @critics_app.command("calibrate")
 def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
     """Compare the critics' trajectory verdicts with the anchors; store and print the report."""
-    from critics.judge import calibrate_round, render_calibration
+    from critics.calibration import calibrate_round, render_calibration
 
     sessions, round_id, number = cli_round(cli_settings(config), round_number)
     typer.echo(f"round {number} calibration")

@@ -19,8 +19,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.anchors import CONSENSUS
+from critics.calibration import calibrate_round
 from critics.csrs import ExtractionReport, extract_round
-from critics.judge import calibrate_round, judge_round
+from critics.judge import judge_round
 from curation.pipeline import CurationReport, curate_round
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise

@@ -82,7 +82,7 @@ def test_interaction_point_is_marked() -> None:
 
 
 def test_calibration_queues_unparsed_verdicts_for_review(judged_round) -> None:
-    from critics.judge import calibrate_round
+    from critics.calibration import calibrate_round
 
     sessions, store = judged_round
     with ScriptedLLM(default=Reply(content="no idea")) as llm:  # every model verdict unparseable

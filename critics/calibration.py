@@ -1,0 +1,123 @@
+"""Calibration: the critics' verdicts scored against the deciding anchors (Step-GUI's CSRS).
+
+Per critic channel, accuracy, precision and recall of "the trajectory succeeded" against
+the anchor that decides each episode (a human, else the verifier); the step labels seen in
+successful and failed episodes; and the disagreements, which go to human review.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from critics.anchors import CONSENSUS, deciding_anchor, reversed_verifier
+from critics.judge import SILENT
+from storage.db import transaction
+from storage.models import Anchor, Episode, Judgment, Round, Step
+from trajforge.logs import counts
+
+
+@dataclass
+class ChannelStats:
+    tp: int = 0
+    fp: int = 0
+    tn: int = 0
+    fn: int = 0
+
+    def add(self, predicted: bool, actual: bool) -> None:
+        if predicted and actual:
+            self.tp += 1
+        elif predicted:
+            self.fp += 1
+        elif actual:
+            self.fn += 1
+        else:
+            self.tn += 1
+
+    def summary(self) -> dict[str, float | int]:
+        n = self.tp + self.fp + self.tn + self.fn
+        return {
+            "n": n,
+            "accuracy": (self.tp + self.tn) / n if n else 0.0,
+            "precision": self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0,
+            "recall": self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0,
+            "tp": self.tp,
+            "fp": self.fp,
+            "tn": self.tn,
+            "fn": self.fn,
+        }
+
+
+def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str, Any]:
+    """Critic verdicts against anchors; stored in round.stats['calibration'] and returned."""
+    channels: dict[str, ChannelStats] = {}
+    by_outcome: dict[str, Counter[str]] = {"success": Counter(), "failure": Counter()}
+    review: list[dict[str, Any]] = []
+    sources: Counter[str] = Counter()
+    with transaction(sessions) as s:
+        episodes = s.scalars(select(Episode).where(Episode.round_id == round_id)).all()
+        for episode in episodes:
+            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
+            anchor = deciding_anchor(anchors)
+            if anchor is None:
+                continue
+            sources[anchor.source] += 1
+            if reversed_verifier(anchors, anchor) is not None:
+                sources["human_overrode_verifier"] += 1
+            actual = anchor.label == "success"
+            judged = s.scalars(
+                select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
+            ).all()
+            verdicts = {
+                f"{j.critic}:{j.critic_version}": j.label == "correct"
+                for j in judged
+                if j.label not in SILENT
+            }
+            unsure = [f"{j.critic}:{j.critic_version}" for j in judged if j.label == "unparsed"]
+            for key, predicted in verdicts.items():
+                channels.setdefault(key, ChannelStats()).add(predicted, actual)
+            disagree = len(set(verdicts.values())) > 1 or verdicts.get(":".join(CONSENSUS)) not in (
+                None,
+                actual,
+            )
+            if disagree or unsure:  # disagreements and low-confidence cases go to human review
+                review.append(
+                    {"episode": episode.uid, "anchor": anchor.label, "verdicts": verdicts, "unparsed": unsure}
+                )
+            step_ids = s.scalars(select(Step.id).where(Step.episode_id == episode.id)).all()
+            labels = s.scalars(
+                select(Judgment.label).where(Judgment.target == "step", Judgment.target_id.in_(step_ids))
+            ).all()
+            by_outcome["success" if actual else "failure"].update(labels)
+        report = {
+            "channels": {k: v.summary() for k, v in sorted(channels.items())},
+            "step_labels_by_outcome": {k: dict(v) for k, v in by_outcome.items()},
+            "review_queue": review,
+            "anchors": dict(sources),
+        }
+        rnd = s.get(Round, round_id)
+        if rnd is not None:
+            stats = dict(rnd.stats or {})
+            stats["calibration"] = report
+            rnd.stats = stats
+    return report
+
+
+def channel_row(name: str, st: dict[str, Any], width: int = 24) -> str:
+    """One `ChannelStats.summary()` as a table row: name, n, accuracy, precision, recall."""
+    return f"{name:{width}} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
+
+
+def render_calibration(report: dict[str, Any]) -> str:
+    lines = ["critic                     n    accuracy  precision  recall   tp  fp  tn  fn"]
+    for name, st in report["channels"].items():
+        lines.append(f"{channel_row(name, st)}  {st['tp']:3} {st['fp']:3} {st['tn']:3} {st['fn']:3}")
+    for outcome, labels in report["step_labels_by_outcome"].items():
+        lines.append(f"step labels in {outcome} episodes: {counts(labels)}")
+    lines.append(f"review queue (disagreements and unparsed verdicts): {len(report['review_queue'])}")
+    lines.append(f"anchors deciding the outcome: {counts(report.get('anchors', {}))}")
+    return "\n".join(lines)

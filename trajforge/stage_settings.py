@@ -1,0 +1,245 @@
+"""Settings of the stages: curation, critics, annotation, the evolve loop and the trainer.
+
+Each is a pydantic-settings class with its own `TRAJFORGE_<AREA>_` prefix and its own
+`<area>:` section of the run config; `trajforge.settings` composes them into `Settings`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trajforge.actions import CODECS
+
+ExportFormat = Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"]  # the one list of export formats
+FeaturizerName = Literal["thumb", "phash", "resnet"]  # screenshot features for trajectory dedup
+
+
+class CurationSettings(BaseSettings):
+    """Curation of a judged round: trajectory dedup, guidance, thoughts, recovery, balancing."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_CURATE_", extra="forbid")
+
+    featurizer: FeaturizerName = Field(
+        "phash",
+        description="Screenshot features for trajectory dedup: phash (64-bit DCT hash) and thumb (grey "
+        "16x32 thumbnail) need no weights; resnet needs resnet_weights. phash is the most precise "
+        "without weights (bench/bench_dedup_quality.py).",
+    )
+    resnet_weights: str | None = Field(
+        None, description="Local directory (or hub id, where a hub is reachable) of a ResNet checkpoint."
+    )
+    batch_size: int = Field(32, ge=1, le=1024, description="Screenshots per ResNet forward pass.")
+    threads: int = Field(0, ge=0, le=256, description="torch CPU threads for featurisation; 0: torch's own.")
+    dedup_threshold: float = Field(
+        0.97, gt=0, le=1, description="Cosine similarity above which a trajectory duplicates a kept one."
+    )
+    dedup_within_outcome: bool = Field(
+        True,
+        description="Compare trajectories only with those of the same outcome (successful with "
+        "successful, failed with failed), so failures are not dropped as duplicates of successes.",
+    )
+    ivf_min_group: int = Field(
+        2048, ge=64, description="Query groups at least this large are searched with an IVF index."
+    )
+    guidance_pass_rate: float = Field(
+        0.34, ge=0, le=1, description="Queries at or below this pass rate (over the round) get guidance."
+    )
+    guidance_min_rollouts: int = Field(2, ge=1, description="Rollouts a query needs before it gets guidance.")
+    hint_styles: list[str] = Field(
+        ["cot", "concise", "observe_then_act"],
+        min_length=1,
+        description="Hint styles of thought synthesis (GUI-Owl §2.2.3), tried in order.",
+    )
+    point_tolerance: int = Field(
+        40, ge=0, le=1000, description="0-1000 units a predicted point may miss by outside any element."
+    )
+    high_pass_rate: float = Field(0.8, ge=0, le=1, description="Tasks above this are down-sampled.")
+    low_pass_rate: float = Field(0.3, ge=0, le=1, description="Tasks below this (but > 0) are up-sampled.")
+    downsample_keep: float = Field(0.5, gt=0, le=1, description="Share of a high-pass task's samples kept.")
+    upsample_weight: float = Field(2.0, ge=1, le=10, description="Weight of a low-pass task's samples.")
+    category_weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Target share per sample category (e.g. action_prediction: 0.4); "
+        "over-represented categories are down-sampled. Empty: keep the natural mix.",
+    )
+    seed: int = Field(0, description="Seed of every sampling decision (deterministic reruns).")
+
+
+class CriticSettings(BaseSettings):
+    """Where episode outcomes come from, and how step labels filter action samples."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_CRITICS_", extra="forbid")
+
+    outcome: Literal["anchor", "critic", "anchor_else_critic"] = Field(
+        "anchor_else_critic",
+        description="anchor: only a verifier's or a human's verdict decides an outcome; critic: the "
+        "calibrated consensus decides every episode a human has not (the verifier only calibrates it); "
+        "anchor_else_critic: an anchor where there is one, else the calibrated consensus. The consensus "
+        "decides only for apps whose measured accuracy clears trust_accuracy; other episodes go to the "
+        "human review queue.",
+    )
+    trust_accuracy: float = Field(
+        0.95, gt=0, le=1, description="Consensus accuracy on an app's anchored episodes needed to trust it."
+    )
+    trust_min_anchored: int = Field(
+        20, ge=1, description="Anchored episodes (this round and earlier) an app's accuracy needs."
+    )
+    tau_c: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Action samples need a step score >= tau_c (GOOD 1, NEUTRAL 0.5, HARMFUL 0; GUI-Owl "
+        "§2.2.3), from the stored step labels (a model critic's where present).",
+    )
+
+
+class AnnotationSettings(BaseSettings):
+    """Human calibration in Label Studio: where it runs, what is pushed, how verdicts resolve."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_ANNOTATE_", extra="forbid")
+
+    url: str = Field("http://127.0.0.1:8080", description="Label Studio base URL, as trajforge reaches it.")
+    api_key: SecretStr | None = Field(
+        None, description="A Label Studio access token (Account & Settings > Access Token)."
+    )
+    project_by: Literal["app", "purpose"] = Field(
+        "app", description="app: one project per app; purpose: one project named by `purpose` for everything."
+    )
+    purpose: str = Field(
+        "calibration", min_length=1, max_length=64, description="Project name under project_by=purpose."
+    )
+    project_prefix: str = Field("trajforge", min_length=1, max_length=64, description="Project title prefix.")
+    audit_fraction: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Share of the other episodes pushed at random, so calibration is not only hard cases.",
+    )
+    low_confidence: float = Field(
+        0.6, ge=0, le=1, description="A trajectory verdict scored below this goes to review."
+    )
+    images: Literal["auto", "upload", "data", "presign", "storage"] = Field(
+        "auto",
+        description="How the browser gets screenshots: upload (files uploaded to Label Studio), data "
+        "(inline data URLs: every task carries its images), presign (presigned S3 URLs), storage (s3:// URIs "
+        "resolved by a Label Studio S3 storage connection); auto: upload for the local store, presign "
+        "for S3.",
+    )
+    blind: Literal["audit", "all"] = Field(
+        "audit",
+        description="Which tasks hide the critics' verdicts and carry no pre-filled labels: audit (the "
+        "random audit sample, so calibration is independent) or all.",
+    )
+    image_max_side: int = Field(
+        720, ge=64, le=4096, description="Longest side of a screenshot shown to annotators."
+    )
+    presign_expiry_h: int = Field(
+        168, ge=1, le=168, description="Lifetime of a presigned URL (S3 allows 7 days)."
+    )
+    storage_endpoint: str | None = Field(
+        None,
+        description="The S3 endpoint URL as Label Studio reaches it, for images=storage (default: the "
+        "trajforge S3 endpoint).",
+    )
+    resolve: Literal["majority", "latest", "unanimous"] = Field(
+        "majority",
+        description="How several verdicts on one task become one anchor: majority (ties give no anchor), "
+        "latest, or unanimous.",
+    )
+    seed: int = Field(0, description="Seed of the random audit sample.")
+    timeout_s: float = Field(30.0, gt=0, le=600, description="Per-request timeout.")
+
+
+class EvolveSettings(BaseSettings):
+    """The self-evolving loop: how big a round is, what runs it, and when it is scheduled."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_EVOLVE_", extra="forbid")
+
+    rounds: int = Field(4, ge=1, le=1000, description="Rounds `trajforge evolve` brings the loop to.")
+    queries_per_app: int = Field(6, ge=1, le=10_000, description="New task queries per app per round.")
+    rollouts: int = Field(4, ge=1, le=64, description="Rollouts per query (pass rates need groups).")
+    devices: int = Field(2, ge=1, le=256, description="Devices registered in the pool.")
+    backend: Literal["sim", "web"] = Field(
+        "sim",
+        description="Where the loop rolls out: sim (simulated phones) or web (the same apps as pages in "
+        "headless Chromium; needs the chromium package and Playwright).",
+    )
+    max_steps: int = Field(25, ge=1, le=500, description="Step budget of one episode.")
+    guided_fraction: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Round 1: share of queries (hardest first) that also get one guided demonstration, "
+        "the ground-truth path replayed.",
+    )
+    seed: int = Field(0, description="Seed of query sampling; rounds use seed + round number.")
+    dataset: str = Field(
+        "trajforge", min_length=1, max_length=128, description="Dataset each round publishes."
+    )
+    filtering: bool = Field(
+        True,
+        description="false publishes every sample, dropped ones too (no critic, verifier or dedup "
+        "filter): the ablation that shows what filtering buys.",
+    )
+    runner: Literal["thread", "dask"] = Field(
+        "thread", description="Prefect task runner of the rollout and featurisation fan-out."
+    )
+    dask_workers: int = Field(2, ge=1, le=256, description="Workers of the local Dask cluster (runner=dask).")
+    dask_address: str | None = Field(None, description="An existing Dask scheduler (tcp://host:8786).")
+    shards: int = Field(2, ge=1, le=1024, description="Rollout fan-out: query shards run as parallel tasks.")
+    model_calls: int = Field(
+        8, ge=1, le=1024, description="Prefect concurrency limit on model-calling tasks."
+    )
+    schedule: str | None = Field(
+        None, description="Cron schedule of `trajforge serve` (e.g. '0 */6 * * *'); none: run on demand."
+    )
+    work_pool: str = Field("trajforge", min_length=1, description="Prefect work pool of the deployments.")
+    prefect_start_timeout_s: int = Field(
+        120,
+        ge=1,
+        le=3600,
+        description="Seconds to wait for Prefect's temporary API server when PREFECT_API_URL is unset "
+        "(Prefect's own default, 20, is too short on a loaded 2-core machine).",
+    )
+
+
+class TrainerSettings(BaseSettings):
+    """What trains policy N+1 from dataset version N: the built-in knn policy, or an external command."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_TRAINER_", extra="forbid")
+
+    command: str | None = Field(
+        None,
+        description="External trainer command line; {dataset} (the export directory), {output} (the "
+        "checkpoint directory), {version} and {round} are filled in. None: the built-in knn policy.",
+    )
+    format: ExportFormat = Field("sft-sharegpt", description="Export format handed to an external trainer.")
+    action_format: str = Field(
+        "qwen",
+        description="Action format of the export and of the trained policy: a codec name "
+        "(`trajforge actions convert --help` lists them).",
+        json_schema_extra={"enum": list(CODECS)},
+    )
+
+    @field_validator("action_format")
+    @classmethod
+    def _known_codec(cls, value: str) -> str:
+        if value not in CODECS:
+            raise ValueError(f"unknown action format {value!r}; known: {', '.join(CODECS)}")
+        return value
+
+    name: str = Field(
+        "trained", min_length=1, max_length=128, description="Policy name of external checkpoints."
+    )
+    endpoint: str | None = Field(
+        None,
+        description="OpenAI-compatible URL the external checkpoint is served from (vLLM, SGLang); "
+        "{output} and {version} are filled in. Required with command.",
+    )
+    model: str = Field(
+        "{output}", description="Model name at the endpoint; {output} and {version} filled in."
+    )
+    timeout_s: float = Field(86_400.0, gt=0, description="The trainer command's time limit.")
