@@ -12,10 +12,9 @@ every drop keeps a reason.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +24,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from critics.heuristic import StepVerdict, StepView, describe
 from critics.judge import round_episodes, step_view, stored_step_verdicts
 from critics.outcome import decide_outcomes
-from storage.db import insert_ignore, record_exclusions, transaction
+from storage.db import record_exclusions, transaction
 from storage.models import Exclusion, HumanAnnotation, Sample
+from storage.samples import SampleDraft, store_drafts
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
 from trajforge.domain import Query
@@ -49,29 +49,6 @@ TEMPLATE_VERSION = "csrs-templates-1"
 TRAJECTORY_FAILED = "trajectory_failed"  # action samples of a trajectory the anchor failed
 SUPERSEDED = "superseded_by_human_anchor"  # written under an outcome a human has since reversed
 OUTCOME_STAGE = "outcome"  # exclusion stage of episodes no anchor or trusted critic decided
-
-
-@dataclass
-class SampleDraft:
-    category: str
-    step_index: int | None
-    payload: dict[str, Any]
-    provenance: dict[str, Any]
-    reason: str | None = None  # set when the sample is dropped
-
-    @property
-    def uid(self) -> str:
-        # identity is what is asked, not what was answered: a rewrite by a model keeps the uid
-        asked: dict[str, Any] = {k: self.payload[k] for k in ("prompt", "images")}
-        overrides = (self.provenance.get("anchor") or {}).get("overrides")
-        if overrides:  # a human reversed the verifier: the answers differ, so do the identities
-            asked["overrides"] = overrides
-        key = json.dumps(
-            [self.provenance["episode"], self.step_index, self.category, asked],
-            sort_keys=True,
-            ensure_ascii=False,
-        )
-        return hashlib.sha256(key.encode()).hexdigest()
 
 
 def screen_text(view_elements: list[dict[str, Any]]) -> str:
@@ -361,50 +338,3 @@ def revise_outcomes(
                     delete(Exclusion).where(Exclusion.item_key == sample.uid, Exclusion.reason == SUPERSEDED)
                 )
     return dropped
-
-
-def store_drafts(
-    sessions: sessionmaker[Session],
-    round_id: int,
-    batches: Sequence[tuple[int | None, list[SampleDraft]]],
-    stage: str,
-) -> dict[str, Counter[str]]:
-    """Write samples (kept or dropped) and an exclusion per drop, idempotently.
-
-    Returns counts: "kept" by category, "dropped" by reason.
-    """
-    tally: dict[str, Counter[str]] = {"kept": Counter(), "dropped": Counter()}
-    with transaction(sessions) as s:
-        for episode_id, drafts in batches:
-            rows = [
-                {
-                    "uid": d.uid,
-                    "round_id": round_id,
-                    "episode_id": episode_id,
-                    "step_index": d.step_index,
-                    "category": d.category,
-                    "payload": d.payload,
-                    "provenance": d.provenance,
-                    "status": "dropped" if d.reason else "kept",
-                    "reason": d.reason,
-                }
-                for d in drafts
-            ]
-            for d in drafts:
-                if d.reason:
-                    tally["dropped"][d.reason] += 1
-                else:
-                    tally["kept"][d.category] += 1
-            insert_ignore(s, Sample, rows, ["uid"])
-            record_exclusions(
-                s,
-                round_id,
-                stage,
-                "sample",
-                (
-                    (d.uid, d.reason, {"category": d.category, "step": d.step_index})
-                    for d in drafts
-                    if d.reason
-                ),
-            )
-    return tally

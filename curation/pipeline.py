@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.csrs import CATEGORIES, SampleDraft, store_drafts
+from critics.csrs import CATEGORIES
 from curation import balance as balancing
 from curation.corrections import correction_samples, supersede
 from curation.dedup import Decision, DedupReport, Trajectory, dedup, trajectory_embedding
@@ -32,6 +32,7 @@ from storage.models import Episode, Exclusion, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import CURATED, mark_stage
+from storage.samples import SampleDraft, store_drafts
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.gateway import LLMGateway

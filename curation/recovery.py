@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from critics.csrs import SampleDraft
 from critics.heuristic import StepView, describe
 from curation.rollouts import Rollout
+from storage.samples import SampleDraft
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import target_bbox
 from trajforge.logs import counts
