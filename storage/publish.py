@@ -3,8 +3,8 @@
 - A version's rows are the samples curation kept (selected by round), split train/val by
   query (no query is in both), written as Parquet shards (polars) under their sha256.
 - Shards are partitioned by (split, round, category) and cut inside a partition where a
-  row's uid hash says so (content-defined chunking), so a new version re-uses every
-  shard whose rows did not change, however many rows were added elsewhere.
+  row's uid hash says so (content-defined chunking, `storage.shards`), so a new version
+  re-uses every shard whose rows did not change, however many rows were added elsewhere.
 - The manifest holds no timestamps, so rebuilding from the same inputs and configuration
   gives the same manifest hash.
 - Nothing that should not be sealed is: before a version number is claimed, the rounds must
@@ -18,18 +18,14 @@
 
 from __future__ import annotations
 
-import hashlib
-import io
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -44,39 +40,15 @@ from storage.models import (
     Judgment,
     Policy,
     Round,
-    Sample,
     Shard,
     VersionShard,
 )
 from storage.objectstore import ObjectStore
 from storage.rounds import numbers, ready_rounds
+from storage.shards import PublishConfig, chunks, selected_rows, shard_bytes
 from trajforge.errors import DatasetError, SealedVersion, VersionConflict
 
 log = logging.getLogger("trajforge.publish")
-
-
-@dataclass(frozen=True)
-class PublishConfig:
-    rounds: tuple[int, ...] | None = None  # round numbers; None: every round
-    val_fraction: float = 0.1
-    chunk_rows: int = 4096  # average rows per shard inside a partition
-    max_shard_rows: int = 65536
-    filters: dict[str, Any] = field(default_factory=dict)  # the thresholds the samples passed
-    statuses: tuple[str, ...] = ("kept",)  # ("kept", "dropped"): filtering off, for ablations
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "rounds": list(self.rounds) if self.rounds is not None else None,
-            "val_fraction": self.val_fraction,
-            "chunk_rows": self.chunk_rows,
-            "max_shard_rows": self.max_shard_rows,
-            "filters": self.filters,
-            "statuses": list(self.statuses),
-        }
-
-    @property
-    def config_hash(self) -> str:
-        return sha256_hex(canonical(self.as_dict()))
 
 
 @dataclass
@@ -100,84 +72,6 @@ class PublishReport:
             + f"; manifest sha256 {self.manifest_sha256[:16]}"
             + (f"; {self.shards_repaired} corrupt stored shards rewritten" if self.shards_repaired else "")
         )
-
-
-def split_of(query_uid: str, val_fraction: float) -> str:
-    """train or val, decided by the query alone: all samples of a query land in one split."""
-    bucket = int(hashlib.sha256(f"split:{query_uid}".encode()).hexdigest()[:8], 16) / 16**8
-    return "val" if bucket < val_fraction else "train"
-
-
-def _boundary(uid: str, chunk_rows: int) -> bool:
-    return int(hashlib.sha256(f"chunk:{uid}".encode()).hexdigest()[:8], 16) % max(chunk_rows, 1) == 0
-
-
-def selected_rows(
-    sessions: sessionmaker[Session], config: PublishConfig, batch: int = 5000
-) -> Iterator[dict[str, Any]]:
-    """The kept samples of the selected rounds as dataset rows, ordered by partition then uid."""
-    stmt = (
-        select(
-            Sample.uid,
-            Sample.category,
-            Sample.step_index,
-            Sample.weight,
-            Sample.payload,
-            Sample.provenance,
-            Round.number,
-            Episode.uid,
-        )
-        .join(Round, Round.id == Sample.round_id)
-        .outerjoin(Episode, Episode.id == Sample.episode_id)
-        .where(Sample.status.in_(config.statuses))
-        .order_by(Round.number, Sample.category, Sample.uid)
-    )
-    if config.rounds is not None:
-        stmt = stmt.where(Round.number.in_(config.rounds))
-    with sessions() as s:  # plain columns, streamed: no ORM objects for a million rows
-        for uid, category, step, weight, payload, prov, number, episode in s.execute(
-            stmt.execution_options(yield_per=batch)
-        ):
-            query = str(prov.get("query") or "")
-            row = {
-                "uid": uid,
-                "split": split_of(query, config.val_fraction),
-                "round": number,
-                "category": category,
-                "query": query,
-                "episode": episode or str(prov.get("episode") or ""),
-                "step": step,
-                "weight": float(weight),
-                "images": list(payload.get("images", [])),
-                "prompt": str(payload.get("prompt", "")),
-                "response": str(payload.get("response", "")),
-                "payload": canonical(payload).decode(),
-                "provenance": canonical(prov).decode(),
-            }
-            row["content"] = sha256_hex(canonical([row["payload"], row["weight"], row["split"]]))
-            yield row
-
-
-def shard_bytes(rows: list[dict[str, Any]]) -> bytes:
-    buf = io.BytesIO()
-    pl.DataFrame(rows, schema=SCHEMA).write_parquet(buf, compression="zstd", statistics=False)
-    return buf.getvalue()
-
-
-def _chunks(rows: Iterator[dict[str, Any]], config: PublishConfig) -> Iterator[list[dict[str, Any]]]:
-    """Content-defined shards per (split, round, category) partition; memory: one open shard each."""
-    open_: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    partition: tuple[int, str] | None = None
-    for row in rows:
-        if partition != (row["round"], row["category"]):
-            yield from (chunk for chunk in open_.values() if chunk)
-            open_, partition = {}, (row["round"], row["category"])
-        chunk = open_.setdefault((row["split"], row["round"], row["category"]), [])
-        chunk.append(row)
-        if _boundary(row["uid"], config.chunk_rows) or len(chunk) >= config.max_shard_rows:
-            yield chunk
-            open_[(row["split"], row["round"], row["category"])] = []
-    yield from (chunk for chunk in open_.values() if chunk)
 
 
 def _lineage(sessions: sessionmaker[Session], rounds: list[int]) -> dict[str, Any]:
@@ -318,7 +212,7 @@ def _stage(
     """Build every shard into `staging` (memory: one shard); the shard list and every image named."""
     shards: list[dict[str, Any]] = []
     images: set[str] = set()
-    for chunk in _chunks(selected_rows(sessions, config), config):
+    for chunk in chunks(selected_rows(sessions, config), config):
         data = shard_bytes(chunk)
         digest = sha256_hex(data)
         (staging / digest).write_bytes(data)

@@ -13,7 +13,8 @@ from storage.datasets import diff, list_versions, manifest, verify
 from storage.db import session_factory, transaction
 from storage.models import DatasetVersion, Sample, VersionShard
 from storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, open_object_store
-from storage.publish import PublishConfig, publish, split_of
+from storage.publish import PublishConfig, publish
+from storage.shards import split_of
 from trajforge.errors import SealedVersion, UnknownVersion, VersionConflict
 from trajforge.settings import load_settings
 
