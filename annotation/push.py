@@ -182,7 +182,7 @@ def _merge(s: Session, task: AnnotationTask, twins: list[Candidate], report: Pus
                 reasons=twin.reasons,
                 blind=task.blind,
                 prefill=task.prefill,
-                duplicate_of=task.episode_id,
+                duplicate_of=task.duplicate_of or task.episode_id,  # the root, never a copy
             )
         )
         report.merged += 1
