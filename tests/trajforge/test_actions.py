@@ -351,3 +351,13 @@ def test_uitars_text_containing_action_marker() -> None:
     assert codec.parse(codec.format(typed, SCREEN), SCREEN) == typed
     with_thought = typed.model_copy(update={"thought": "type it"})
     assert codec.parse(codec.format(with_thought, SCREEN), SCREEN) == with_thought
+
+
+def test_uitars_thought_or_text_that_says_action_still_parses() -> None:
+    # found by hypothesis: a thought reading "Action:" hid the real call
+    codec, screen = get_codec("uitars"), Screen(1080, 2400)
+    for action in (
+        Action(kind=ActionKind.CLICK, point=(0, 0), thought="Action:"),
+        Action(kind=ActionKind.TYPE, text="Action: x", thought="Action: type it"),
+    ):
+        assert codec.parse(codec.format(action, screen), screen) == action

@@ -26,11 +26,25 @@ from trajforge.actions.model import (
 )
 from trajforge.errors import ParseError, UnsupportedAction
 
-_ACTION_PART = re.compile(r"(?:^|\s)Action:\s*(.*)$", re.S)
-_THOUGHT_PART = re.compile(r"^\s*Thought:\s*(.*?)\s*(?:Action:|$)", re.S)
+_ACTION_AT = re.compile(r"(?:^|(?<=\s))Action:")
+_THOUGHT_PART = re.compile(r"^\s*Thought:\s*(.*?)\s*$", re.S)  # on the text before the action
 _BARE_CALL = re.compile(r"^\s*[A-Za-z_]\w*\(")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _HOTKEYS = {"enter": "enter", "back": "back", "home": "home", "menu": "menu"}
+
+
+def _action_part(text: str) -> tuple[int, str] | None:
+    """(where, the call) of the `Action:` that starts the call. The thought, or a typed text,
+    may say "Action:" too: the last one whose remainder is a call wins, else the first (which
+    then fails to parse with the reason)."""
+    found = [(m.start(), text[m.end() :].strip()) for m in _ACTION_AT.finditer(text)]
+    for start, call in reversed(found):
+        try:
+            if isinstance(ast.parse(call, mode="eval").body, ast.Call):
+                return start, call
+        except SyntaxError:
+            continue
+    return found[0] if found else None
 
 
 class UITarsCodec:
@@ -41,9 +55,9 @@ class UITarsCodec:
 
     def parse(self, text: str, screen: Screen) -> Action:
         # A bare call may itself contain "Action:" inside a string argument.
-        action_part = None if _BARE_CALL.match(text) else _ACTION_PART.search(text)
+        action_part = None if _BARE_CALL.match(text) else _action_part(text)
         call_text = (action_part[1] if action_part else text).strip()
-        thought_match = _THOUGHT_PART.match(text) if action_part else None
+        thought_match = _THOUGHT_PART.match(text[: action_part[0]]) if action_part else None
         thought = thought_match[1] if thought_match else None
         if not call_text:
             raise ParseError("empty_output", "no action call", text)
