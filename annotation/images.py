@@ -25,10 +25,10 @@ from typing import Any, Literal, TypeVar, cast
 
 from PIL import Image, ImageDraw
 
-from critics.llm import draw_action
 from storage.keys import blob_key
 from storage.objectstore import ObjectStore, S3ObjectStore, put_blob
 from trajforge.actions import Action
+from trajforge.draw import draw_action
 from trajforge.errors import ConfigError
 from trajforge.settings import AnnotationSettings
 

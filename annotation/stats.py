@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.calibration import ChannelStats, channel_row
 from storage.models import Anchor, HumanAnnotation, Judgment, Step
 from trajforge.logs import counts
+from trajforge.metrics import ChannelStats, channel_row
 
 
 def inter_annotator(votes_by_task: dict[int, list[str]]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from annotation import config as cfg
 from annotation.client import PREDICTIONS
 from annotation.images import ImageLinks
 from annotation.queue import Candidate
-from critics.anchors import CONSENSUS
+from storage.anchors import CONSENSUS
 from storage.models import Anchor, Episode, Judgment, Step
 from storage.models import Query as QueryRow
 from trajforge.actions import Action, ActionKind, Screen

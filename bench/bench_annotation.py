@@ -24,7 +24,7 @@ from sqlalchemy import delete, select
 
 from annotation.push import push_round
 from bench.common import table, timed
-from rollout.smoke import run_smoke_round
+from evolve.smoke import run_smoke_round
 from storage.db import engine_from_settings, session_factory, transaction
 from storage.models import AnnotationProject, AnnotationTask, Round
 from storage.objectstore import open_object_store

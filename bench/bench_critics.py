@@ -26,17 +26,17 @@ from pathlib import Path
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.anchors import CONSENSUS, anchors_by_episode, backend_of, deciding_anchor
-from critics.calibration import ChannelStats
 from critics.judge import judge_round
-from critics.outcome import decide_outcomes
 from rollout.web.env import chromium_available
+from storage.anchors import CONSENSUS, anchors_by_episode, backend_of, deciding_anchor
 from storage.apps import round_apps
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Anchor, Episode, Judgment, Policy, Round
 from storage.models import Query as QueryRow
 from storage.objectstore import LocalObjectStore, frame_reader
+from storage.outcomes import decide_outcomes
 from trajforge.appspec import load_apps
+from trajforge.metrics import ChannelStats
 from trajforge.settings import CriticSettings
 
 ROOT = Path(__file__).resolve().parents[1]

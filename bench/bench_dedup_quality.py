@@ -40,14 +40,14 @@ from transformers import ResNetConfig
 
 from bench.common import table, timed
 from curation.dedup_eval import Pair, choose, score, similarities
-from curation.features import PHashFeaturizer, ResNetFeaturizer, ThumbFeaturizer, _normalise
 from querygen.pipeline import generate_queries
-from rollout.sim.device import POPUP_CLOSE, FaultConfig, Move
 from rollout.sim.env import SimEnv
-from rollout.sim.oracle import actions_for
+from storage.features import PHashFeaturizer, ResNetFeaturizer, ThumbFeaturizer, _normalise
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import AppSpec, builtin_app_names, load_app
 from trajforge.domain import Query
+from trajforge.world.model import POPUP_CLOSE, FaultConfig, Move
+from trajforge.world.oracle import actions_for
 
 Frames = list[bytes]
 

@@ -23,9 +23,9 @@ from transformers import ResNetConfig
 
 from bench.bench_dedup_quality import play
 from bench.common import table, timed
-from curation.features import ResNetFeaturizer
+from evolve.smoke import run_smoke_round
 from querygen.pipeline import generate_queries
-from rollout.smoke import run_smoke_round
+from storage.features import ResNetFeaturizer
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.settings import load_settings
 

@@ -27,7 +27,6 @@ from pathlib import Path
 from sqlalchemy import update
 
 from bench.common import scratch_postgres, table, timed
-from rollout.sim.device import SimDevice
 from rollout.sim.render import FrameRenderer
 from storage.db import create_db_engine, insert_ignore, session_factory, transaction, upgrade
 from storage.exports import FORMATS, export
@@ -36,6 +35,7 @@ from storage.objectstore import LocalObjectStore, put_blob
 from storage.publish import PublishConfig, publish
 from storage.rounds import CURATED, JUDGED
 from trajforge.appspec import builtin_app_names, load_app
+from trajforge.world.device import SimDevice
 
 CATEGORIES = (
     "action_prediction",

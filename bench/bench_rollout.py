@@ -18,7 +18,6 @@ from querygen.pipeline import generate_queries, store_generation
 from rollout.policies import NoisyOracle
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
-from rollout.sim.device import FaultConfig
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
@@ -26,6 +25,7 @@ from storage.db import create_db_engine, session_factory, upgrade
 from storage.objectstore import LocalObjectStore
 from tests.support.spine import new_round
 from trajforge.appspec import builtin_app_names, load_app
+from trajforge.world.model import FaultConfig
 
 PER_ACTION_FAULT = 0.0055  # crash and hang each; ~9 actions an episode: ~10% of episodes meet one
 

@@ -10,12 +10,12 @@ import argparse
 
 from bench.common import table, timed
 from querygen.pipeline import generate_queries
-from rollout.sim.device import Move
 from rollout.sim.env import SimEnv
-from rollout.sim.oracle import actions_for
 from rollout.sim.render import FrameRenderer
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
+from trajforge.world.model import Move
+from trajforge.world.oracle import actions_for
 
 
 def episodes(per_app: int) -> list[Query]:

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import scripted_server, table, timed
-from critics.evalset import build_eval_set
+from bench.evalset import build_eval_set
 from critics.llm import LLMStepCritic
 from storage.keys import blob_key
 from storage.objectstore import LocalObjectStore

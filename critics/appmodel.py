@@ -19,7 +19,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions import Action, ActionKind
 from trajforge.appspec import AppSpec, Widget
 
 LAUNCHER = "__launcher__"  # the home screen's name in the step record
@@ -245,15 +245,3 @@ class Tracker:
     def _goto(self, screen: str) -> None:
         self.stack.append(self.screen)
         self.screen, self.focus = screen, None
-
-
-def tapped(
-    elements: list[dict[str, Any]], width: int, height: int, point: tuple[int, int]
-) -> dict[str, Any] | None:
-    """The element a tap at a per-mille point hits, in the tree shown before it."""
-    x, y = Screen(width, height).to_px(point)
-    for e in elements:
-        x1, y1, x2, y2 = e["bounds"]
-        if x1 <= x <= x2 and y1 <= y <= y2:
-            return e
-    return None

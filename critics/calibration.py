@@ -8,48 +8,16 @@ successful and failed episodes; and the disagreements, which go to human review.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.anchors import CONSENSUS, deciding_anchor, reversed_verifier
-from critics.judge import SILENT
+from storage.anchors import CONSENSUS, SILENT, deciding_anchor, reversed_verifier
 from storage.db import transaction
 from storage.models import Anchor, Episode, Judgment, Round, Step
 from trajforge.logs import counts
-
-
-@dataclass
-class ChannelStats:
-    tp: int = 0
-    fp: int = 0
-    tn: int = 0
-    fn: int = 0
-
-    def add(self, predicted: bool, actual: bool) -> None:
-        if predicted and actual:
-            self.tp += 1
-        elif predicted:
-            self.fp += 1
-        elif actual:
-            self.fn += 1
-        else:
-            self.tn += 1
-
-    def summary(self) -> dict[str, float | int]:
-        n = self.tp + self.fp + self.tn + self.fn
-        return {
-            "n": n,
-            "accuracy": (self.tp + self.tn) / n if n else 0.0,
-            "precision": self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0,
-            "recall": self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0,
-            "tp": self.tp,
-            "fp": self.fp,
-            "tn": self.tn,
-            "fn": self.fn,
-        }
+from trajforge.metrics import ChannelStats, channel_row
 
 
 def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str, Any]:
@@ -105,11 +73,6 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
             stats["calibration"] = report
             rnd.stats = stats
     return report
-
-
-def channel_row(name: str, st: dict[str, Any], width: int = 24) -> str:
-    """One `ChannelStats.summary()` as a table row: name, n, accuracy, precision, recall."""
-    return f"{name:{width}} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
 
 
 def render_calibration(report: dict[str, Any]) -> str:

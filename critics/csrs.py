@@ -21,39 +21,23 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.heuristic import StepVerdict, StepView, describe
-from critics.judge import round_episodes, step_view, stored_step_verdicts
-from critics.outcome import decide_outcomes
 from storage.db import record_exclusions, transaction
+from storage.episodes import round_episodes, step_view, stored_step_verdicts
 from storage.models import Exclusion, HumanAnnotation, Sample
-from storage.samples import SampleDraft, store_drafts
+from storage.outcomes import decide_outcomes
+from storage.samples import CATEGORIES, OUTCOME_STAGE, SampleDraft, store_drafts
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
-from trajforge.domain import Query
+from trajforge.domain import Query, StepVerdict, StepView, describe, screen_text
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
 from trajforge.settings import CriticSettings
 
-CATEGORIES = (
-    "progress_tracking",
-    "state_summary",
-    "effect_prediction",
-    "self_reflection",
-    "state_verification",
-    "intent_execution",
-    "action_prediction",
-)
 SCORES = {"GOOD": 1.0, "NEUTRAL": 0.5, "HARMFUL": 0.0}
 TAU_C = 0.5  # keep GOOD and NEUTRAL steps as action targets, drop HARMFUL ones
 TEMPLATE_VERSION = "csrs-templates-1"
 TRAJECTORY_FAILED = "trajectory_failed"  # action samples of a trajectory the anchor failed
 SUPERSEDED = "superseded_by_human_anchor"  # written under an outcome a human has since reversed
-OUTCOME_STAGE = "outcome"  # exclusion stage of episodes no anchor or trusted critic decided
-
-
-def screen_text(view_elements: list[dict[str, Any]]) -> str:
-    texts = [str(e.get("text") or "").strip() for e in view_elements]
-    return "; ".join(t for t in texts if t)[:600] or "(nothing readable)"
 
 
 @dataclass
@@ -247,7 +231,7 @@ def extract_round(
     frames: Callable[[str], bytes] | None = None,
     settings: CriticSettings | None = None,
 ) -> ExtractionReport:
-    """Samples for every episode of a judged round whose outcome is decided (`critics.outcome`);
+    """Samples for every episode of a judged round whose outcome is decided (`storage.outcomes`);
     idempotent; drops go to `exclusion` too, and so do episodes left for a human, with why.
 
     Step labels are the stored step judgments (a model critic's where present). With a gateway

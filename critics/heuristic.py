@@ -21,75 +21,19 @@ they judge sim, web and spec'd Android episodes alike, and credit any valid rout
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal
 
 from PIL import Image
 
-from critics.appmodel import AppModel, Goal, Tracker, tapped
+from critics.appmodel import AppModel, Goal, Tracker
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import AppSpec
-from trajforge.domain import Observation, Query
+from trajforge.domain import Query, StepVerdict, StepView, describe, goal_key, hit_element
 
-Label = Literal["GOOD", "NEUTRAL", "HARMFUL"]
-STEP_LABELS: tuple[Label, ...] = get_args(Label)
 BAR_SHARE = 0.05  # top and bottom share of a screenshot the visual channel ignores (status, navigation)
 SIGNATURE_SIDE = 16  # the visual signature is SIDE x SIDE difference bits
-
-
-@dataclass(frozen=True)
-class StepView:
-    """One recorded step as a critic sees it."""
-
-    action: dict[str, Any] | None
-    parse_error: str | None
-    before: str
-    after: str
-    elements: list[dict[str, Any]]
-    width: int
-    height: int
-
-    @classmethod
-    def observed(cls, action: Action, before: Observation, after: Observation) -> StepView:
-        """The step an action made between two observations of a live environment."""
-        return cls(
-            action.model_dump(mode="json", exclude_none=True),
-            None,
-            before.screenshot,
-            after.screenshot,
-            before.elements or [],
-            before.width,
-            before.height,
-        )
-
-
-@dataclass(frozen=True)
-class StepVerdict:
-    label: Label
-    reason: str  # snake_case, counted
-    summary: str  # at most 30 words (GUI-Owl §6.3)
-
-
-def hit_element(view: StepView, point: tuple[int, int]) -> dict[str, Any] | None:
-    return tapped(view.elements, view.width, view.height, point)
-
-
-def describe(action: Action, view: StepView) -> str:
-    """The action in words, as an intent a person would give."""
-    if action.kind == ActionKind.CLICK and action.point is not None:
-        target = hit_element(view, action.point)
-        return f"Tap '{target.get('text') or target.get('id')}'" if target else "Tap an empty spot"
-    if action.kind == ActionKind.SWIPE:
-        return f"Swipe {action.swipe_direction()}"
-    if action.kind == ActionKind.TYPE:
-        return f"Type '{action.text}'"
-    if action.kind == ActionKind.PRESS:
-        return f"Press {action.key}"
-    if action.kind == ActionKind.TERMINATE:
-        return f"Finish the task ({action.status})"
-    return action.kind.value.replace("_", " ").capitalize()
 
 
 @dataclass
@@ -193,12 +137,6 @@ class TextualTrajectoryCritic:
         if len(end.goal.satisfied(end.values)) < len(end.goal.state):
             return ChannelVerdict("textual", False, "wrong_values" if claimed else "no_success_claim")
         return ChannelVerdict("textual", True, "goal_reached" if claimed else "goal_reached_unclaimed")
-
-
-def goal_key(goal: dict[str, Any], backend: str = "") -> str:
-    """The visual channel's reference key: the goal (app, screen, slot values) on one kind of
-    device, since frames of two renderers never match."""
-    return json.dumps([backend, goal], sort_keys=True, ensure_ascii=False)
 
 
 def frame_signature(png: bytes) -> int:

@@ -9,38 +9,27 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.anchors import CONSENSUS, backend_of, success_references
-from critics.heuristic import (
-    STEP_LABELS,
-    HeuristicStepCritic,
-    StepVerdict,
-    StepView,
-    TextualTrajectoryCritic,
-    VisualTrajectoryCritic,
-    consensus,
-    describe,
-)
+from critics.heuristic import HeuristicStepCritic, TextualTrajectoryCritic, VisualTrajectoryCritic, consensus
 from critics.llm import LLMJudgment, LLMStepCritic, LLMTrajectoryCritic
+from storage.anchors import CONSENSUS, backend_of, success_references
 from storage.db import insert_ignore, record_exclusions, transaction
+from storage.episodes import round_episodes, step_view
 from storage.models import Episode, Exclusion, Judgment, Step
-from storage.models import Query as QueryRow
 from storage.rounds import JUDGED, mark_stage
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
-from trajforge.domain import Query
-from trajforge.errors import LLMError, StageError
+from trajforge.domain import Query, describe
+from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
 
-SILENT = ("abstain", "undecided")  # episode labels that are no verdict (an unparsed one counts as "no")
-STEP_CRITICS = ("llm_step", "heuristic_step")  # preference order of stored step labels
 PENDING_STAGE = "critic_pending"  # exclusion stage of episodes the model critics could not judge yet
 
 
@@ -60,31 +49,6 @@ class JudgeReport:
                 "run again to retry only those"
             )
         return line
-
-
-def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[Step]]]:
-    out = []
-    for episode, row in s.execute(
-        select(Episode, QueryRow)
-        .join(QueryRow, QueryRow.id == Episode.query_id)
-        .where(Episode.round_id == round_id)
-        .order_by(Episode.id)
-    ).all():
-        steps = list(s.scalars(select(Step).where(Step.episode_id == episode.id).order_by(Step.index)))
-        out.append((episode, row.to_domain(row.goal.get("app", "")), steps))
-    return out
-
-
-def step_view(step: Step) -> StepView:
-    return StepView(
-        step.action,
-        step.parse_error,
-        step.screenshot,
-        step.screenshot_after or step.screenshot,
-        step.elements or [],
-        step.width,
-        step.height,
-    )
 
 
 def _label(success: bool | None, silent: str = "abstain") -> str:
@@ -167,35 +131,6 @@ def judge_round(
             report.steps.update(v.label for v in trace.verdicts)
     mark_stage(sessions, round_id, JUDGED)
     return report
-
-
-def stored_step_verdicts(s: Session, round_id: int, steps: Sequence[Step]) -> list[StepVerdict]:
-    """The stored step-critic labels of an episode (a model critic's where present).
-
-    Raises:
-        StageError: a step has no label: the round is not judged yet (names the command).
-    """
-    stored: dict[int, dict[str, Judgment]] = {}
-    for j in s.scalars(
-        select(Judgment)
-        .where(
-            Judgment.target == "step",
-            Judgment.target_id.in_([st.id for st in steps]),
-            Judgment.critic.in_(STEP_CRITICS),
-        )
-        .order_by(Judgment.critic_version)  # a critic's latest version wins
-    ):
-        stored.setdefault(j.target_id, {})[j.critic] = j
-    if not all(st.id in stored for st in steps):
-        raise StageError(
-            f"round {round_id} is not judged yet; run `trajforge critics run --round {round_id}` first"
-        )
-    out = []
-    for st in steps:
-        j = next(stored[st.id][c] for c in STEP_CRITICS if c in stored[st.id])
-        label = j.label if j.label in STEP_LABELS else "NEUTRAL"
-        out.append(StepVerdict(label, j.analysis or "stored", j.summary or ""))
-    return out
 
 
 async def judge_round_llm(

@@ -10,18 +10,16 @@ Reruns are free: the gateway answers repeated requests from its cache.
 from __future__ import annotations
 
 import asyncio
-import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from PIL import Image, ImageDraw
 
-from critics.heuristic import STEP_LABELS, StepView, describe
-from trajforge.actions import Action, ActionKind, Screen
-from trajforge.domain import Query
+from trajforge.actions import Action, Screen
+from trajforge.domain import STEP_LABELS, Query, StepView, describe
+from trajforge.draw import mark_point
 from trajforge.gateway import LLMGateway, image_part, text_part
 
 _TEMPLATES = Environment(
@@ -38,41 +36,6 @@ class LLMJudgment:
     parse_error: str | None
     prompt_tokens: int = 0
     completion_tokens: int = 0
-
-
-def draw_action(img: Image.Image, action: Action) -> None:
-    """Circle the action's interaction point (a swipe: an arrow from start to end) in red, in place."""
-    if action.point is None:
-        return
-    draw = ImageDraw.Draw(img)
-    x, y = Screen(img.width, img.height).to_px(action.point)
-    r = max(12, img.width // 30)
-    draw.ellipse((x - r, y - r, x + r, y + r), outline="#ff0000", width=max(3, r // 4))
-    if action.kind == ActionKind.SWIPE:
-        ex, ey = Screen(img.width, img.height).to_px(action.swipe_end())
-        draw.line((x, y, ex, ey), fill="#ff0000", width=max(3, r // 4))
-        length = max(1.0, ((ex - x) ** 2 + (ey - y) ** 2) ** 0.5)
-        ux, uy = (ex - x) / length, (ey - y) / length  # the arrowhead marks where the finger ends
-        head = 2 * r
-        draw.polygon(
-            [
-                (ex, ey),
-                (ex - head * ux + head / 2 * uy, ey - head * uy - head / 2 * ux),
-                (ex - head * ux - head / 2 * uy, ey - head * uy + head / 2 * ux),
-            ],
-            fill="#ff0000",
-        )
-
-
-def mark_point(png: bytes, action: Action, screen: Screen) -> bytes:
-    """The screenshot with the action's interaction point circled (and a swipe's arrow) in red."""
-    if action.point is None:
-        return png
-    img = Image.open(io.BytesIO(png)).convert("RGB")
-    draw_action(img, action)
-    buf = io.BytesIO()
-    img.save(buf, format="PNG", compress_level=1)  # it is sent once; level 6 costs ~3x the CPU
-    return buf.getvalue()
 
 
 def _parse(result: Any, key: str, allowed: tuple[str, ...]) -> tuple[str | None, str, str, str | None]:

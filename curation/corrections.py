@@ -17,13 +17,13 @@ from collections import Counter
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.heuristic import describe
-from critics.judge import round_episodes, step_view
 from storage.db import record_exclusions, transaction
+from storage.episodes import round_episodes, step_view
 from storage.models import Correction, Episode, HumanAnnotation, Sample
 from storage.samples import SampleDraft
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import target_bbox
+from trajforge.domain import describe
 
 CATEGORY = "corrected_action"
 SUPERSEDED = "superseded_by_human_correction"

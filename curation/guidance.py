@@ -29,26 +29,20 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.csrs import screen_text
-from critics.heuristic import StepView, describe
-from critics.llm import mark_point
 from curation.rollouts import Rollout, pass_rate
-from rollout.sim.device import Move
-from rollout.sim.env import SimEnv
-from rollout.sim.oracle import actions_for
 from storage.db import insert_ignore, transaction
 from storage.models import Guidance
-from storage.objectstore import ObjectStore
 from trajforge.actions import Action, Screen
-from trajforge.appspec import AppSpec
-from trajforge.domain import Query
+from trajforge.domain import Query, StepView, describe, screen_text
+from trajforge.draw import mark_point
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
 
 TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
 )
-REPLAY = "replay"  # the reference is the ground-truth path replayed in the simulator
+REPLAY = "replay"  # the reference is a demonstration: the ground-truth path replayed in the simulator
+Demonstrator = Callable[[Query], list[StepView]]  # a query's demonstration, recorded as steps
 
 
 @dataclass
@@ -88,27 +82,18 @@ def hard_queries(
     return out
 
 
-def replay_reference(query: Query, apps: list[AppSpec], store: ObjectStore | None) -> list[StepView]:
-    """The ground-truth path played on a fault-free simulator, frames stored like a rollout's."""
-    env = SimEnv(apps, store)
-    obs = env.reset(query)
-    views = []
-    for action in actions_for(env.device, query.app, [Move.from_json(m) for m in query.path]):
-        after = env.step(action)
-        views.append(StepView.observed(action, obs, after))
-        obs = after
-    return views
-
-
 def pick_reference(
-    group: list[Rollout], apps: list[AppSpec], store: ObjectStore | None
-) -> tuple[str, list[StepView], list[str] | None]:
-    """(reference id, steps, the critic's labels when the reference is model-made)."""
+    group: list[Rollout], demonstrate: Demonstrator | None
+) -> tuple[str, list[StepView], list[str] | None] | None:
+    """(reference id, steps, the critic's labels when the reference is model-made); None when no
+    rollout succeeded and there is no demonstrator."""
     won = [r for r in group if r.success]
     if won:
         best = min(won, key=lambda r: (len(r.steps), r.uid))
         return best.uid, best.steps, best.labels
-    return REPLAY, replay_reference(group[0].query, apps, store), None
+    if demonstrate is None:
+        return None
+    return REPLAY, demonstrate(group[0].query), None
 
 
 def describe_offline(views: list[StepView], labels: list[str] | None) -> list[Described]:
@@ -187,8 +172,7 @@ async def write_guidance(
     sessions: sessionmaker[Session],
     round_id: int,
     groups: dict[str, list[Rollout]],
-    apps: list[AppSpec],
-    store: ObjectStore | None,
+    demonstrate: Demonstrator | None,
     threshold: float,
     min_rollouts: int,
     gateway: LLMGateway | None = None,
@@ -201,7 +185,11 @@ async def write_guidance(
 
     async def one(group: list[Rollout], rate: float) -> dict[str, Any] | None:
         query = group[0].query
-        ref, views, labels = pick_reference(group, apps, store)
+        picked = pick_reference(group, demonstrate)
+        if picked is None:
+            report.failed["no_reference"] += 1
+            return None
+        ref, views, labels = picked
         report.references["rollout" if labels is not None else REPLAY] += 1
         if gateway is not None and frames is not None:
             steps = await describe_with_model(query, views, labels is not None, gateway, frames)

@@ -18,23 +18,21 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.csrs import CATEGORIES
 from curation import balance as balancing
 from curation.corrections import correction_samples, supersede
 from curation.dedup import Decision, DedupReport, Trajectory, dedup, trajectory_embedding
-from curation.features import CacheStats, FeatureStore, Featurizer, make_featurizer
-from curation.guidance import GuidanceReport, write_guidance
+from curation.guidance import Demonstrator, GuidanceReport, write_guidance
 from curation.recovery import RecoveryReport, recovery_samples
 from curation.rollouts import Rollout, by_query, load_rollouts, pass_rate
 from curation.thoughts import StepToThink, ThoughtReport, synthesise
 from storage.db import record_exclusions, transaction
+from storage.features import CacheStats, FeatureStore, Featurizer, make_featurizer
 from storage.models import Episode, Exclusion, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import CURATED, mark_stage
-from storage.samples import SampleDraft, store_drafts
+from storage.samples import CATEGORIES, SampleDraft, store_drafts
 from trajforge.actions import Action
-from trajforge.appspec import AppSpec
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
 from trajforge.settings import CriticSettings, CurationSettings
@@ -77,7 +75,7 @@ def curate_round(
     round_id: int,
     store: ObjectStore,
     settings: CurationSettings,
-    apps: list[AppSpec],
+    demonstrate: Demonstrator | None,
     gateway: LLMGateway | None = None,
     featurizer: Featurizer | None = None,
     critics: CriticSettings | None = None,
@@ -105,8 +103,7 @@ def curate_round(
             sessions,
             round_id,
             groups,
-            apps,
-            store,
+            demonstrate,
             settings.guidance_pass_rate,
             settings.guidance_min_rollouts,
             gateway,

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from critics.heuristic import StepView, describe
 from curation.rollouts import Rollout
 from storage.samples import SampleDraft
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import target_bbox
+from trajforge.domain import StepView, describe
 from trajforge.logs import counts
 
 ESCAPE = Action(kind=ActionKind.PRESS, key="back")

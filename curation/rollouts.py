@@ -1,6 +1,6 @@
 """A round's rollouts as curation sees them: per query group, with outcomes and step labels.
 
-An episode's outcome is decided as `critics.outcome` says (an anchor, else the calibrated
+An episode's outcome is decided as `storage.outcomes` says (an anchor, else the calibrated
 critics' consensus; None when a human must decide). Step labels are the stored step-critic
 judgments (a model critic's when present).
 """
@@ -11,11 +11,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.heuristic import StepView, describe
-from critics.judge import round_episodes, step_view, stored_step_verdicts
-from critics.outcome import decide_outcomes
+from storage.episodes import round_episodes, step_view, stored_step_verdicts
+from storage.outcomes import decide_outcomes
 from trajforge.actions import Action
-from trajforge.domain import Query
+from trajforge.domain import Query, StepView, describe
 from trajforge.settings import CriticSettings
 
 
@@ -39,7 +38,7 @@ class Rollout:
 def load_rollouts(
     sessions: sessionmaker[Session], round_id: int, settings: CriticSettings | None = None
 ) -> list[Rollout]:
-    """The judged round's rollouts, with their decided outcomes (`critics.outcome`) and stored step labels.
+    """The judged round's rollouts, with their decided outcomes (`storage.outcomes`) and stored step labels.
 
     Raises:
         StageError: the round has steps without a step-critic label (not judged yet).

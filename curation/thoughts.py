@@ -25,13 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from critics.csrs import screen_text
-from critics.heuristic import StepView, describe
 from curation.guidance import TEMPLATES
 from storage.samples import SampleDraft
 from trajforge.actions import Action, ActionKind, Screen, get_codec
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch, target_bbox
-from trajforge.domain import Query
+from trajforge.domain import Query, StepView, describe, screen_text
 from trajforge.errors import ParseError
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts

@@ -20,8 +20,8 @@ from PIL import Image
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.anchors import CONSENSUS
 from evolve.rounds_json import write_rounds_json
+from storage.anchors import CONSENSUS
 from storage.datasets import VersionRef, list_versions, manifest
 from storage.models import Anchor, App, Episode, Exclusion, Judgment, LLMCall, Policy, Round, Sample, Step
 from storage.models import Query as QueryRow

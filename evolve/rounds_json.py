@@ -19,12 +19,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.anchors import anchors_by_episode, deciding_anchor
-from critics.calibration import ChannelStats
-from critics.csrs import OUTCOME_STAGE
-from critics.judge import SILENT
+from storage.anchors import SILENT, anchors_by_episode, deciding_anchor
 from storage.models import Episode, Exclusion, Judgment, Policy, Round, Sample
 from storage.models import Query as QueryRow
+from storage.samples import OUTCOME_STAGE
+from trajforge.metrics import ChannelStats
 
 OVERALL = "overall"
 

@@ -22,11 +22,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from critics.anchors import CONSENSUS
 from critics.calibration import calibrate_round
 from critics.csrs import extract_round
 from critics.judge import judge_round, judge_round_llm
-from curation.features import FeatureStore, make_featurizer
 from curation.pipeline import curate_round
 from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
@@ -35,11 +33,14 @@ from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise, Policy
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
+from rollout.sim.env import demonstrator
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
+from storage.anchors import CONSENSUS
 from storage.datasets import manifest
 from storage.db import transaction
+from storage.features import FeatureStore, make_featurizer
 from storage.llm_cache import SqlResponseCache
 from storage.models import App, Dataset, DatasetVersion, Episode, Round, Sample, Step
 from storage.models import Policy as PolicyRow
@@ -291,7 +292,7 @@ def curate(settings: Settings, number: int) -> dict[str, Any]:
         rnd.id,
         spine.store,
         settings.curate,
-        spine.apps,
+        demonstrator(spine.apps, spine.store),
         _gateway(spine),
         critics=settings.critics,
     )

@@ -255,7 +255,7 @@ def run(
     rendered demo task, through codecs, content-addressed screenshots, bulk writes,
     heuristic judgments and verifier anchors, then CSRS extraction and curation.
     """
-    from rollout.smoke import run_smoke_round
+    from evolve.smoke import run_smoke_round
 
     configure_logging(logging.INFO)
     report = run_smoke_round(cli_settings(config), queries_per_app=queries, rollouts=rollouts)

@@ -26,6 +26,7 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     if ctx.invoked_subcommand is not None:
         return
     from curation.pipeline import curate_round
+    from rollout.sim.env import demonstrator
     from storage.apps import round_apps
     from storage.llm_cache import SqlResponseCache
     from storage.objectstore import open_object_store
@@ -37,12 +38,13 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     apps = round_apps(sessions, load_apps(settings.apps))
     gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
     typer.echo(f"round {number}")
+    store = open_object_store(settings)
     report = curate_round(
         sessions,
         round_id,
-        open_object_store(settings),
+        store,
         settings.curate,
-        apps,
+        demonstrator(apps, store),
         gateway,
         critics=settings.critics,
     )
@@ -69,7 +71,7 @@ def dedup_eval(
     Set the chosen threshold as curate.dedup_threshold.
     """
     from curation.dedup_eval import SWEEP, choose, digest, read_pairs, score, similarities
-    from curation.features import make_featurizer
+    from storage.features import make_featurizer
 
     settings = cli_settings(config).curate
     if featurizer is not None:

@@ -14,7 +14,7 @@ import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass
 
-from rollout.sim.verify import Goal
+from trajforge.world.verify import Goal
 
 # 0.8: intent-template paraphrases of one goal in our apps overlap 0.35-0.7 in trigrams,
 # while re-sampled identical templates reach 1.0; 0.8 drops only the near-identical.

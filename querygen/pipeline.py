@@ -21,8 +21,6 @@ from querygen.dedup import QueryDeduper
 from querygen.sampling import Coverage, SampledPath, difficulty, finishing_screens, sample_path
 from querygen.synthesis import Draft, llm_draft, template_draft
 from querygen.validation import InterfaceValidator
-from rollout.sim.device import Move
-from rollout.sim.verify import Goal
 from storage.apps import register_app
 from storage.db import insert_ignore, transaction
 from storage.models import App, Exclusion
@@ -30,6 +28,8 @@ from storage.models import Query as QueryRow
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway
+from trajforge.world.model import Move
+from trajforge.world.verify import Goal
 
 STAGE = "querygen"
 MAX_TRIES_PER_QUERY = 20  # sampling attempts per requested query before giving up

@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rollout.sim.device import Move
-from rollout.sim.verify import Goal
 from trajforge.appspec import AppSpec
+from trajforge.world.model import Move
+from trajforge.world.verify import Goal
 
 Difficulty = Literal["easy", "medium", "hard"]
 MIN_ACTIONS, MAX_ACTIONS = 3, 12

@@ -17,11 +17,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from querygen.sampling import SampledPath, goal_of
-from rollout.sim.device import fill
-from rollout.sim.verify import Goal
 from trajforge.appspec import AppSpec
 from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway
+from trajforge.world.model import fill
+from trajforge.world.verify import Goal
 
 _TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 from querygen.sampling import MAX_ACTIONS, MIN_ACTIONS
 from querygen.synthesis import Draft
-from rollout.sim.device import SimDevice
-from rollout.sim.oracle import OracleError, replay
-from rollout.sim.verify import verify
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
+from trajforge.world.device import SimDevice
+from trajforge.world.oracle import OracleError, replay
+from trajforge.world.verify import verify
 
 
 @dataclass

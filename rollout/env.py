@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from rollout.sim.verify import VerifierResult
 from trajforge.actions import Action
 from trajforge.domain import Observation, Query
+from trajforge.world.verify import VerifierResult
 
 
 class Environment(Protocol):
@@ -20,7 +20,7 @@ class Environment(Protocol):
         """Apply one action and observe the result.
 
         Raises:
-            rollout.errors.DeviceError: the device crashed or hung.
+            trajforge.errors.DeviceError: the device crashed or hung.
         """
         ...
 

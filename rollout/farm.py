@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rollout.pool import DevicePool
-from rollout.sim.device import FaultConfig
 from rollout.sim.render import require_fonts
 from storage.objectstore import ObjectStore
 from trajforge.appspec import AppSpec, builtin_app_names, load_app
+from trajforge.world.model import FaultConfig
 
 
 class AppFarm:

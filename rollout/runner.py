@@ -22,17 +22,17 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from rollout.env import Environment
-from rollout.errors import DeviceCrashed, DeviceError, DeviceHung
 from rollout.policies.base import Policy
 from rollout.pool import DevicePool, Lease, holder_name
-from rollout.sim.verify import UNVERIFIABLE
-from storage.db import insert_ignore, transaction
+from rollout.records import store_episode
+from storage.db import transaction
 from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
 from storage.models import Query as QueryRow
 from trajforge.actions import ActionKind, Screen, get_codec
 from trajforge.domain import Query
-from trajforge.errors import LLMError, ParseError
+from trajforge.errors import DeviceCrashed, DeviceError, DeviceHung, LLMError, ParseError
 from trajforge.logs import counts
+from trajforge.world.verify import UNVERIFIABLE
 
 MODEL_FAULTS = ("policy_error", "policy_timeout")  # episodes a rerun plays again
 
@@ -347,100 +347,8 @@ class EpisodeRunner:
         failures: list[dict[str, Any]],
         report: RolloutReport,
     ) -> None:
-        verdict = result["verdict"]
-        if verdict is not None and verdict.failed == UNVERIFIABLE:
-            verdict = None  # no verifier for this app: no anchor, the critics and humans decide
-        policy_failure = result.get("policy_failure")  # the model error (HTTP status, message) or timeout
-        with transaction(self.sessions) as s:
-            inserted = insert_ignore(
-                s,
-                Episode,
-                [
-                    {
-                        "uid": uid,
-                        "round_id": round_id,
-                        "query_id": query_id,
-                        "policy_id": policy_id,
-                        "attempt": k,
-                        "device": device,
-                        "status": "done" if device else "failed",
-                        "outcome": result["outcome"],
-                        "verifier_success": verdict.success if verdict else None,
-                        "num_steps": len(result["steps"]),
-                        "reason": result["reason"],
-                        "meta": {"device_failures": failures, "policy_failure": policy_failure},
-                    }
-                ],
-                ["uid"],
-                count=True,
-            )
-            if not inserted:
-                return  # another worker stored it: count it once
-            episode_id = s.scalars(select(Episode.id).where(Episode.uid == uid)).one()
-            insert_ignore(
-                s,
-                Step,
-                [{"episode_id": episode_id, **row} for row in result["steps"]],
-                ["episode_id", "index"],
-            )
-            if verdict is not None:
-                insert_ignore(
-                    s,
-                    Anchor,
-                    [
-                        {
-                            "episode_id": episode_id,
-                            "source": "verifier",
-                            "annotator": "",
-                            "label": "success" if verdict.success else "failure",
-                            "confidence": 1.0,
-                            "meta": verdict.to_json(),
-                        }
-                    ],
-                    ["episode_id", "source", "annotator"],
-                )
-            insert_ignore(
-                s,
-                Exclusion,
-                [
-                    {
-                        "round_id": round_id,
-                        "stage": "rollout",
-                        "item_type": "episode_attempt",
-                        "item_key": f"{uid}:{f['attempt']}",
-                        "reason": f["reason"],
-                        "detail": f,
-                    }
-                    for f in failures
-                ]
-                + [
-                    {
-                        "round_id": round_id,
-                        "stage": "rollout",
-                        "item_type": "step",
-                        "item_key": f"{uid}:{row['index']}",
-                        "reason": row["parse_error"],
-                        "detail": {"raw_output": row["raw_output"]},
-                    }
-                    for row in result["steps"]
-                    if row["parse_error"]
-                ]
-                + (
-                    [
-                        {
-                            "round_id": round_id,
-                            "stage": "rollout",
-                            "item_type": "episode",
-                            "item_key": uid,
-                            "reason": result["reason"],
-                            "detail": policy_failure,
-                        }
-                    ]
-                    if policy_failure
-                    else []
-                ),
-                ["stage", "item_type", "item_key", "reason"],
-            )
+        if not store_episode(self.sessions, uid, round_id, policy_id, query_id, k, device, result, failures):
+            return  # another worker stored it: count it once
         report.completed += 1
         report.successes += result["outcome"] == "success"
         report.steps += len(result["steps"])

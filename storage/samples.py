@@ -88,3 +88,16 @@ def store_drafts(
                 ),
             )
     return tally
+
+
+CATEGORIES = (
+    "progress_tracking",
+    "state_summary",
+    "effect_prediction",
+    "self_reflection",
+    "state_verification",
+    "intent_execution",
+    "action_prediction",
+)
+
+OUTCOME_STAGE = "outcome"  # exclusion stage of episodes no anchor or trusted critic decided

@@ -1,15 +1,20 @@
-"""Domain types shared by every stage: Query and Observation.
+"""The records every stage reads: Query, Observation, and a step as the critics, curation
+and annotation see it (`StepView`, its verdict, and the action in words).
 
-These are the in-memory shapes stages pass to each other; `storage.models` holds
-their rows. Screenshots travel as sha256 hashes into the object store, never as bytes
-inside these types.
+These are the in-memory shapes stages pass to each other; `storage.models` holds their
+rows and `storage.episodes` loads a round's steps into them. Screenshots travel as sha256
+hashes into the object store, never as bytes inside these types.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from trajforge.actions import Action, ActionKind, Screen
 
 Sha256 = str
 
@@ -43,3 +48,83 @@ class Observation(BaseModel):
     height: int = Field(gt=0)
     elements: list[dict[str, Any]] | None = Field(None, description="a11y / element tree, if any.")
     meta: dict[str, Any] = Field(default_factory=dict)
+
+
+def tapped(
+    elements: list[dict[str, Any]], width: int, height: int, point: tuple[int, int]
+) -> dict[str, Any] | None:
+    """The element a tap at a per-mille point hits, in the tree shown before it."""
+    x, y = Screen(width, height).to_px(point)
+    for e in elements:
+        x1, y1, x2, y2 = e["bounds"]
+        if x1 <= x <= x2 and y1 <= y <= y2:
+            return e
+    return None
+
+
+Label = Literal["GOOD", "NEUTRAL", "HARMFUL"]
+STEP_LABELS: tuple[Label, ...] = get_args(Label)
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One recorded step as a critic sees it."""
+
+    action: dict[str, Any] | None
+    parse_error: str | None
+    before: str
+    after: str
+    elements: list[dict[str, Any]]
+    width: int
+    height: int
+
+    @classmethod
+    def observed(cls, action: Action, before: Observation, after: Observation) -> StepView:
+        """The step an action made between two observations of a live environment."""
+        return cls(
+            action.model_dump(mode="json", exclude_none=True),
+            None,
+            before.screenshot,
+            after.screenshot,
+            before.elements or [],
+            before.width,
+            before.height,
+        )
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    label: Label
+    reason: str  # snake_case, counted
+    summary: str  # at most 30 words (GUI-Owl §6.3)
+
+
+def hit_element(view: StepView, point: tuple[int, int]) -> dict[str, Any] | None:
+    return tapped(view.elements, view.width, view.height, point)
+
+
+def describe(action: Action, view: StepView) -> str:
+    """The action in words, as an intent a person would give."""
+    if action.kind == ActionKind.CLICK and action.point is not None:
+        target = hit_element(view, action.point)
+        return f"Tap '{target.get('text') or target.get('id')}'" if target else "Tap an empty spot"
+    if action.kind == ActionKind.SWIPE:
+        return f"Swipe {action.swipe_direction()}"
+    if action.kind == ActionKind.TYPE:
+        return f"Type '{action.text}'"
+    if action.kind == ActionKind.PRESS:
+        return f"Press {action.key}"
+    if action.kind == ActionKind.TERMINATE:
+        return f"Finish the task ({action.status})"
+    return action.kind.value.replace("_", " ").capitalize()
+
+
+def goal_key(goal: dict[str, Any], backend: str = "") -> str:
+    """The visual channel's reference key: the goal (app, screen, slot values) on one kind of
+    device, since frames of two renderers never match."""
+    return json.dumps([backend, goal], sort_keys=True, ensure_ascii=False)
+
+
+def screen_text(view_elements: list[dict[str, Any]]) -> str:
+    texts = [str(e.get("text") or "").strip() for e in view_elements]
+    return "; ".join(t for t in texts if t)[:600] or "(nothing readable)"

@@ -112,3 +112,15 @@ class ParseError(ActionError):
 
 class UnsupportedAction(ActionError):
     """A canonical action that the target format has no way to express."""
+
+
+class DeviceError(TrajforgeError):
+    """The device stopped answering as it should; the device pool recovers from it."""
+
+
+class DeviceCrashed(DeviceError):
+    """The device (or emulator) crashed; it must be reset or replaced."""
+
+
+class DeviceHung(DeviceError):
+    """The device stopped responding within its timeout."""

@@ -18,13 +18,12 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from rollout.errors import DeviceCrashed, DeviceHung
-from rollout.sim.verify import VerifierResult, check_exported_state
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.domain import Observation, Query
-from trajforge.errors import ConfigError
+from trajforge.errors import ConfigError, DeviceCrashed, DeviceHung
+from trajforge.world.verify import VerifierResult, check_exported_state
 
 KEYCODES = {"back": "KEYCODE_BACK", "home": "KEYCODE_HOME", "enter": "KEYCODE_ENTER", "menu": "KEYCODE_MENU"}
 STATE_FILE = "/sdcard/trajforge_state.json"

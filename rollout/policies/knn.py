@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from curation.features import ThumbFeaturizer
 from rollout.policies.base import PolicyOutput
 from rollout.policies.oracle import element_bounds, element_center
+from storage.features import ThumbFeaturizer
 from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen, get_codec
 from trajforge.domain import Observation, Query
 from trajforge.errors import ConfigError

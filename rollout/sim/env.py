@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from rollout.sim.device import FaultConfig, SimDevice
+from collections.abc import Callable
+
 from rollout.sim.render import FrameRenderer
-from rollout.sim.verify import Goal, VerifierResult, verify
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import DEFAULT_SCREEN, Action, Screen
 from trajforge.appspec import AppSpec
-from trajforge.domain import Observation, Query
+from trajforge.domain import Observation, Query, StepView
+from trajforge.world.device import SimDevice
+from trajforge.world.model import FaultConfig, Move
+from trajforge.world.oracle import actions_for
+from trajforge.world.verify import Goal, VerifierResult, verify
 
 
 class SimEnv:
@@ -67,3 +71,21 @@ class SimEnv:
             elements=[e.to_json() for e in self.device.elements()],
             meta={"backend": "sim"},
         )
+
+
+def replay_reference(query: Query, apps: list[AppSpec], store: ObjectStore | None) -> list[StepView]:
+    """The ground-truth path played on a fault-free simulator, frames stored like a rollout's:
+    the demonstration a human would give (GUI-Owl §6.4), for guidance when no rollout succeeded."""
+    env = SimEnv(apps, store)
+    obs = env.reset(query)
+    views = []
+    for action in actions_for(env.device, query.app, [Move.from_json(m) for m in query.path]):
+        after = env.step(action)
+        views.append(StepView.observed(action, obs, after))
+        obs = after
+    return views
+
+
+def demonstrator(apps: list[AppSpec], store: ObjectStore | None) -> Callable[[Query], list[StepView]]:
+    """`replay_reference` on these apps and store, as curation's guidance takes it."""
+    return lambda query: replay_reference(query, apps, store)

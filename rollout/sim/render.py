@@ -18,9 +18,10 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from rollout.sim.device import Element, SimDevice
 from trajforge.appspec import AppSpec
 from trajforge.errors import ConfigError
+from trajforge.world.device import SimDevice
+from trajforge.world.model import Element
 
 # CJK-capable fonts first (Debian fonts-wqy-microhei / fonts-noto-cjk); then DejaVu; then
 # Pillow's bundled font, which draws CJK as boxes but keeps rendering deterministic.

@@ -17,15 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from rollout.errors import DeviceCrashed
-from rollout.sim.device import FaultConfig, SimDevice
-from rollout.sim.verify import VerifierResult, check_exported_state
 from rollout.web.server import WebAppServer
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.appspec import AppSpec
 from trajforge.domain import Observation, Query
+from trajforge.errors import DeviceCrashed
+from trajforge.world.device import SimDevice
+from trajforge.world.model import FaultConfig
+from trajforge.world.verify import VerifierResult, check_exported_state
 
 T = TypeVar("T")
 CHROMIUM = "/usr/bin/chromium"

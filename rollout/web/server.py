@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
-from rollout.sim.device import Element, SimDevice, fill
+from trajforge.world.device import SimDevice
+from trajforge.world.model import Element, fill
 
 CSS = """
 *{box-sizing:border-box} body{margin:0;font:18px sans-serif;background:#fff}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from rollout.smoke import run_smoke_round
+from evolve.smoke import run_smoke_round
 from storage.db import engine_from_settings, session_factory
 from storage.models import Round
 from trajforge.settings import Settings, load_settings

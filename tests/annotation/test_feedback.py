@@ -8,10 +8,11 @@ import pytest
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.csrs import CATEGORIES, SUPERSEDED, extract_round
+from critics.csrs import SUPERSEDED, extract_round
 from curation.corrections import CATEGORY
 from curation.corrections import SUPERSEDED as CORRECTED
 from curation.pipeline import curate_round
+from rollout.sim.env import demonstrator
 from storage.db import transaction
 from storage.models import (
     Anchor,
@@ -25,6 +26,7 @@ from storage.models import (
     Step,
 )
 from storage.objectstore import open_object_store
+from storage.samples import CATEGORIES
 from tests.annotation.conftest import smoke_round
 from trajforge.appspec import builtin_app_names, load_app
 
@@ -117,8 +119,8 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
     verification = [x for x in fresh if x.category == "state_verification"]
     assert verification and all(x.payload["response"] == "no" for x in verification)
 
-    apps = [load_app(n) for n in builtin_app_names()]
-    report = curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps)
+    apps, store = [load_app(n) for n in builtin_app_names()], open_object_store(settings)
+    report = curate_round(sessions, round_id, store, settings.curate, demonstrator(apps, store))
     assert report.corrections["action"] == 1 and report.corrections["unparseable_correction"] == 1
     (sample,) = [x for x in _samples(sessions, episode_id) if x.category == CATEGORY]
     assert sample.payload["action"] == corrected and sample.payload["thought"] == "The button is at the top."
@@ -134,7 +136,7 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
     with sessions() as s:
         rows = s.scalar(select(func.count()).select_from(Sample))
     extract_round(sessions, round_id)
-    curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps)
+    curate_round(sessions, round_id, store, settings.curate, demonstrator(apps, store))
     with sessions() as s:
         assert s.scalar(select(func.count()).select_from(Sample)) == rows
 
@@ -196,8 +198,8 @@ def test_a_corrected_action_supersedes_the_models_action_samples(
     assert found is not None and found[0] is not None and found[1] is not None
     episode_id, index = int(found[0]), int(found[1])
     _human_verdict(sessions, episode_id, round_id, "success", step=index)
-    apps = [load_app(n) for n in builtin_app_names()]
-    report = curate_round(sessions, round_id, open_object_store(settings), settings.curate, apps)
+    apps, store = [load_app(n) for n in builtin_app_names()], open_object_store(settings)
+    report = curate_round(sessions, round_id, store, settings.curate, demonstrator(apps, store))
     assert report.corrections["superseded_samples"] >= 1
     step = [x for x in _samples(sessions, episode_id) if x.step_index == index]
     assert {x.reason for x in step if x.category in ("action_prediction", "intent_execution")} == {CORRECTED}

@@ -8,13 +8,15 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.csrs import CATEGORIES, extract, extract_round
-from critics.evalset import build_eval_set
-from critics.heuristic import HeuristicStepCritic, StepVerdict
-from rollout.smoke import run_smoke_round
+from bench.evalset import build_eval_set
+from critics.csrs import extract, extract_round
+from critics.heuristic import HeuristicStepCritic
+from evolve.smoke import run_smoke_round
 from storage.db import session_factory
 from storage.models import Exclusion, Sample
+from storage.samples import CATEGORIES
 from trajforge.appspec import builtin_app_names, load_app
+from trajforge.domain import StepVerdict
 from trajforge.settings import load_settings
 
 APPS = [load_app(n) for n in builtin_app_names()]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from critics.evalset import build_eval_set, evaluate
+from bench.evalset import build_eval_set, evaluate
 from critics.heuristic import ChannelVerdict, HeuristicStepCritic, TextualTrajectoryCritic, consensus
 from trajforge.appspec import builtin_app_names, load_app
 

@@ -11,14 +11,14 @@ from PIL import Image
 from sqlalchemy import Engine, select
 
 from critics.judge import judge_round_llm
-from critics.llm import mark_point
-from rollout.smoke import run_smoke_round
+from evolve.smoke import run_smoke_round
 from storage.db import session_factory
 from storage.keys import blob_key
 from storage.models import Judgment
 from storage.objectstore import open_object_store
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
 from trajforge.actions import Action, Screen
+from trajforge.draw import mark_point
 from trajforge.gateway import LLMGateway
 from trajforge.settings import LLMSettings, load_settings
 

@@ -8,11 +8,12 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from annotation.queue import review_queue
-from critics.csrs import OUTCOME_STAGE, extract_round
-from critics.outcome import UNTRUSTED, decide_outcomes, measure_trust
-from rollout.smoke import run_smoke_round
+from critics.csrs import extract_round
+from evolve.smoke import run_smoke_round
 from storage.db import session_factory
 from storage.models import Anchor, Episode, Exclusion, Sample
+from storage.outcomes import UNTRUSTED, decide_outcomes, measure_trust
+from storage.samples import OUTCOME_STAGE
 from trajforge.settings import AnnotationSettings, CriticSettings, load_settings
 
 

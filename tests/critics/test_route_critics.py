@@ -11,18 +11,16 @@ from pathlib import Path
 from critics.heuristic import (
     ChannelVerdict,
     HeuristicStepCritic,
-    StepView,
     TextualTrajectoryCritic,
     VisualTrajectoryCritic,
     consensus,
-    goal_key,
 )
-from rollout.sim.device import Move
 from rollout.sim.env import SimEnv
-from rollout.sim.oracle import actions_for
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import load_app
-from trajforge.domain import Query
+from trajforge.domain import Query, StepView, goal_key
+from trajforge.world.model import Move
+from trajforge.world.oracle import actions_for
 
 TAKEOUT = load_app("takeout")
 PANTRY = load_app(str(Path(__file__).resolve().parents[2] / "docs/examples/pantry.yaml"))

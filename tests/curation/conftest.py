@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 from transformers import ResNetConfig
 
-from critics.heuristic import StepView
-from curation.guidance import replay_reference
 from querygen.pipeline import generate_queries
+from rollout.sim.env import replay_reference
 from storage.objectstore import LocalObjectStore
 from trajforge.appspec import builtin_app_names, load_app
-from trajforge.domain import Query
+from trajforge.domain import Query, StepView
 
 APPS = [load_app(n) for n in builtin_app_names()]
 TINY_RESNET = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic")

@@ -9,13 +9,13 @@ from pathlib import Path
 from PIL import Image
 
 from querygen.pipeline import generate_queries
-from rollout.sim.device import Move
 from rollout.sim.env import SimEnv
-from rollout.sim.oracle import actions_for
 from tests.flows.test_bad_input import one_line_error
 from tests.flows.test_cli import cli
 from trajforge.appspec import load_app
 from trajforge.domain import Query
+from trajforge.world.model import Move
+from trajforge.world.oracle import actions_for
 
 
 def _play(folder: Path, query: Query) -> list[str]:

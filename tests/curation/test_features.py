@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from transformers import ResNetModel
 
-from curation.features import (
+from storage.features import (
     FeatureStore,
     PHashFeaturizer,
     ResNetFeaturizer,

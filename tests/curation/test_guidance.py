@@ -8,6 +8,7 @@ import json
 
 from curation.guidance import describe_offline, describe_with_model, pick_reference, summarise_with_model
 from curation.rollouts import Rollout
+from rollout.sim.env import demonstrator
 from storage.keys import blob_key
 from storage.objectstore import frame_reader
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
@@ -64,7 +65,9 @@ def test_a_query_nobody_solved_gets_its_ground_truth_path_replayed(replayed) -> 
     store, runs = replayed
     query = sample_queries("takeout", 3)[0]
     failed = Rollout(1, "ep-failed", query, runs[0][:2], ["GOOD", "HARMFUL"], False)
-    ref, views, labels = pick_reference([failed], APPS, store)
+    picked = pick_reference([failed], demonstrator(APPS, store))
+    assert picked is not None
+    ref, views, labels = picked
     assert ref == "replay" and labels is None and len(views) == len(runs[0])
     assert [v.action for v in views] == [v.action for v in runs[0]]
     assert all(store.exists(blob_key(v.after)) for v in views)

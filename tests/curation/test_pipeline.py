@@ -7,16 +7,17 @@ import pytest
 from sqlalchemy import Engine, func, select
 from typer.testing import CliRunner
 
-from critics.csrs import CATEGORIES
 from curation.guidance import load_guidance
 from curation.pipeline import curate_round
 from curation.rollouts import load_rollouts
+from evolve.smoke import run_smoke_round
 from flows.cli import app as cli
-from rollout.smoke import run_smoke_round
+from rollout.sim.env import demonstrator
 from storage.db import session_factory
 from storage.keys import blob_key
 from storage.models import Episode, Exclusion, Guidance, Sample, ScreenFeature, Step
 from storage.objectstore import open_object_store
+from storage.samples import CATEGORIES
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.settings import load_settings
 
@@ -67,7 +68,8 @@ def test_a_rerun_writes_nothing_and_featurises_nothing(curated) -> None:
     before = _counts(sessions)
     with sessions() as s:
         states = sorted(s.execute(select(Sample.uid, Sample.status, Sample.reason, Sample.weight)).all())
-    again = curate_round(sessions, 1, open_object_store(settings), settings.curate, APPS)
+    store = open_object_store(settings)
+    again = curate_round(sessions, 1, store, settings.curate, demonstrator(APPS, store))
     assert _counts(sessions) == before
     with sessions() as s:
         assert (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.smoke import run_smoke_round
+from evolve.smoke import run_smoke_round
 from storage.datasets import manifest
 from storage.db import create_db_engine, session_factory
 from storage.objectstore import open_object_store

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from evolve.smoke import run_smoke_round
 from flows.cli import app
-from rollout.smoke import run_smoke_round
 from trajforge.settings import load_settings
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.smoke import run_smoke_round
+from evolve.smoke import run_smoke_round
 from tests.critics.test_llm_critics import responder as critic_responder
 from tests.flows.test_cli import cli
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM, querygen_responder

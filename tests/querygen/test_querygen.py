@@ -13,14 +13,14 @@ from querygen.dedup import QueryDeduper
 from querygen.pipeline import generate_queries, load_history, store_generation
 from querygen.sampling import MAX_ACTIONS, MIN_ACTIONS, Coverage, finishing_screens, sample_path
 from querygen.synthesis import missing_values
-from rollout.sim import Goal, Move, SimDevice, verify
-from rollout.sim.oracle import replay
 from storage.models import Exclusion
 from storage.models import Query as QueryRow
 from tests.support.scripted_llm import ScriptedLLM, querygen_responder
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.gateway import LLMGateway
 from trajforge.settings import LLMSettings
+from trajforge.world import Goal, Move, SimDevice, verify
+from trajforge.world.oracle import replay
 
 APPS = builtin_app_names()
 

@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 
 from rollout.android.env import AdbEnv, parse_ui_dump
-from rollout.errors import DeviceCrashed, DeviceHung
 from tests.support.fake_adb import SERIAL, FakeAdb, package_of
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
-from trajforge.errors import ConfigError
+from trajforge.errors import ConfigError, DeviceCrashed, DeviceHung
 
 APPS = [load_app(n) for n in builtin_app_names()]
 K = ActionKind
@@ -123,7 +122,7 @@ def test_parse_a_real_style_ui_dump() -> None:
 
 
 def test_an_app_that_exports_no_state_has_no_verifier() -> None:
-    from rollout.sim.verify import UNVERIFIABLE, check_exported_state
+    from trajforge.world.verify import UNVERIFIABLE, check_exported_state
 
     goal = {"app": "takeout", "screen": "placed", "state": {}}
     for exported in ("", "  \n", "not json"):
@@ -133,7 +132,8 @@ def test_an_app_that_exports_no_state_has_no_verifier() -> None:
 
 @pytest.mark.parametrize("text", ["炸酱面 house", "pizza"])
 def test_the_offline_critics_judge_an_android_episode_like_the_verifier(fake: FakeAdb, text: str) -> None:
-    from critics.heuristic import HeuristicStepCritic, StepView, TextualTrajectoryCritic
+    from critics.heuristic import HeuristicStepCritic, TextualTrajectoryCritic
+    from trajforge.domain import StepView
 
     env = AdbEnv(SERIAL, {a.name: package_of(a.name) for a in APPS}, adb=str(fake.path))
     obs = env.reset(TASK)

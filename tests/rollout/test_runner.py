@@ -15,7 +15,6 @@ from querygen.pipeline import generate_queries, store_generation
 from rollout.policies import NoisyOracle, OracleNoise, RandomExplorer, VLMPolicy, VLMPolicyConfig
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
-from rollout.sim.device import FaultConfig
 from rollout.sim.farm import SimFarm
 from storage.db import transaction
 from storage.keys import blob_key
@@ -27,6 +26,7 @@ from trajforge.appspec import load_app
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway
 from trajforge.settings import LLMSettings
+from trajforge.world.model import FaultConfig
 
 
 def _setup(

@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rollout.errors import DeviceCrashed, DeviceHung
-from rollout.sim import FaultConfig, Goal, Move, SimDevice, verify
 from rollout.sim.env import SimEnv
-from rollout.sim.oracle import OracleError, replay
 from rollout.sim.render import FrameRenderer
 from storage.keys import blob_key
 from storage.objectstore import LocalObjectStore
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
+from trajforge.errors import DeviceCrashed, DeviceHung
+from trajforge.world import FaultConfig, Goal, Move, SimDevice, verify
+from trajforge.world.oracle import OracleError, replay
 
 APPS = [load_app(n) for n in builtin_app_names()]
 K = ActionKind

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
-from rollout.smoke import run_smoke_round
+from evolve.smoke import run_smoke_round
 from storage.datasets import iter_rows, manifest
 from storage.db import session_factory
 from storage.objectstore import open_object_store

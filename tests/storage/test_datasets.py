@@ -8,7 +8,7 @@ import threading
 import pytest
 from sqlalchemy import Engine, delete, select, update
 
-from rollout.smoke import run_smoke_round
+from evolve.smoke import run_smoke_round
 from storage.datasets import diff, list_versions, manifest, verify
 from storage.db import session_factory, transaction
 from storage.models import DatasetVersion, Sample, VersionShard

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-from rollout.smoke import run_smoke_round
+from evolve.smoke import run_smoke_round
 from storage.datasets import manifest, verify
 from storage.db import session_factory, transaction
 from storage.keys import blob_key

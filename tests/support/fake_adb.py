@@ -19,10 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from rollout.sim.device import SimDevice
 from rollout.sim.render import FrameRenderer
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import AppSpec
+from trajforge.world.device import SimDevice
 
 SERIAL = "emulator-5554"
 _CLASSES = {

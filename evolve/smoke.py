@@ -1,4 +1,4 @@
-"""The smoke round: the smallest real thing the engine does end to end, until the round flow lands.
+"""The smoke round: the smallest real thing the engine does end to end, without training.
 
 For every built-in app it samples new task queries on the app's navigation graph, then
 rolls them out with the noisy oracle on a small farm of simulated devices through the
@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.anchors import CONSENSUS
 from critics.calibration import calibrate_round
 from critics.csrs import ExtractionReport, extract_round
 from critics.judge import judge_round
@@ -27,7 +26,9 @@ from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
+from rollout.sim.env import demonstrator
 from rollout.sim.farm import SimFarm
+from storage.anchors import CONSENSUS
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
 from storage.models import App, Episode, Policy, Round, Step
 from storage.models import Query as QueryRow
@@ -141,7 +142,7 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
     report.calibration = calibrate_round(sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
     report.samples = extract_round(sessions, round_id, settings=settings.critics)
     report.curation = curate_round(
-        sessions, round_id, store, settings.curate, farm.apps, critics=settings.critics
+        sessions, round_id, store, settings.curate, demonstrator(farm.apps, store), critics=settings.critics
     )
     with transaction(sessions) as s:
         finished = s.get(Round, round_id)

@@ -12,25 +12,18 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass
 
-from critics.heuristic import (
-    HeuristicStepCritic,
-    Label,
-    StepView,
-    TextualTrajectoryCritic,
-    VisualTrajectoryCritic,
-    consensus,
-    goal_key,
-)
+from critics.heuristic import HeuristicStepCritic, TextualTrajectoryCritic, VisualTrajectoryCritic, consensus
 from querygen.pipeline import generate_queries
 from rollout.policies import NoisyOracle, OracleNoise
-from rollout.sim.device import Move, SimDevice
 from rollout.sim.env import SimEnv
-from rollout.sim.oracle import actions_for
 from storage.objectstore import ObjectStore
 from trajforge.actions import ActionKind, Screen, get_codec
 from trajforge.appspec import AppSpec
-from trajforge.domain import Query
+from trajforge.domain import Label, Query, StepView, goal_key
 from trajforge.errors import ParseError
+from trajforge.world.device import SimDevice
+from trajforge.world.model import Move
+from trajforge.world.oracle import actions_for
 
 State = tuple[str | None, str, dict[str, str]]
 

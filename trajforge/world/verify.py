@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollout.sim.device import LAUNCHER, SimDevice
+from trajforge.world.device import SimDevice
+from trajforge.world.model import LAUNCHER
 
 
 class Goal(BaseModel):

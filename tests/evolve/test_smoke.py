@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, func, select
 
-from rollout.smoke import run_smoke_round
+from evolve.smoke import run_smoke_round
 from storage.db import session_factory
 from storage.keys import blob_key
 from storage.models import Anchor, Episode, Exclusion, Judgment, Query, Round, Step

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from critics.anchors import (
+from storage.anchors import (
     anchors_by_episode,
     consensus_labels,
     deciding_anchor,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rollout.sim.device import Element, Move, SimDevice
 from trajforge.actions import Action, ActionKind
+from trajforge.world.device import SimDevice
+from trajforge.world.model import Element, Move
 
 MAX_SCROLLS = 20
 

@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from critics.heuristic import goal_key
 from storage.models import Anchor, Episode, Judgment, Step
 from storage.models import Query as QueryRow
+from trajforge.domain import goal_key
 
 CONSENSUS = ("consensus_and", "3")  # bump with any channel version
 
@@ -82,3 +82,6 @@ def success_references(s: Session, round_id: int) -> dict[str, dict[str, set[str
             key = goal_key(goal, backend_of(device))
             out.setdefault(key, {}).setdefault(after or before, set()).add(uid)
     return out
+
+
+SILENT = ("abstain", "undecided")  # episode labels that are no verdict (an unparsed one counts as "no")

@@ -1,0 +1,122 @@
+"""An episode as the runner stores it: the episode row, its steps, its verifier anchor and
+every dropped attempt and unparsed step with its reason, in one transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.db import insert_ignore, transaction
+from storage.models import Anchor, Episode, Exclusion, Step
+from trajforge.world.verify import UNVERIFIABLE
+
+
+def store_episode(
+    sessions: sessionmaker[Session],
+    uid: str,
+    round_id: int,
+    policy_id: int,
+    query_id: int,
+    k: int,
+    device: str | None,
+    result: dict[str, Any],
+    failures: list[dict[str, Any]],
+) -> bool:
+    """Write one finished episode; False when it was stored already (by another worker or run)."""
+    verdict = result["verdict"]
+    if verdict is not None and verdict.failed == UNVERIFIABLE:
+        verdict = None  # no verifier for this app: no anchor, the critics and humans decide
+    policy_failure = result.get("policy_failure")  # the model error (HTTP status, message) or timeout
+    with transaction(sessions) as s:
+        inserted = insert_ignore(
+            s,
+            Episode,
+            [
+                {
+                    "uid": uid,
+                    "round_id": round_id,
+                    "query_id": query_id,
+                    "policy_id": policy_id,
+                    "attempt": k,
+                    "device": device,
+                    "status": "done" if device else "failed",
+                    "outcome": result["outcome"],
+                    "verifier_success": verdict.success if verdict else None,
+                    "num_steps": len(result["steps"]),
+                    "reason": result["reason"],
+                    "meta": {"device_failures": failures, "policy_failure": policy_failure},
+                }
+            ],
+            ["uid"],
+            count=True,
+        )
+        if not inserted:
+            return False  # another worker stored it
+        episode_id = s.scalars(select(Episode.id).where(Episode.uid == uid)).one()
+        insert_ignore(
+            s,
+            Step,
+            [{"episode_id": episode_id, **row} for row in result["steps"]],
+            ["episode_id", "index"],
+        )
+        if verdict is not None:
+            insert_ignore(
+                s,
+                Anchor,
+                [
+                    {
+                        "episode_id": episode_id,
+                        "source": "verifier",
+                        "annotator": "",
+                        "label": "success" if verdict.success else "failure",
+                        "confidence": 1.0,
+                        "meta": verdict.to_json(),
+                    }
+                ],
+                ["episode_id", "source", "annotator"],
+            )
+        insert_ignore(
+            s,
+            Exclusion,
+            [
+                {
+                    "round_id": round_id,
+                    "stage": "rollout",
+                    "item_type": "episode_attempt",
+                    "item_key": f"{uid}:{f['attempt']}",
+                    "reason": f["reason"],
+                    "detail": f,
+                }
+                for f in failures
+            ]
+            + [
+                {
+                    "round_id": round_id,
+                    "stage": "rollout",
+                    "item_type": "step",
+                    "item_key": f"{uid}:{row['index']}",
+                    "reason": row["parse_error"],
+                    "detail": {"raw_output": row["raw_output"]},
+                }
+                for row in result["steps"]
+                if row["parse_error"]
+            ]
+            + (
+                [
+                    {
+                        "round_id": round_id,
+                        "stage": "rollout",
+                        "item_type": "episode",
+                        "item_key": uid,
+                        "reason": result["reason"],
+                        "detail": policy_failure,
+                    }
+                ]
+                if policy_failure
+                else []
+            ),
+            ["stage", "item_type", "item_key", "reason"],
+        )
+    return True

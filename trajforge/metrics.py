@@ -1,0 +1,42 @@
+"""Agreement of a binary predictor with the truth, as the calibration and annotation reports print it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class ChannelStats:
+    tp: int = 0
+    fp: int = 0
+    tn: int = 0
+    fn: int = 0
+
+    def add(self, predicted: bool, actual: bool) -> None:
+        if predicted and actual:
+            self.tp += 1
+        elif predicted:
+            self.fp += 1
+        elif actual:
+            self.fn += 1
+        else:
+            self.tn += 1
+
+    def summary(self) -> dict[str, float | int]:
+        n = self.tp + self.fp + self.tn + self.fn
+        return {
+            "n": n,
+            "accuracy": (self.tp + self.tn) / n if n else 0.0,
+            "precision": self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0,
+            "recall": self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0,
+            "tp": self.tp,
+            "fp": self.fp,
+            "tn": self.tn,
+            "fn": self.fn,
+        }
+
+
+def channel_row(name: str, st: dict[str, Any], width: int = 24) -> str:
+    """One `ChannelStats.summary()` as a table row: name, n, accuracy, precision, recall."""
+    return f"{name:{width}} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
