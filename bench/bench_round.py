@@ -60,10 +60,10 @@ def _fanout(settings: Settings, runner: str) -> float:
     from flows import rounds
 
     s = settings.model_copy(update={"evolve": settings.evolve.model_copy(update={"runner": runner})})
-    rounds.generate_queries(s, 1)
+    rounds.generate_queries_flow(s, 1)
     t0 = time.perf_counter()
-    rounds.rollout_round.with_options(task_runner=rounds.task_runner(s))(s, 1)
-    rounds.curate_round.with_options(task_runner=rounds.task_runner(s))(s, 1)
+    rounds.rollout_round_flow.with_options(task_runner=rounds.task_runner(s))(s, 1)
+    rounds.curate_round_flow.with_options(task_runner=rounds.task_runner(s))(s, 1)
     return time.perf_counter() - t0
 
 

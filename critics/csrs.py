@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.llm import TEMPLATES
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, step_view, stored_step_verdicts
 from storage.models import Exclusion, HumanAnnotation, Sample
@@ -38,6 +39,12 @@ TAU_C = 0.5  # keep GOOD and NEUTRAL steps as action targets, drop HARMFUL ones
 TEMPLATE_VERSION = "csrs-templates-1"
 TRAJECTORY_FAILED = "trajectory_failed"  # action samples of a trajectory the anchor failed
 SUPERSEDED = "superseded_by_human_anchor"  # written under an outcome a human has since reversed
+_PROMPTS = TEMPLATES.get_template("csrs_prompts.j2").module
+
+
+def prompt(category: str, **values: str) -> str:
+    """A category's knowledge prompt (`templates/csrs_prompts.j2`) with its values filled in."""
+    return str(getattr(_PROMPTS, category)(**values))
 
 
 @dataclass
@@ -83,7 +90,7 @@ def extract(
             SampleDraft(
                 "state_summary",
                 i,
-                {"images": images, "prompt": "Summarise the current screen.", "response": screen},
+                {"images": images, "prompt": prompt("state_summary"), "response": screen},
                 prov,
             )
         )
@@ -93,7 +100,7 @@ def extract(
                 i,
                 {
                     "images": images,
-                    "prompt": f"Task: {query.instruction}\nWhat has been done so far, and what is left?",
+                    "prompt": prompt("progress_tracking", task=query.instruction),
                     "response": ("Done: " + "; ".join(done) if done else "Nothing yet.")
                     + f" Step {i + 1} comes next.",
                 },
@@ -107,7 +114,7 @@ def extract(
                 i,
                 {
                     "images": images,
-                    "prompt": f"Task: {query.instruction}\nIs the task complete on this screen?",
+                    "prompt": prompt("state_verification", task=query.instruction),
                     "response": "yes" if (is_last and success) else "no",
                 },
                 prov,
@@ -124,7 +131,7 @@ def extract(
                 i,
                 {
                     "images": images,
-                    "prompt": f"Screen: {screen}\nAction: {words}\nWhat will the screen show next?",
+                    "prompt": prompt("effect_prediction", screen=screen, action=words),
                     "response": next_screen if view.after != view.before else "The screen does not change.",
                 },
                 prov,
@@ -136,7 +143,7 @@ def extract(
                 i,
                 {
                     "images": [view.before, view.after],
-                    "prompt": f"Task: {query.instruction}\nAction taken: {words}\nWas it right?",
+                    "prompt": prompt("self_reflection", task=query.instruction, action=words),
                     "response": f"{verdict.label}: {verdict.summary}",
                 },
                 prov,
@@ -155,7 +162,7 @@ def extract(
                 i,
                 {
                     "images": images,
-                    "prompt": f"Instruction: {words}",
+                    "prompt": prompt("intent_execution", action=words),
                     "response": json.dumps(target, ensure_ascii=False),
                     **grounding,
                 },
@@ -168,7 +175,9 @@ def extract(
             i,
             {
                 "images": images,
-                "prompt": f"Task: {query.instruction}\nHistory: " + ("; ".join(done) or "none"),
+                "prompt": prompt(
+                    "action_prediction", task=query.instruction, history="; ".join(done) or "none"
+                ),
                 "response": json.dumps(target, ensure_ascii=False),
                 **grounding,
             },

@@ -22,7 +22,7 @@ from trajforge.domain import STEP_LABELS, Query, StepView, describe
 from trajforge.draw import mark_point
 from trajforge.gateway import LLMGateway, image_part, text_part
 
-_TEMPLATES = Environment(
+TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
 )
 
@@ -62,7 +62,7 @@ class LLMStepCritic:
         if view.action is None:
             return LLMJudgment("NEUTRAL", "The output could not be parsed; nothing happened.", "", "", None)
         action = Action.model_validate(view.action)
-        prompt = _TEMPLATES.get_template("step_critic.j2").render(
+        prompt = TEMPLATES.get_template("step_critic.j2").render(
             instruction=query.instruction, history=history, action=describe(action, view)
         )
         # decoding and drawing a phone-sized PNG is CPU work: keep it off the event loop
@@ -99,13 +99,13 @@ class LLMTrajectoryCritic:
 
     async def judge(self, query: Query, steps: list[StepView], summaries: list[str]) -> LLMJudgment:
         if self.channel == "textual":
-            prompt = _TEMPLATES.get_template("trajectory_textual.j2").render(
+            prompt = TEMPLATES.get_template("trajectory_textual.j2").render(
                 instruction=query.instruction, steps=summaries
             )
             content: list[dict[str, Any]] = [text_part(prompt)]
         else:
             shots = [steps[0].before] + [s.after for s in steps[-self.last_images :]] if steps else []
-            prompt = _TEMPLATES.get_template("trajectory_multimodal.j2").render(
+            prompt = TEMPLATES.get_template("trajectory_multimodal.j2").render(
                 instruction=query.instruction, steps=summaries, images=len(shots)
             )
             content = [text_part(prompt)] + [image_part(self.frames(sha)) for sha in shots]

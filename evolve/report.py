@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from evolve.rounds_json import write_rounds_json
 from storage.anchors import CONSENSUS
 from storage.datasets import VersionRef, list_versions, manifest
-from storage.models import Anchor, App, Episode, Exclusion, Judgment, LLMCall, Policy, Round, Sample, Step
+from storage.llm_cache import usage_by_stage
+from storage.models import Anchor, App, Episode, Exclusion, Judgment, Policy, Round, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
 
@@ -97,17 +98,14 @@ def collect(sessions: sessionmaker[Session]) -> list[RoundFigures]:
                 .group_by(Step.parse_error)
             ):
                 fig.drops[f"rollout:{reason}"] += n
-            tokens = s.execute(
-                select(func.coalesce(func.sum(LLMCall.prompt_tokens + LLMCall.completion_tokens), 0),
-                       func.coalesce(func.sum(LLMCall.cost_usd), 0.0))
-                .where(LLMCall.round_id == rnd.id)
-            ).one()  # fmt: skip
+            usage = usage_by_stage(sessions, rnd.id).values()
             judged = s.scalar(
                 select(func.coalesce(func.sum(Judgment.prompt_tokens + Judgment.completion_tokens), 0))
                 .join(Episode, Episode.id == Judgment.target_id)
                 .where(Judgment.target == "episode", Episode.round_id == rnd.id)
             )
-            fig.tokens, fig.cost_usd = int(tokens[0]) + int(judged or 0), float(tokens[1])
+            fig.tokens = sum(u.prompt_tokens + u.completion_tokens for u in usage) + int(judged or 0)
+            fig.cost_usd = sum(u.cost_usd for u in usage)
             out.append(fig)
     return out
 

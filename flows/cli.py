@@ -284,7 +284,7 @@ def evolve_cmd(
     prefect_env(settings, verbose)
     from evolve.report import write_report
     from evolve.spine import open_spine
-    from flows.rounds import evolve_round
+    from flows.rounds import evolve_round_flow
 
     typer.echo(
         f"evolving to {target} rounds on {redact_url(settings.db_url)} (runner: {settings.evolve.runner})"
@@ -292,7 +292,7 @@ def evolve_cmd(
     for number in range(1, target + 1):
         started = time.monotonic()
         typer.echo(f"round {number}/{target}: running…")
-        result = prefect_call(evolve_round, settings, number)
+        result = prefect_call(evolve_round_flow, settings, number)
         per_app = ", ".join(f"{a} {w}/{n}" for a, (w, n) in result["per_app"].items())
         state = "already done" if result.get("skipped") else f"{time.monotonic() - started:.0f}s"
         typer.echo(

@@ -104,14 +104,14 @@ def finish_task(settings: Settings, number: int, extra: dict[str, Any]) -> dict[
 
 
 @flow(name="generate_queries")
-def generate_queries(settings: Settings, number: int) -> list[str]:
+def generate_queries_flow(settings: Settings, number: int) -> list[str]:
     """Open the round (its policy version) and sample its task queries on every app's DAG."""
     start_round_task(settings, number)
     return round_queries_task(settings, number)
 
 
 @flow(name="rollout_round")
-def rollout_round(settings: Settings, number: int) -> dict[str, Any]:
+def rollout_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     """K rollouts per query, fanned out by query shard; round 1 adds guided demonstrations."""
     uids = round_queries_task(settings, number)
     register_devices_task(settings)
@@ -124,19 +124,19 @@ def rollout_round(settings: Settings, number: int) -> dict[str, Any]:
 
 
 @flow(name="judge_round")
-def judge_round(settings: Settings, number: int) -> dict[str, Any]:
+def judge_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     """Step and trajectory critics on every episode of the round."""
     return judge_task(settings, number)
 
 
 @flow(name="calibrate")
-def calibrate(settings: Settings, number: int) -> dict[str, Any]:
+def calibrate_flow(settings: Settings, number: int) -> dict[str, Any]:
     """Critics against verifier and human anchors, then CSRS sample extraction."""
     return calibrate_task(settings, number)
 
 
 @flow(name="curate_round")
-def curate_round(settings: Settings, number: int) -> dict[str, Any]:
+def curate_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     """Screenshot features fanned out by episode shard, then dedup, guidance, thoughts, recovery."""
     episodes = steps.episode_uids(settings, number)
     parts = steps.shards(episodes, settings.evolve.shards)
@@ -146,7 +146,7 @@ def curate_round(settings: Settings, number: int) -> dict[str, Any]:
 
 
 @flow(name="publish_dataset")
-def publish_dataset(settings: Settings, number: int) -> dict[str, Any]:
+def publish_dataset_flow(settings: Settings, number: int) -> dict[str, Any]:
     """Seal the dataset version of rounds 1..N; train and register policy N + 1 from it."""
     published = publish_task(settings, number)
     trained = train_task(settings, number, published["version"])
@@ -154,7 +154,7 @@ def publish_dataset(settings: Settings, number: int) -> dict[str, Any]:
 
 
 @flow(name="evolve_round")
-def evolve_round(settings: Settings, number: int) -> dict[str, Any]:
+def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     """Round N with the policy of round N: every stage in order; a finished round is not redone."""
     opened = start_round_task(settings, number)
     if opened["done"]:
@@ -165,12 +165,12 @@ def evolve_round(settings: Settings, number: int) -> dict[str, Any]:
             **steps.round_stats(settings, number),
         }
     runner = task_runner(settings)
-    generate_queries(settings, number)
-    rolled = rollout_round.with_options(task_runner=runner)(settings, number)
-    judge_round(settings, number)
-    calibrated = calibrate(settings, number)
-    curated = curate_round.with_options(task_runner=runner)(settings, number)
-    published = publish_dataset(settings, number)
+    generate_queries_flow(settings, number)
+    rolled = rollout_round_flow.with_options(task_runner=runner)(settings, number)
+    judge_round_flow(settings, number)
+    calibrated = calibrate_flow(settings, number)
+    curated = curate_round_flow.with_options(task_runner=runner)(settings, number)
+    published = publish_dataset_flow(settings, number)
     extra = {
         "policy": opened["policy"],
         "dataset": published["dataset"],
@@ -192,7 +192,7 @@ def target_rounds(settings: Settings, rounds: int | None, more: int | None) -> i
 
 
 @flow(name="evolve")
-def evolve(
+def evolve_flow(
     config: str | None = None, rounds: int | None = None, more: int | None = None
 ) -> list[dict[str, Any]]:
     """The deployment entry point: settings from `config` and the worker's environment, then rounds.
@@ -204,4 +204,4 @@ def evolve(
     from trajforge.settings import load_settings
 
     settings = load_settings(Path(config) if config else None)
-    return [evolve_round(settings, n) for n in range(1, target_rounds(settings, rounds, more) + 1)]
+    return [evolve_round_flow(settings, n) for n in range(1, target_rounds(settings, rounds, more) + 1)]

@@ -15,7 +15,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from flows.rounds import DEVICES, MODEL_CALLS, evolve
+from flows.rounds import DEVICES, MODEL_CALLS, evolve_flow
 from trajforge.settings import Settings
 
 DEPLOYMENT = "trajforge-evolve"
@@ -55,7 +55,7 @@ def register_work_pool(settings: Settings, config: Path | None) -> str:
 
 def _deployment(settings: Settings, config: Path | None, **pool: Any) -> Any:
     """The `evolve` flow loaded from this checkout's source, as a deployment with the schedule."""
-    remote = evolve.from_source(source=str(SOURCE), entrypoint="flows/rounds.py:evolve")
+    remote = evolve_flow.from_source(source=str(SOURCE), entrypoint="flows/rounds.py:evolve_flow")
     return remote.to_deployment(  # type: ignore[union-attr]
         name=DEPLOYMENT, cron=settings.evolve.schedule, parameters=parameters(config), **pool
     )

@@ -33,12 +33,12 @@ def test_evolve_rounds_then_rerun_and_report(
     harness: None, evolve_settings: Settings, tmp_path: Path
 ) -> None:
     settings = evolve_settings
-    first = rounds.evolve_round(settings, 1)
+    first = rounds.evolve_round_flow(settings, 1)
     assert first["policy"] == "random-explorer@0" and first["next_policy"] == "knn@1"
     assert first["dataset_version"] == 1 and len(first["manifest_sha256"]) == 64
-    second = rounds.evolve_round(settings, 2)
+    second = rounds.evolve_round_flow(settings, 2)
     assert second["policy"] == "knn@1" and second["dataset_version"] == 2
-    assert rounds.evolve_round(settings, 2)["skipped"] is True  # a finished round is not redone
+    assert rounds.evolve_round_flow(settings, 2)["skipped"] is True  # a finished round is not redone
     spine = open_spine(settings)
     assert [v.version for v in list_versions(spine.sessions, "trajforge")] == [1, 2]
 
@@ -88,10 +88,10 @@ def test_dask_runner_with_two_workers_matches_the_thread_runner(
             tmp_path / runner / "evolve.yaml", f"sqlite:///{tmp_path / runner / 'db.sqlite'}", runner=runner
         )
         settings = load_settings(cfg)
-        rounds.generate_queries(settings, 1)
-        rounds.rollout_round.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
-        rounds.judge_round(settings, 1)  # curation reads the stored step labels
-        rounds.curate_round.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
+        rounds.generate_queries_flow(settings, 1)
+        rounds.rollout_round_flow.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
+        rounds.judge_round_flow(settings, 1)  # curation reads the stored step labels
+        rounds.curate_round_flow.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
         results[runner] = _episodes(settings)
     assert len(results["thread"]) == 12
     assert results["dask"] == results["thread"]
