@@ -16,15 +16,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from evolve.spine import Spine
+from evolve.spine import Spine, build_gateway
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
 from rollout.policies.knn import NAME as KNN
 from rollout.policies.knn import KnnPolicy, Memory
 from storage.db import insert_ignore
-from storage.llm_cache import SqlResponseCache
 from storage.models import Policy as PolicyRow
 from trajforge.errors import ConfigError
-from trajforge.gateway import LLMGateway
 
 STORE_SCHEME = "store:"
 
@@ -103,7 +101,8 @@ def policy_factory(spine: Spine, policy_id: int) -> Callable[[], Policy]:
     if row.endpoint:
         model = str(meta.get("model") or spine.settings.llm.model)
         llm = spine.settings.llm.model_copy(update={"base_url": row.endpoint, "model": model})
-        gateway = LLMGateway(llm, SqlResponseCache(spine.sessions))
+        gateway = build_gateway(llm, spine.sessions)
+        assert gateway is not None  # the endpoint is set
         config = VLMPolicyConfig(
             name=row.name, version=row.version, model=model, format=meta.get("format", "qwen")
         )

@@ -1,4 +1,5 @@
-"""The spine a step works on (database sessions, object store, apps), opened once per process.
+"""The spine a step or command works on (database sessions, object store, apps, the model
+gateway), opened once per process: every command and step goes through `open_spine`.
 
 Steps take `Settings` (picklable) rather than open connections, so a Dask worker in
 another process opens its own spine the first time it runs a step.
@@ -15,9 +16,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.apps import check_apps
 from storage.db import engine_from_settings, session_factory, upgrade
+from storage.llm_cache import SqlResponseCache
 from storage.objectstore import ObjectStore, frame_reader, open_object_store
 from trajforge.appspec import AppSpec, load_apps
-from trajforge.settings import Settings
+from trajforge.gateway import LLMGateway
+from trajforge.settings import LLMSettings, Settings
 
 _OPEN: dict[str, Spine] = {}
 _LOCK = threading.Lock()
@@ -27,7 +30,11 @@ _LOCK = threading.Lock()
 class Spine:
     settings: Settings
     sessions: sessionmaker[Session]
-    store: ObjectStore
+
+    @cached_property
+    def store(self) -> ObjectStore:
+        """The object store, reached on first use: commands that only read the database never touch it."""
+        return open_object_store(self.settings)
 
     @cached_property
     def apps(self) -> list[AppSpec]:
@@ -40,13 +47,22 @@ class Spine:
     def frames(self) -> Callable[[str], bytes]:
         return frame_reader(self.store)
 
+    def gateway(self) -> LLMGateway | None:
+        """A model gateway on the configured endpoint (None offline); build one per event loop."""
+        return build_gateway(self.settings.llm, self.sessions)
+
+
+def build_gateway(llm: LLMSettings, sessions: sessionmaker[Session]) -> LLMGateway | None:
+    """The one way a gateway is built: the endpoint's settings and the run's response cache."""
+    return None if llm.offline else LLMGateway(llm, SqlResponseCache(sessions))
+
 
 def open_spine(settings: Settings) -> Spine:
-    """The process's spine for these settings: the schema migrated and the store reached once."""
+    """The process's spine for these settings: the schema migrated once, the store reached on first use."""
     key = settings.model_dump_json()
     with _LOCK:
         if key not in _OPEN:
             engine = engine_from_settings(settings)
             upgrade(engine)
-            _OPEN[key] = Spine(settings, session_factory(engine), open_object_store(settings))
+            _OPEN[key] = Spine(settings, session_factory(engine))
         return _OPEN[key]

@@ -41,14 +41,12 @@ from storage.anchors import CONSENSUS
 from storage.datasets import manifest
 from storage.db import transaction
 from storage.features import FeatureStore, make_featurizer
-from storage.llm_cache import SqlResponseCache
 from storage.models import App, Dataset, DatasetVersion, Episode, Round, Sample, Step
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
 from storage.publish import PublishConfig, publish
 from trajforge.domain import Query
 from trajforge.errors import ConfigError
-from trajforge.gateway import LLMGateway
 from trajforge.settings import Settings
 
 EXPLORER = ("random-explorer", 0)
@@ -244,18 +242,13 @@ def featurise_shard(settings: Settings, number: int, uids: list[str]) -> dict[st
     return features.stats.as_dict()
 
 
-def _gateway(spine: Spine) -> LLMGateway | None:
-    llm = spine.settings.llm
-    return None if llm.offline else LLMGateway(llm, SqlResponseCache(spine.sessions))
-
-
 def judge(settings: Settings, number: int) -> dict[str, Any]:
     """Offline critics on every step and episode; the model critics too when an endpoint is set."""
     spine = open_spine(settings)
     rnd = _round(spine, number)
     report = judge_round(spine.sessions, rnd.id, spine.apps, spine.frames)
     out: dict[str, Any] = {"episodes": report.episodes, "steps": dict(report.steps)}
-    gateway = _gateway(spine)
+    gateway = spine.gateway()
     if gateway is not None:
 
         async def with_model() -> int:
@@ -273,7 +266,7 @@ def calibrate(settings: Settings, number: int) -> dict[str, Any]:
     spine = open_spine(settings)
     rnd = _round(spine, number)
     report = calibrate_round(spine.sessions, rnd.id)
-    samples = extract_round(spine.sessions, rnd.id, _gateway(spine), spine.frames, settings.critics)
+    samples = extract_round(spine.sessions, rnd.id, spine.gateway(), spine.frames, settings.critics)
     consensus = report["channels"].get(":".join(CONSENSUS), {})
     return {
         "consensus": consensus,
@@ -293,7 +286,7 @@ def curate(settings: Settings, number: int) -> dict[str, Any]:
         spine.store,
         settings.curate,
         demonstrator(spine.apps, spine.store),
-        _gateway(spine),
+        spine.gateway(),
         critics=settings.critics,
     )
     return {

@@ -130,23 +130,19 @@ def queries_generate(
     """Sample, synthesise, validate and dedup queries for one app; store them and print a summary."""
     import asyncio
 
+    from evolve.spine import build_gateway, open_spine
     from querygen.pipeline import GenerationReport, agenerate_queries, load_history, store_generation
     from storage.apps import check_apps
-    from storage.db import engine_from_settings, session_factory, upgrade
-    from storage.llm_cache import SqlResponseCache
     from trajforge.appspec import load_app
-    from trajforge.gateway import LLMGateway
 
     settings = cli_settings(config)
     spec = load_app(app_ref)
-    engine = engine_from_settings(settings)
-    upgrade(engine)
-    sessions = session_factory(engine)
+    sessions = open_spine(settings).sessions
     check_apps(sessions, [spec])  # a spec named like a stored, different one: refused before any call
     coverage, dedup = load_history(sessions, spec.name)
 
     async def generate() -> GenerationReport:
-        gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
+        gateway = build_gateway(settings.llm, sessions)
         try:
             return await agenerate_queries(spec, n, seed, gateway=gateway, coverage=coverage, deduper=dedup)
         finally:

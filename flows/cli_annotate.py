@@ -29,13 +29,11 @@ def annotate_push(
     share one task.
     """
     from annotation.push import push_round
-    from storage.objectstore import open_object_store
+    from evolve.spine import open_spine
 
     settings = cli_settings(config)
     sessions, round_id, number = cli_round(settings, round_number)
-    report = push_round(
-        sessions, round_id, open_object_store(settings), settings.annotate, settings.s3, limit
-    )
+    report = push_round(sessions, round_id, open_spine(settings).store, settings.annotate, settings.s3, limit)
     typer.echo(f"round {number}: {report.render()}")
     typer.echo(f"annotate at {settings.annotate.url.rstrip('/')}/projects/")
 

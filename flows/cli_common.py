@@ -21,26 +21,22 @@ def cli_settings(config: Path | None) -> Settings:
 
 def cli_spine(config: Path | None) -> tuple[Settings, Any, Any]:
     """Settings, a session factory on the migrated database, and the object store."""
-    from storage.db import engine_from_settings, session_factory, upgrade
-    from storage.objectstore import open_object_store
+    from evolve.spine import open_spine
 
     settings = cli_settings(config)
-    engine = engine_from_settings(settings)
-    upgrade(engine)
-    return settings, session_factory(engine), open_object_store(settings)
+    spine = open_spine(settings)
+    return settings, spine.sessions, spine.store
 
 
 def cli_round(settings: Settings, number: int | None) -> tuple[Any, int, int]:
     """A session factory on the migrated database, the round's id and its number (default: the latest)."""
     from sqlalchemy import func, select
 
-    from storage.db import engine_from_settings, session_factory, upgrade
+    from evolve.spine import open_spine
     from storage.models import Round
     from trajforge.errors import ConfigError
 
-    engine = engine_from_settings(settings)
-    upgrade(engine)
-    sessions = session_factory(engine)
+    sessions = open_spine(settings).sessions
     with sessions() as s:
         wanted = number if number is not None else s.scalar(select(func.max(Round.number)))
         row = s.scalars(select(Round).where(Round.number == wanted)).first() if wanted is not None else None

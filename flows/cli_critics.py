@@ -16,15 +16,14 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     import asyncio
 
     from critics.judge import judge_round, judge_round_llm
+    from evolve.spine import build_gateway, open_spine
     from storage.apps import round_apps
-    from storage.llm_cache import SqlResponseCache
-    from storage.objectstore import frame_reader, open_object_store
+    from storage.objectstore import frame_reader
     from trajforge.appspec import load_apps
-    from trajforge.gateway import LLMGateway
 
     settings = cli_settings(config)
     sessions, round_id, number = cli_round(settings, round_number)
-    store = open_object_store(settings)
+    store = open_spine(settings).store
     apps = round_apps(sessions, load_apps(settings.apps))
     report = judge_round(sessions, round_id, apps, frame_reader(store))
     typer.echo(f"round {number}: {report.render()} (offline critics)")
@@ -32,7 +31,8 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
         return
 
     async def with_model() -> str:
-        gateway = LLMGateway(settings.llm, SqlResponseCache(sessions))
+        gateway = build_gateway(settings.llm, sessions)
+        assert gateway is not None  # not offline
         try:
             judged = await judge_round_llm(sessions, round_id, gateway, frame_reader(store))
             return judged.render()
@@ -59,13 +59,12 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     With TRAJFORGE_LLM_BASE_URL set, the model writes the knowledge categories (1-5).
     """
     from critics.csrs import extract_round
-    from storage.llm_cache import SqlResponseCache
-    from storage.objectstore import frame_reader, open_object_store
-    from trajforge.gateway import LLMGateway
+    from evolve.spine import build_gateway, open_spine
+    from storage.objectstore import frame_reader
 
     settings = cli_settings(config)
     sessions, round_id, number = cli_round(settings, round_number)
-    gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
-    store = open_object_store(settings)
+    gateway = build_gateway(settings.llm, sessions)
+    store = open_spine(settings).store
     typer.echo(f"round {number}")
     typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store), settings.critics).render())

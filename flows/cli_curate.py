@@ -26,19 +26,17 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     if ctx.invoked_subcommand is not None:
         return
     from curation.pipeline import curate_round
+    from evolve.spine import build_gateway, open_spine
     from rollout.sim.env import demonstrator
     from storage.apps import round_apps
-    from storage.llm_cache import SqlResponseCache
-    from storage.objectstore import open_object_store
     from trajforge.appspec import load_apps
-    from trajforge.gateway import LLMGateway
 
     settings = cli_settings(config)
     sessions, round_id, number = cli_round(settings, round_number)
     apps = round_apps(sessions, load_apps(settings.apps))
-    gateway = None if settings.llm.offline else LLMGateway(settings.llm, SqlResponseCache(sessions))
+    gateway = build_gateway(settings.llm, sessions)
     typer.echo(f"round {number}")
-    store = open_object_store(settings)
+    store = open_spine(settings).store
     report = curate_round(
         sessions,
         round_id,

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from evolve.spine import open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
@@ -20,17 +21,15 @@ from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
 from storage.apps import check_apps
-from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
+from storage.db import insert_ignore, transaction
 from storage.keys import sha256_hex
-from storage.llm_cache import SqlResponseCache
 from storage.models import App, Round
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
-from storage.objectstore import frame_reader, open_object_store
+from storage.objectstore import frame_reader
 from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
 from trajforge.errors import ConfigError
-from trajforge.gateway import LLMGateway
 from trajforge.settings import load_settings
 
 POLICIES = ("noisy-oracle", "random-explorer", "vlm")
@@ -74,18 +73,17 @@ def run_rollout(
                 f"backend 'android' cannot open app {spec.name!r}: its spec has no `package:`; set the "
                 "activity to launch (e.g. package: com.example.app/.MainActivity)"
             )
-    engine = engine_from_settings(settings)
-    upgrade(engine)
-    sessions = session_factory(engine)
+    spine = open_spine(settings)
+    sessions = spine.sessions
     check_apps(sessions, apps)  # before anything is written
-    store = open_object_store(settings)
+    store = spine.store
     gateway = None
     if policy == "vlm":
         if settings.llm.offline:
             raise ConfigError(
                 "policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL (or use noisy-oracle)"
             )
-        gateway = LLMGateway(settings.llm, SqlResponseCache(sessions))
+        gateway = spine.gateway()
     oracle_noise = OracleNoise(
         mis_tap=noise, wrong_value=noise, premature_terminate=noise / 2, malformed=noise
     )
