@@ -1,0 +1,59 @@
+"""The house's layout rules, checked on the source: imports run one way and modules stay small.
+
+flows -> evolve -> stages (querygen, rollout, critics, curation, annotation) -> storage -> trajforge.
+A stage never imports a sibling stage; what two stages share lives in `storage` or the kernel.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGES = {"querygen", "rollout", "critics", "curation", "annotation"}
+# What each package may import from the project (besides itself).
+ALLOWED = {
+    "trajforge": set(),
+    "storage": {"trajforge"},
+    **{stage: {"storage", "trajforge"} for stage in STAGES},
+    "evolve": STAGES | {"storage", "trajforge"},
+    "flows": STAGES | {"evolve", "storage", "trajforge"},
+}
+PROJECT = set(ALLOWED) | {"bench", "tests"}
+MAX_LINES = 400
+
+
+def _modules(package: str) -> list[Path]:
+    return [p for p in (ROOT / package).rglob("*.py") if "migrations" not in p.parts]
+
+
+def _imports(path: Path) -> set[str]:
+    tops = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            tops.add(node.module.split(".")[0])
+    return tops & PROJECT
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_run_one_way(package: str) -> None:
+    wrong = {
+        str(p.relative_to(ROOT)): sorted(bad)
+        for p in _modules(package)
+        if (bad := _imports(p) - ALLOWED[package] - {package})
+    }
+    assert not wrong, f"{package} may import only {sorted(ALLOWED[package])}; these reach further: {wrong}"
+
+
+def test_no_module_over_the_size_limit() -> None:
+    big = {
+        str(p.relative_to(ROOT)): n
+        for package in [*ALLOWED, "bench"]
+        for p in _modules(package)
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not big, f"split these modules (over {MAX_LINES} lines): {big}"
