@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from critics.llm import TEMPLATES
 from storage.db import record_exclusions, transaction
-from storage.episodes import round_episodes, step_view, stored_step_verdicts
+from storage.episodes import round_episodes, round_step_judgments, step_view, stored_step_verdicts
 from storage.models import Exclusion, HumanAnnotation, Sample
 from storage.outcomes import decide_outcomes
 from storage.samples import CATEGORIES, OUTCOME_STAGE, SampleDraft, store_drafts
@@ -253,13 +253,14 @@ def extract_round(
     undecided: list[tuple[str, str, dict[str, Any]]] = []
     with sessions() as s:
         decided = decide_outcomes(s, round_id, settings)
+        judged = round_step_judgments(s, round_id)
         for episode, query, steps in round_episodes(s, round_id):
             outcome = decided[episode.id]
             if outcome.success is None:
                 detail = {"accuracy": outcome.accuracy, "anchored": outcome.anchored}
                 undecided.append((episode.uid, outcome.source, detail))
                 continue
-            verdicts = stored_step_verdicts(s, round_id, steps)
+            verdicts = stored_step_verdicts(judged, round_id, steps)
             views = [step_view(st) for st in steps]
             outcomes[episode.id] = outcome.provenance()
             drafts = extract(

@@ -33,6 +33,7 @@ from curation.rollouts import Rollout, pass_rate
 from storage.db import insert_ignore, transaction
 from storage.models import Guidance
 from trajforge.actions import Action, Screen
+from trajforge.actions.compare import target_bbox
 from trajforge.domain import Query, StepView, describe, screen_text
 from trajforge.draw import mark_point
 from trajforge.gateway import LLMGateway, image_part, text_part
@@ -214,7 +215,7 @@ async def write_guidance(
             "text": text,
             "source": source,
             "reference": ref,
-            "steps": [asdict(s) for s in steps],
+            "steps": [asdict(s) | {"demonstration": demonstration(views[s.index])} for s in steps],
             "provenance": {
                 "pass_rate": round(rate, 4),
                 "rollouts": len(group),
@@ -226,6 +227,20 @@ async def write_guidance(
     with transaction(sessions) as s:
         insert_ignore(s, Guidance, rows, ["query_uid", "round_id"])
     return report
+
+
+def demonstration(view: StepView) -> dict[str, Any] | None:
+    """A reference step as a demonstration a policy can learn from: the screenshot before it, the
+    action, and the 0-1000 bbox of the element it targets (None for unparsed output)."""
+    if view.action is None:
+        return None
+    action = Action.model_validate(view.action)
+    screen = Screen(view.width, view.height)
+    return {
+        "screenshot": view.before,
+        "action": action.core().model_dump(mode="json", exclude_none=True),
+        "bbox": target_bbox(action, view.elements, screen),
+    }
 
 
 def load_guidance(sessions: sessionmaker[Session], query_uids: list[str]) -> dict[str, str]:

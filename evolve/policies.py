@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from evolve.spine import Spine, build_gateway
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
 from rollout.policies.knn import NAME as KNN
-from rollout.policies.knn import KnnPolicy, Memory
+from rollout.policies.knn import KnnPolicy, Memory, demonstrated
 from storage.db import insert_ignore
 from storage.models import Policy as PolicyRow
 from trajforge.errors import ConfigError
@@ -80,8 +80,11 @@ def local_checkpoint(spine: Spine, uri: str) -> Path:
     return folder
 
 
-def policy_factory(spine: Spine, policy_id: int) -> Callable[[], Policy]:
-    """A fresh policy per episode, of the registered version `policy_id`."""
+def policy_factory(
+    spine: Spine, policy_id: int, demos: list[dict[str, Any]] | None = None
+) -> Callable[[], Policy]:
+    """A fresh policy per episode, of the registered version `policy_id`; `demos` (guidance's
+    reference steps, `evolve.revisits.demonstrations`) join a knn policy's memory."""
     with spine.sessions() as s:
         row = s.get(PolicyRow, policy_id)
     if row is None:
@@ -95,7 +98,9 @@ def policy_factory(spine: Spine, policy_id: int) -> Callable[[], Policy]:
     if row.name == KNN:
         if not row.checkpoint_uri:
             raise ConfigError(f"policy {KNN} v{row.version} has no checkpoint; retrain it")
-        memory = Memory.load(local_checkpoint(spine, row.checkpoint_uri))
+        memory = demonstrated(
+            Memory.load(local_checkpoint(spine, row.checkpoint_uri)), demos or [], spine.frames
+        )
         frames, vectors = spine.frames, dict[str, Any]()
         return lambda: KnnPolicy(memory, frames, row.version, vectors=vectors)
     if row.endpoint:

@@ -20,6 +20,7 @@ from PIL import Image
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from evolve.revisits import revisited
 from evolve.rounds_json import write_rounds_json
 from storage.anchors import CONSENSUS
 from storage.datasets import VersionRef, list_versions, manifest
@@ -111,13 +112,18 @@ def collect(sessions: sessionmaker[Session]) -> list[RoundFigures]:
 
 
 def tally_episodes(s: Session, rnd: Round, fig: RoundFigures) -> None:
-    """The round's own policy: episodes and successes, per app, and pass rates per query."""
+    """The round's own policy on its new queries (revisits apart): episodes and successes, per
+    app, and pass rates per query."""
     per_query: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for app, query, outcome in s.execute(
         select(App.name, QueryRow.uid, Episode.outcome)
         .join(QueryRow, QueryRow.id == Episode.query_id)
         .join(App, App.id == QueryRow.app_id)
-        .where(Episode.round_id == rnd.id, Episode.policy_id == rnd.policy_id)
+        .where(
+            Episode.round_id == rnd.id,
+            Episode.policy_id == rnd.policy_id,
+            QueryRow.uid.not_in(revisited(rnd)),
+        )
     ):
         won = int(outcome == "success")
         fig.episodes += 1

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from evolve.revisits import revisited
 from storage.anchors import SILENT, anchors_by_episode, deciding_anchor
 from storage.models import Episode, Exclusion, Judgment, Policy, Round, Sample
 from storage.models import Query as QueryRow
@@ -54,7 +55,7 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
     episodes = s.execute(
         select(Episode.id, Episode.uid, Episode.outcome, Episode.policy_id, QueryRow.goal)
         .join(QueryRow, QueryRow.id == Episode.query_id)
-        .where(Episode.round_id == rnd.id)
+        .where(Episode.round_id == rnd.id, QueryRow.uid.not_in(revisited(rnd)))
     ).all()
     app_of = {eid: str(goal.get("app", "")) for eid, _, _, _, goal in episodes}
     by_uid = {uid: eid for eid, uid, _, _, _ in episodes}
@@ -117,6 +118,7 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
         "policy": f"{policy.name}@{policy.version}" if policy else None,
         "status": rnd.status,
         "dataset_version": (rnd.stats or {}).get("dataset_version"),
+        "revisits": (rnd.stats or {}).get("revisit_rates", []),
         OVERALL: overall.as_dict(),
         "apps": {app: t.as_dict() for app, t in sorted(tallies.items())},
     }

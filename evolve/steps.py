@@ -25,9 +25,11 @@ from sqlalchemy import func, select
 from critics.calibration import calibrate_round
 from critics.csrs import extract_round
 from critics.judge import judge_round, judge_round_llm
+from curation.guidance import load_guidance
 from curation.pipeline import curate_round
 from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
+from evolve.revisits import demonstrations, revisit_queries, revisit_rates
 from evolve.spine import Spine, open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise, Policy
@@ -57,7 +59,9 @@ DIFFICULTY = {"hard": 0, "medium": 1, "easy": 2}
 def config_hash(settings: Settings) -> str:
     """What makes two runs of a round the same run (resuming with another config is refused)."""
     ev = settings.evolve
-    keep = ev.model_dump(include={"queries_per_app", "rollouts", "max_steps", "guided_fraction", "seed"})
+    keep = ev.model_dump(
+        include={"queries_per_app", "rollouts", "max_steps", "guided_fraction", "seed", "revisit_share"}
+    )
     keep |= {"filtering": ev.filtering, "dataset": ev.dataset}
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()
 
@@ -109,7 +113,8 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
 
 
 def round_queries(settings: Settings, number: int) -> list[str]:
-    """The round's query uids: stored ones, else sampled per app and stored (one transaction per app)."""
+    """The round's query uids: its new queries (stored ones, else sampled per app and stored, one
+    transaction per app), then its revisits (`evolve.revisits`)."""
     spine = open_spine(settings)
     rnd = _round(spine, number)
     uids: list[str] = []
@@ -129,7 +134,7 @@ def round_queries(settings: Settings, number: int) -> list[str]:
             store_generation(spine.sessions, spec, generated, round_id=rnd.id)
             have = sorted(q.uid for q in generated.kept)
         uids.extend(have)
-    return uids
+    return uids + [u for u in revisit_queries(spine, settings, rnd) if u not in uids]
 
 
 def load_queries(spine: Spine, uids: list[str]) -> list[Query]:
@@ -171,10 +176,11 @@ def _roll(
     policy_id: int,
     make: Callable[[], Policy],
     config: RolloutConfig,
+    guidance: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     farm = _farm(spine)
     pool = DevicePool(spine.sessions)
-    runner = EpisodeRunner(spine.sessions, pool, farm, make, config, backend=farm.backend)
+    runner = EpisodeRunner(spine.sessions, pool, farm, make, config, backend=farm.backend, guidance=guidance)
     report = asyncio.run(runner.run(queries, rnd.id, policy_id))
     return {
         "episodes": report.completed,
@@ -191,9 +197,10 @@ def rollout_shard(settings: Settings, number: int, uids: list[str]) -> dict[str,
     spine = open_spine(settings)
     rnd = _round(spine, number)
     ev = settings.evolve
-    make = policy_factory(spine, rnd.policy_id)
+    make = policy_factory(spine, rnd.policy_id, demonstrations(spine, uids))
     config = RolloutConfig(rollouts_per_query=ev.rollouts, workers=ev.devices, max_steps=ev.max_steps)
-    return _roll(spine, rnd, load_queries(spine, uids), rnd.policy_id, make, config)
+    guidance = load_guidance(spine.sessions, uids)
+    return _roll(spine, rnd, load_queries(spine, uids), rnd.policy_id, make, config, guidance)
 
 
 def guided_queries(settings: Settings, number: int, uids: list[str]) -> list[str]:
@@ -365,6 +372,7 @@ def round_stats(settings: Settings, number: int) -> dict[str, Any]:
         "per_app": {a: fig.per_app[a] for a in sorted(fig.per_app)},
         "guided": {outcome: n for outcome, n in guided},
         "samples": {status: n for status, n in samples},
+        "revisit_rates": revisit_rates(spine, rnd),
     }
 
 

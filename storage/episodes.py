@@ -46,23 +46,29 @@ def step_view(step: Step) -> StepView:
     )
 
 
-def stored_step_verdicts(s: Session, round_id: int, steps: Sequence[Step]) -> list[StepVerdict]:
-    """The stored step-critic labels of an episode (a model critic's where present).
+def round_step_judgments(s: Session, round_id: int) -> dict[int, dict[str, Judgment]]:
+    """Every stored step-critic judgment of the round by step id and critic, in one query (a
+    critic's latest version wins)."""
+    stored: dict[int, dict[str, Judgment]] = {}
+    for j in s.scalars(
+        select(Judgment)
+        .join(Step, Step.id == Judgment.target_id)
+        .join(Episode, Episode.id == Step.episode_id)
+        .where(Judgment.target == "step", Episode.round_id == round_id, Judgment.critic.in_(STEP_CRITICS))
+        .order_by(Judgment.critic_version)
+    ):
+        stored.setdefault(j.target_id, {})[j.critic] = j
+    return stored
+
+
+def stored_step_verdicts(
+    stored: dict[int, dict[str, Judgment]], round_id: int, steps: Sequence[Step]
+) -> list[StepVerdict]:
+    """An episode's step-critic labels from `round_step_judgments` (a model critic's where present).
 
     Raises:
         StageError: a step has no label: the round is not judged yet (names the command).
     """
-    stored: dict[int, dict[str, Judgment]] = {}
-    for j in s.scalars(
-        select(Judgment)
-        .where(
-            Judgment.target == "step",
-            Judgment.target_id.in_([st.id for st in steps]),
-            Judgment.critic.in_(STEP_CRITICS),
-        )
-        .order_by(Judgment.critic_version)  # a critic's latest version wins
-    ):
-        stored.setdefault(j.target_id, {})[j.critic] = j
     if not all(st.id in stored for st in steps):
         raise StageError(
             f"round {round_id} is not judged yet; run `trajforge critics run --round {round_id}` first"

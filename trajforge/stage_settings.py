@@ -175,6 +175,14 @@ class EvolveSettings(BaseSettings):
         description="Round 1: share of queries (hardest first) that also get one guided demonstration, "
         "the ground-truth path replayed.",
     )
+    revisit_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Revisits: per app, up to this share of queries_per_app is added to a round from the "
+        "previous round's hard queries (pass rate at or below curate.guidance_pass_rate), rolled out "
+        "with their guidance; 0 turns revisits off.",
+    )
     seed: int = Field(0, description="Seed of query sampling; rounds use seed + round number.")
     dataset: str = Field(
         "trajforge", min_length=1, max_length=128, description="Dataset each round publishes."

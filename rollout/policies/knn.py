@@ -164,6 +164,28 @@ def train(rows: Iterable[dict[str, Any]]) -> Memory:
     )
 
 
+def demonstrated(memory: Memory, demos: list[dict[str, Any]], frames: Callable[[str], bytes]) -> Memory:
+    """The memory plus reference demonstrations (guidance's reference trajectories, GUI-Owl §6.4).
+
+    Each demo is one step: `instruction`, `screenshot` (a hash `frames` reads), `action`,
+    `bbox`, `step` and `previous` (the action before it, or None); it weighs like a training row.
+    """
+    if not demos:
+        return memory
+    featurizer = ThumbFeaturizer()
+    vectors = featurizer.embed([frames(d["screenshot"]) for d in demos])
+    return Memory(
+        np.concatenate([memory.vectors, vectors.astype(memory.vectors.dtype)]),
+        np.concatenate([memory.weights, np.ones(len(demos), np.float32)]),
+        memory.instructions + [d["instruction"] for d in demos],
+        memory.actions + [d["action"] for d in demos],
+        memory.bboxes + [d["bbox"] for d in demos],
+        memory.steps + [int(d["step"]) for d in demos],
+        memory.previous + [d["previous"] for d in demos],
+        memory.featurizer,
+    )
+
+
 def train_from_export(data: Path, out: Path, split: str = "train") -> Memory:
     """Train from an `rl-verl` export directory (its `<split>.parquet`) into `out`."""
     files = sorted(data.glob(f"{split}*.parquet"))
