@@ -15,7 +15,9 @@ screen looks the same and whose instruction reads alike, and lets them vote:
   the word that preceded it in the demonstration's instruction);
 - presses, swipes, app launches and `terminate` vote as they are.
 
-A vote that did nothing last time (the screen did not change) is not repeated. The
+A control the task names (a button or toggle whose words the instruction says) beats the one
+a demonstration tapped. When the last action changed nothing, only actions not yet tried on
+this screen are voted on, and with none left the policy presses back. The
 checkpoint is one `.npz` (vectors, weights) plus one JSON (actions, instructions).
 """
 
@@ -53,6 +55,7 @@ SHARPNESS = 8.0  # vote weight falls as exp(-SHARPNESS * score gap to the best n
 REPEAT_PENALTY = 2.0  # an action already taken on this very screen counts 1 / (1 + 2n)
 TEMPERATURE = 0.5  # rollouts after the first sample actions with odds vote ** (1 / TEMPERATURE)
 NEAR = 60  # 0-1000 units: two taps this close are the same tap
+CONTROLS = ("button", "toggle")  # what a task can name and a tap uses
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
@@ -267,13 +270,14 @@ class KnnPolicy:
         self._words: set[str] = set()
         self._step = 0
         self._prev: Action | None = None
+        self._screen = ""  # the screenshot the last action was taken on
         self._taken: Counter[tuple[str, str]] = Counter()
         self._explore = False
         self._rng = np.random.default_rng(0)
 
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self._query, self._words = query, set(words(query.instruction))
-        self._step, self._prev, self._taken = 0, None, Counter()
+        self._step, self._prev, self._screen, self._taken = 0, None, "", Counter()
         self._explore = rollout > 0
         self._rng = np.random.default_rng(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
 
@@ -288,6 +292,8 @@ class KnnPolicy:
             votes.items(),
             key=lambda kv: (-kv[1] / (1 + REPEAT_PENALTY * self._taken[obs.screenshot, kv[0]]), kv[0]),
         )
+        if self._prev is not None and obs.screenshot == self._screen:  # the last action changed nothing:
+            ranked = [kv for kv in ranked if not self._taken[obs.screenshot, kv[0]]]  # try what is untried
         choice = ranked[0][0] if ranked else None
         if ranked and self._explore and len(ranked) > 1:  # rollouts after the first sample the vote
             keys = [k for k, _ in ranked]
@@ -296,7 +302,7 @@ class KnnPolicy:
         action = Action.model_validate_json(choice) if choice else Action(kind=ActionKind.PRESS, key="back")
         self._taken[obs.screenshot, action.to_json()] += 1
         self._step += 1
-        self._prev = action
+        self._prev, self._screen = action, obs.screenshot
         return action
 
     def _votes(self, obs: Observation) -> dict[str, float]:
@@ -349,10 +355,8 @@ class KnnPolicy:
             if _named(named, self._words) == 0.0:
                 return Action(kind=ActionKind.SWIPE, point=(500, 600), direction="up")
             hit = named
-        elif _named(hit, self._words) < 1.0:  # a button the task names beats the one the demo tapped
-            peers = [
-                e for e in obs.elements if e.get("kind") == hit.get("kind") and _named(e, self._words) == 1.0
-            ]
+        elif _named(hit, self._words) < 1.0:  # a control the task names beats the one the demo tapped
+            peers = [e for e in obs.elements if e.get("kind") in CONTROLS and _named(e, self._words) == 1.0]
             hit = peers[0] if peers else hit
         return Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(hit)))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rollout.policies.knn import KnnPolicy, Memory, copy_span, instruction_of, train, words
+from rollout.policies.knn import KnnPolicy, Memory, copy_span, demonstrated, instruction_of, train, words
 from trajforge.actions import Action, ActionKind
 from trajforge.domain import Observation, Query
 from trajforge.errors import ConfigError
@@ -86,3 +86,53 @@ def test_acting_picks_the_row_the_task_names_and_scrolls_when_none_is_shown() ->
     assert scroll.kind == ActionKind.SWIPE  # the demo tapped this list; the named row is not on screen
     done = policy.decide(Observation(screenshot="b", width=90, height=200, elements=[]))
     assert done == Action(kind=ActionKind.TERMINATE, status="success")
+
+
+def _controls() -> list[dict]:
+    return [
+        {"id": "dark", "kind": "toggle", "text": "Dark theme", "bounds": [0, 20, 90, 50]},
+        {"id": "timeout", "kind": "button", "text": "Screen timeout", "bounds": [0, 60, 90, 90]},
+    ]
+
+
+def test_a_control_the_task_names_beats_the_one_the_demo_tapped() -> None:
+    demo = _row(
+        _png(40), "open Screen timeout", {"kind": "click", "point": [500, 375]}, [0, 300, 1000, 450], 0, "e"
+    )
+    policy = KnnPolicy(train([demo]), {"a": _png(40)}.__getitem__, version=1)
+    policy.start(Query(uid="q", app="settings", instruction="turn dark theme on"), seed="s")
+    act = policy.decide(Observation(screenshot="a", width=90, height=200, elements=_controls()))
+    assert act.kind == ActionKind.CLICK and act.point is not None
+    assert 20 <= act.point[1] * 200 / 1000 <= 50  # the toggle the task names, not the demo's button
+
+
+def test_an_action_that_changed_nothing_is_not_repeated_and_back_ends_the_loop() -> None:
+    demo = _row(
+        _png(40), "pick a row", {"kind": "swipe", "point": [500, 600], "direction": "up"}, None, 0, "e"
+    )
+    policy = KnnPolicy(train([demo]), {"a": _png(40)}.__getitem__, version=1)
+    policy.start(Query(uid="q", app="settings", instruction="pick a row"), seed="s")
+    stuck = Observation(screenshot="a", width=90, height=200, elements=[])
+    assert policy.decide(stuck).kind == ActionKind.SWIPE
+    assert policy.decide(stuck) == Action(kind=ActionKind.PRESS, key="back")  # the swipe did nothing
+
+
+def test_demonstrations_join_the_memory_and_lead_an_unseen_task() -> None:
+    frames = {"a": _png(40), "b": _png(200)}
+    policy = KnnPolicy(demonstrated(train(ROWS[:2]), [], frames.__getitem__), frames.__getitem__)
+    assert len(policy.memory) == 2  # no demonstrations: the memory as trained
+    demo = {
+        "instruction": "reach the bottom",
+        "screenshot": "a",
+        "action": {"kind": "press", "key": "enter"},
+        "bbox": None,
+        "step": 0,
+        "previous": None,
+    }
+    taught = demonstrated(train(ROWS[:2]), [demo], frames.__getitem__)
+    assert len(taught) == 3 and taught.instructions[-1] == "reach the bottom"
+    policy = KnnPolicy(taught, frames.__getitem__)
+    policy.start(Query(uid="q", app="takeout", instruction="reach the bottom"), seed="s")
+    assert (
+        policy.decide(Observation(screenshot="a", width=90, height=200, elements=[])).kind == ActionKind.PRESS
+    )

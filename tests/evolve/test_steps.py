@@ -10,10 +10,11 @@ from sqlalchemy import func, select
 
 from evolve import steps
 from evolve.policies import policy_factory
+from evolve.revisits import demonstrations, revisit_rates
 from evolve.spine import open_spine
 from evolve.trainer import TrainerError, train_next
 from rollout.policies.knn import KnnPolicy
-from storage.models import Episode, Policy, Query, Round, Sample
+from storage.models import Episode, Guidance, Policy, Query, Round, Sample
 from storage.publish import PublishConfig, publish
 from trajforge.errors import ConfigError
 from trajforge.settings import Settings
@@ -67,6 +68,24 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     policy = policy_factory(spine, rnd.policy_id)()
     assert isinstance(policy, KnnPolicy) and len(policy.memory) > 0
     assert steps.finished_rounds(settings) == 1
+
+    # revisits: round 1's hard queries come back in round 2, chosen once, with their guidance
+    uids = steps.round_queries(settings, 2)
+    new, revisits = uids[:4], uids[4:]
+    assert steps.round_queries(settings, 2) == uids
+    with spine.sessions() as s:
+        guided = set(s.scalars(select(Guidance.query_uid).where(Guidance.round_id == 1)))
+    assert revisits and set(revisits) <= guided and not set(revisits) & set(new)
+    demos = demonstrations(spine, revisits)
+    assert demos and all(d["screenshot"] and d["action"]["kind"] for d in demos)
+    assert {d["instruction"] for d in demos} <= {q.instruction for q in steps.load_queries(spine, revisits)}
+    taught = policy_factory(spine, rnd.policy_id, demos)()
+    assert isinstance(taught, KnnPolicy) and len(taught.memory) == len(policy.memory) + len(demos)
+    steps.rollout_shard(settings, 2, revisits)
+    rates = revisit_rates(spine, steps._round(spine, 2))
+    assert [r["query"] for r in rates] == revisits
+    assert all(0 <= r["after"] <= 1 and r["before"] <= settings.curate.guidance_pass_rate for r in rates)
+    assert steps.round_stats(settings, 2)["episodes"] == 0  # success curves count new queries only
 
 
 def test_round_two_needs_round_one_and_a_config_change_is_refused(evolve_settings: Settings) -> None:
