@@ -2,11 +2,13 @@
 
 Keys (documented in the README): `rounds[]` with `round`, `policy`, `status`,
 `dataset_version`, `overall` and `apps.<name>`; each of the last two holds `episodes`,
-`successes`, `success_rate` (the round's own policy, by the episode's recorded outcome),
+`successes`, `success_rate` (the round's own policy on the round's new queries, revisits
+apart, by the episode's recorded outcome),
 `accuracy` (per critic `name:version`: n, accuracy, precision, recall against the deciding
 anchor), `outcome_sources` (episodes whose samples took their outcome from the verifier, a
 human or the calibrated critic, plus those left undecided, by reason), `samples` (kept and
-dropped counts) and `dropped` (by reason).
+dropped counts) and `dropped` (by reason). `revisits` lists the round's revisited queries
+(`evolve.revisits`): `query`, `app`, `before` (pass rate when it got guidance) and `after`.
 """
 
 from __future__ import annotations
@@ -53,19 +55,20 @@ class _Tally:
 def _round(s: Session, rnd: Round) -> dict[str, Any]:
     tallies: dict[str, _Tally] = {OVERALL: _Tally()}
     episodes = s.execute(
-        select(Episode.id, Episode.uid, Episode.outcome, Episode.policy_id, QueryRow.goal)
+        select(Episode.id, Episode.uid, Episode.outcome, Episode.policy_id, QueryRow.goal, QueryRow.uid)
         .join(QueryRow, QueryRow.id == Episode.query_id)
-        .where(Episode.round_id == rnd.id, QueryRow.uid.not_in(revisited(rnd)))
+        .where(Episode.round_id == rnd.id)
     ).all()
-    app_of = {eid: str(goal.get("app", "")) for eid, _, _, _, goal in episodes}
-    by_uid = {uid: eid for eid, uid, _, _, _ in episodes}
+    app_of = {eid: str(goal.get("app", "")) for eid, _, _, _, goal, _ in episodes}
+    by_uid = {uid: eid for eid, uid, _, _, _, _ in episodes}
+    revisits = set(revisited(rnd))
 
     def add(episode_id: int) -> list[_Tally]:
         return [tallies[OVERALL], tallies.setdefault(app_of[episode_id], _Tally())]
 
-    for eid, _, outcome, policy_id, _ in episodes:
+    for eid, _, outcome, policy_id, _, query in episodes:
         for t in add(eid):
-            if policy_id == rnd.policy_id:
+            if policy_id == rnd.policy_id and query not in revisits:  # success: new queries only
                 t.episodes += 1
                 t.successes += outcome == "success"
     anchors = anchors_by_episode(s, Episode.round_id == rnd.id)

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from evolve import steps
 from evolve.policies import policy_factory
 from evolve.revisits import demonstrations, revisit_rates
+from evolve.rounds_json import rounds_table
 from evolve.spine import open_spine
 from evolve.trainer import TrainerError, train_next
 from rollout.policies.knn import KnnPolicy
@@ -86,6 +87,9 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     assert [r["query"] for r in rates] == revisits
     assert all(0 <= r["after"] <= 1 and r["before"] <= settings.curate.guidance_pass_rate for r in rates)
     assert steps.round_stats(settings, 2)["episodes"] == 0  # success curves count new queries only
+    steps.finish_round(settings, 2, {})
+    second = rounds_table(spine.sessions)["rounds"][1]
+    assert second["overall"]["episodes"] == 0 and [r["query"] for r in second["revisits"]] == revisits
 
 
 def test_round_two_needs_round_one_and_a_config_change_is_refused(evolve_settings: Settings) -> None:

@@ -1,0 +1,159 @@
+"""The loop's evidence in one run: three configurations side by side from the same seed.
+
+`python -m bench.bench_loop [--rounds 6] [--out DIR] [HOME...]` runs `trajforge evolve` in a
+fresh home per configuration, one after the other, with the same seed and apps:
+
+- default: critics, verifier and dedup filter what is published;
+- unfiltered: `evolve.filtering: false`, every sample published (the ablation);
+- verifier-free: `critics.outcome: critic`, the calibrated critics decide every outcome
+  (the verifier only calibrates them), as on a farm whose apps have no verifier.
+
+It prints each configuration's success curve (the round's own policy on its new queries,
+from `rounds.json`), per app, the revisited queries' pass rate before and after guidance,
+and the checks of issue 19's targets; it writes `loop.png` (the three curves, overall and per
+app) and `loop.json` under `--out`. With HOMEs (`default=PATH` ...) it reads finished homes
+instead of running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import table
+
+VARIANTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "unfiltered": {"TRAJFORGE_EVOLVE_FILTERING": "false"},
+    "verifier-free": {"TRAJFORGE_CRITICS_OUTCOME": "critic"},
+}
+
+
+def run(home: Path, rounds: int, env: dict[str, str]) -> float:
+    """`trajforge evolve --rounds N` in `home`; its wall time in seconds."""
+    home.mkdir(parents=True, exist_ok=True)
+    trajforge = Path(sys.executable).with_name("trajforge")
+    started = time.monotonic()
+    subprocess.run(
+        [str(trajforge), "evolve", "--rounds", str(rounds)],
+        cwd=home,
+        env={**os.environ, "TRAJFORGE_HOME": str(home / ".trajforge"), **env},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.monotonic() - started
+
+
+def curves(home: Path) -> dict[str, Any]:
+    """Per round: overall and per-app success rates, and the revisits' pass rates."""
+    rounds = json.loads((home / ".trajforge" / "report" / "rounds.json").read_text())["rounds"]
+    out: dict[str, Any] = {"overall": [], "apps": {}, "revisits": []}
+    for r in rounds:
+        out["overall"].append(r["overall"]["success_rate"])
+        for app, figures in r["apps"].items():
+            out["apps"].setdefault(app, []).append(figures["success_rate"])
+        out["revisits"].extend(r.get("revisits", []))
+    return out
+
+
+def checks(found: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """Issue 19's targets against the measured curves."""
+    default = found["default"]["overall"]
+    rows = [
+        [
+            "success never falls (default)",
+            str(all(b >= a for a, b in itertools.pairwise(default))),
+        ],
+        ["default ends >= 70%", f"{default[-1]:.0%}"],
+        [
+            "no app ends below 40% (default)",
+            ", ".join(f"{a} {v[-1]:.0%}" for a, v in sorted(found["default"]["apps"].items())),
+        ],
+    ]
+    if "unfiltered" in found:
+        unf = found["unfiltered"]["overall"]
+        rows.append(
+            [
+                "filtered >= unfiltered from round 2",
+                str(all(d >= u for d, u in zip(default[1:], unf[1:], strict=False))),
+            ]
+        )
+    if "verifier-free" in found:
+        gap = max(abs(d - v) for d, v in zip(default, found["verifier-free"]["overall"], strict=False))
+        rows.append(["verifier-free within 5 points of default", f"largest gap {gap:.1%}"])
+    revisits = found["default"]["revisits"]
+    if revisits:
+        before = sum(r["before"] for r in revisits) / len(revisits)
+        after = sum(r["after"] for r in revisits) / len(revisits)
+        rows.append(
+            ["revisited queries' pass rate rises", f"{before:.0%} -> {after:.0%} ({len(revisits)} revisits)"]
+        )
+    return rows
+
+
+def plot(found: dict[str, dict[str, Any]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    apps = sorted(found["default"]["apps"])
+    fig, axes = plt.subplots(1, 1 + len(apps), figsize=(4 * (1 + len(apps)), 3.2), sharey=True)
+    for ax, title in zip(axes, ["overall", *apps], strict=True):
+        for name, c in found.items():
+            ys = c["overall"] if title == "overall" else c["apps"].get(title, [])
+            ax.plot(range(1, len(ys) + 1), [100 * y for y in ys], marker="o", label=name)
+        ax.set_title(title)
+        ax.set_xlabel("round")
+        ax.set_ylim(0, 100)
+    axes[0].set_ylabel("success %")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "loop.png"
+    fig.savefig(path, dpi=90)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--out", type=Path, default=Path("bench-loop"))
+    parser.add_argument("homes", nargs="*", help="NAME=HOME of finished runs to read instead of running")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    homes = dict(h.split("=", 1) for h in args.homes)
+    seconds: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="trajforge-loop-") as tmp:
+        found: dict[str, dict[str, Any]] = {}
+        for name, env in VARIANTS.items():
+            home = Path(homes[name]) if name in homes else Path(tmp) / name
+            if name not in homes:
+                if homes:
+                    continue  # only the homes given
+                seconds[name] = run(home, args.rounds, env)
+            found[name] = curves(home)
+        n = max(len(c["overall"]) for c in found.values())
+        header = ["configuration", *(f"r{i}" for i in range(1, n + 1)), "seconds"]
+        rows = [
+            [name, *(f"{v:.0%}" for v in c["overall"]), f"{seconds.get(name, 0):.0f}"]
+            for name, c in found.items()
+        ]
+        print(table("success rate by round (the round's policy on its new queries)", header, rows))
+        for name, c in found.items():
+            app_rows = [[app, *(f"{v:.0%}" for v in ys)] for app, ys in sorted(c["apps"].items())]
+            print(table(f"{name}: success by app", ["app", *(f"r{i}" for i in range(1, n + 1))], app_rows))
+        print(table("issue 19 targets", ["target", "measured"], checks(found)))
+        (args.out / "loop.json").write_text(json.dumps({"seconds": seconds, **found}, indent=1))
+        print(f"plot: {plot(found, args.out)}")
+
+
+if __name__ == "__main__":
+    main()
