@@ -226,19 +226,20 @@ class EpisodeRunner:
                 await self._recover(lease)
                 continue
             await asyncio.to_thread(self.pool.release, lease)
-            self._store(uid, round_id, policy_id, query_id, k, lease.key, result, failures, report)
+            stored = store_episode(
+                self.sessions, uid, round_id, policy_id, query_id, k, lease.key, result, failures
+            )
+            if stored:
+                self._count(result, report)
             return
-        self._store(
-            uid,
-            round_id,
-            policy_id,
-            query_id,
-            k,
-            None,
-            {"steps": [], "outcome": "failure", "reason": "device_retries_exhausted", "verdict": None},
-            failures,
-            report,
-        )
+        exhausted: dict[str, Any] = {
+            "steps": [],
+            "outcome": "failure",
+            "reason": "device_retries_exhausted",
+            "verdict": None,
+        }
+        if store_episode(self.sessions, uid, round_id, policy_id, query_id, k, None, exhausted, failures):
+            self._count(exhausted, report)
 
     async def _recover(self, lease: Lease) -> None:
         """Report the device, rebuild its environment, and put it back unless retired."""
@@ -335,20 +336,8 @@ class EpisodeRunner:
         except TimeoutError as exc:
             raise _Retry("step_timeout") from exc
 
-    def _store(
-        self,
-        uid: str,
-        round_id: int,
-        policy_id: int,
-        query_id: int,
-        k: int,
-        device: str | None,
-        result: dict[str, Any],
-        failures: list[dict[str, Any]],
-        report: RolloutReport,
-    ) -> None:
-        if not store_episode(self.sessions, uid, round_id, policy_id, query_id, k, device, result, failures):
-            return  # another worker stored it: count it once
+    def _count(self, result: dict[str, Any], report: RolloutReport) -> None:
+        """Count an episode this worker stored (one another worker stored first is not counted)."""
         report.completed += 1
         report.successes += result["outcome"] == "success"
         report.steps += len(result["steps"])
