@@ -15,10 +15,11 @@ screen looks the same and whose instruction reads alike, and lets them vote:
   the word that preceded it in the demonstration's instruction);
 - presses, swipes, app launches and `terminate` vote as they are.
 
-A control the task names (a button or toggle whose words the instruction says) beats the one
-a demonstration tapped. When the last action changed nothing, only actions not yet tried on
-this screen are voted on, and with none left the policy presses back. The
-checkpoint is one `.npz` (vectors, weights) plus one JSON (actions, instructions).
+A control the task names (a button, toggle or list row whose words the instruction says all
+of) gets a vote above the best neighbour's, and beats the one a demonstration tapped. When
+the last action changed nothing, only actions not yet tried on this screen are voted on,
+and with none left the policy presses back. The checkpoint is one `.npz` (vectors,
+weights) plus one JSON (actions, instructions).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ REPEAT_PENALTY = 2.0  # an action already taken on this very screen counts 1 / (
 TEMPERATURE = 0.5  # rollouts after the first sample actions with odds vote ** (1 / TEMPERATURE)
 NEAR = 60  # 0-1000 units: two taps this close are the same tap
 CONTROLS = ("button", "toggle")  # what a task can name and a tap uses
+NAMED_VOTE = 1.5  # a control the task names, on screen, gets this share of the best neighbour vote
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
@@ -330,6 +332,12 @@ class KnnPolicy:
             votes[key] = votes.get(key, 0.0) + float(self.memory.weights[i]) * math.exp(
                 SHARPNESS * (score[i] - best)
             )
+        top = max(votes.values())
+        here = Screen(obs.width, obs.height)
+        for e in obs.elements or []:  # what the task names on this screen, read off the element tree
+            if e.get("kind") in (*CONTROLS, "list_item") and _named(e, self._words) == 1.0:
+                key = Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(e))).to_json()
+                votes[key] = max(votes.get(key, 0.0), NAMED_VOTE * top)
         return votes
 
     def _map(self, i: int, obs: Observation) -> Action:

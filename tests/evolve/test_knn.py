@@ -136,3 +136,12 @@ def test_demonstrations_join_the_memory_and_lead_an_unseen_task() -> None:
     assert (
         policy.decide(Observation(screenshot="a", width=90, height=200, elements=[])).kind == ActionKind.PRESS
     )
+
+
+def test_a_control_the_task_names_outvotes_a_demo_that_did_something_else() -> None:
+    demo = _row(_png(40), "open Screen timeout", {"kind": "press", "key": "back"}, None, 0, "e")
+    policy = KnnPolicy(train([demo]), {"a": _png(40)}.__getitem__, version=1)
+    policy.start(Query(uid="q", app="settings", instruction="open Screen timeout"), seed="s")
+    act = policy.decide(Observation(screenshot="a", width=90, height=200, elements=_controls()))
+    assert act.kind == ActionKind.CLICK and act.point is not None
+    assert 60 <= act.point[1] * 200 / 1000 <= 90  # 'Screen timeout', named by the task
