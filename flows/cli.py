@@ -245,11 +245,11 @@ def run(
     queries: Annotated[int, typer.Option(min=1, max=1000, help="New queries per built-in app.")] = 2,
     rollouts: Annotated[int, typer.Option(min=1, max=64, help="Rollouts per query.")] = 4,
 ) -> None:
-    """Run the main job on the configured spine (embedded default: SQLite + local store, offline).
+    """One smoke round on the configured spine: the quickest end-to-end check, no training.
 
-    Until the round flow lands, this is the smoke round: a scripted policy on a
-    rendered demo task, through codecs, content-addressed screenshots, bulk writes,
-    heuristic judgments and verifier anchors, then CSRS extraction and curation.
+    The noisy oracle on every built-in app, through codecs, content-addressed screenshots,
+    bulk writes, the offline critics and verifier anchors, then CSRS extraction and
+    curation (`evolve.smoke`). The main job, the self-evolving loop, is `trajforge evolve`.
     """
     from evolve.smoke import run_smoke_round
 
