@@ -11,6 +11,7 @@ from bench import (
     bench_faiss,
     bench_features,
     bench_gateway,
+    bench_loop,
     bench_objectstore,
     bench_querygen,
     bench_rollout,
@@ -36,6 +37,7 @@ def main() -> None:
         bench_dedup_quality,
         bench_faiss,
         bench_annotation,
+        bench_loop,
     ):
         sys.argv = [module.__name__]
         module.main()

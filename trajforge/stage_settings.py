@@ -158,7 +158,7 @@ class EvolveSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TRAJFORGE_EVOLVE_", extra="forbid")
 
-    rounds: int = Field(4, ge=1, le=1000, description="Rounds `trajforge evolve` brings the loop to.")
+    rounds: int = Field(6, ge=1, le=1000, description="Rounds `trajforge evolve` brings the loop to.")
     queries_per_app: int = Field(6, ge=1, le=10_000, description="New task queries per app per round.")
     rollouts: int = Field(4, ge=1, le=64, description="Rollouts per query (pass rates need groups).")
     devices: int = Field(2, ge=1, le=256, description="Devices registered in the pool.")
