@@ -30,6 +30,7 @@ from typing import Any
 
 from bench.common import table
 
+STYLES = ("o-", "s--", "^:")  # the curves stay apart where two configurations measure the same
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "unfiltered": {"TRAJFORGE_EVOLVE_FILTERING": "false"},
@@ -108,9 +109,9 @@ def plot(found: dict[str, dict[str, Any]], out: Path) -> Path:
     apps = sorted(found["default"]["apps"])
     fig, axes = plt.subplots(1, 1 + len(apps), figsize=(4 * (1 + len(apps)), 3.2), sharey=True)
     for ax, title in zip(axes, ["overall", *apps], strict=True):
-        for name, c in found.items():
+        for (name, c), style in zip(found.items(), STYLES, strict=False):
             ys = c["overall"] if title == "overall" else c["apps"].get(title, [])
-            ax.plot(range(1, len(ys) + 1), [100 * y for y in ys], marker="o", label=name)
+            ax.plot(range(1, len(ys) + 1), [100 * y for y in ys], style, label=name, alpha=0.8)
         ax.set_title(title)
         ax.set_xlabel("round")
         ax.set_ylim(0, 100)
