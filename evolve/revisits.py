@@ -71,9 +71,8 @@ def revisit_rates(spine: Spine, rnd: Round) -> list[dict[str, Any]]:
 
 def revisit_queries(spine: Spine, settings: Settings, rnd: Round) -> list[str]:
     """The round's revisits: chosen on the first call and kept in the round's stats."""
-    stats = rnd.stats or {}
-    if REVISITS in stats:
-        return list(stats[REVISITS])
+    if REVISITS in (rnd.stats or {}):
+        return revisited(rnd)
     picked: list[str] = []
     share = settings.evolve.revisit_share
     if rnd.number > 1 and share > 0:
@@ -99,19 +98,20 @@ def revisit_queries(spine: Spine, settings: Settings, rnd: Round) -> list[str]:
     return picked
 
 
-def demonstrations(spine: Spine, uids: list[str]) -> list[dict[str, Any]]:
-    """The kept steps of each query's latest guidance reference, as knn demonstrations."""
-    latest: dict[str, tuple[str, list[Any]]] = {}
+def latest_guidance(spine: Spine, uids: list[str]) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """Each query's latest guidance, read once: its text by query uid (for the prompt), and the
+    kept steps of its reference as knn demonstrations."""
+    latest: dict[str, tuple[str, str, list[Any]]] = {}
     with spine.sessions() as s:
-        for uid, steps, instruction in s.execute(
-            select(Guidance.query_uid, Guidance.steps, QueryRow.instruction)
+        for uid, text, steps, instruction in s.execute(
+            select(Guidance.query_uid, Guidance.text, Guidance.steps, QueryRow.instruction)
             .join(QueryRow, QueryRow.uid == Guidance.query_uid)
             .where(Guidance.query_uid.in_(uids))
             .order_by(Guidance.round_id)
         ):
-            latest[uid] = (instruction, steps or [])
-    out: list[dict[str, Any]] = []
-    for instruction, steps in latest.values():
+            latest[uid] = (text, instruction, steps or [])
+    demos: list[dict[str, Any]] = []
+    for _, instruction, steps in latest.values():
         previous = None
         for step in steps:
             demo = step.get("demonstration")
@@ -119,6 +119,8 @@ def demonstrations(spine: Spine, uids: list[str]) -> list[dict[str, Any]]:
                 previous = None
                 continue
             if step.get("kept", True):
-                out.append({"instruction": instruction, "step": step["index"], "previous": previous, **demo})
+                demos.append(
+                    {"instruction": instruction, "step": step["index"], "previous": previous, **demo}
+                )
             previous = demo["action"]
-    return out
+    return {uid: text for uid, (text, _, _) in latest.items()}, demos

@@ -25,11 +25,10 @@ from sqlalchemy import func, select
 from critics.calibration import calibrate_round
 from critics.csrs import extract_round
 from critics.judge import judge_round, judge_round_llm
-from curation.guidance import load_guidance
 from curation.pipeline import curate_round
 from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
-from evolve.revisits import demonstrations, revisit_queries, revisit_rates
+from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
 from evolve.spine import Spine, open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise, Policy
@@ -197,9 +196,9 @@ def rollout_shard(settings: Settings, number: int, uids: list[str]) -> dict[str,
     spine = open_spine(settings)
     rnd = _round(spine, number)
     ev = settings.evolve
-    make = policy_factory(spine, rnd.policy_id, demonstrations(spine, uids))
+    guidance, demos = latest_guidance(spine, uids)
+    make = policy_factory(spine, rnd.policy_id, demos)
     config = RolloutConfig(rollouts_per_query=ev.rollouts, workers=ev.devices, max_steps=ev.max_steps)
-    guidance = load_guidance(spine.sessions, uids)
     return _roll(spine, rnd, load_queries(spine, uids), rnd.policy_id, make, config, guidance)
 
 

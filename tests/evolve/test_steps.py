@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from evolve import steps
 from evolve.policies import policy_factory
-from evolve.revisits import demonstrations, revisit_rates
+from evolve.revisits import latest_guidance, revisit_rates
 from evolve.rounds_json import rounds_table
 from evolve.spine import open_spine
 from evolve.trainer import TrainerError, train_next
@@ -77,7 +77,7 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     with spine.sessions() as s:
         guided = set(s.scalars(select(Guidance.query_uid).where(Guidance.round_id == 1)))
     assert revisits and set(revisits) <= guided and not set(revisits) & set(new)
-    demos = demonstrations(spine, revisits)
+    _, demos = latest_guidance(spine, revisits)
     assert demos and all(d["screenshot"] and d["action"]["kind"] for d in demos)
     assert {d["instruction"] for d in demos} <= {q.instruction for q in steps.load_queries(spine, revisits)}
     taught = policy_factory(spine, rnd.policy_id, demos)()
