@@ -44,6 +44,7 @@ DEDUP_STAGE = "dedup"
 class CurationReport:
     dedup: DedupReport = field(default_factory=DedupReport)
     cache: CacheStats = field(default_factory=CacheStats)
+    featurizer: str = ""  # the cache key of the screenshot features dedup used
     guidance: GuidanceReport = field(default_factory=GuidanceReport)
     thoughts: ThoughtReport = field(default_factory=ThoughtReport)
     recovery: RecoveryReport = field(default_factory=RecoveryReport)
@@ -57,7 +58,8 @@ class CurationReport:
         return "\n".join(
             [
                 self.dedup.render(),
-                f"features: {self.cache.requested} screenshots, {self.cache.unique} distinct, "
+                f"features ({self.featurizer}): {self.cache.requested} screenshots, "
+                f"{self.cache.unique} distinct, "
                 f"{self.cache.cached} from cache, {self.cache.computed} computed "
                 f"({self.cache.avoided:.0%} of inference avoided)",
                 self.guidance.render(),
@@ -86,7 +88,8 @@ def curate_round(
     groups = by_query(rollouts)
     frames = frame_reader(store)
 
-    features = FeatureStore(sessions, featurizer or make_featurizer(settings), frames)
+    features = FeatureStore(sessions, featurizer or make_featurizer(settings, sessions, store), frames)
+    report.featurizer = features.featurizer.key
     decisions, report.dedup = dedup(
         _trajectories(sessions, round_id, rollouts, features),
         settings.dedup_threshold,

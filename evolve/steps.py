@@ -243,7 +243,8 @@ def featurise_shard(settings: Settings, number: int, uids: list[str]) -> dict[st
         hashes = s.scalars(
             select(Step.screenshot).join(Episode, Episode.id == Step.episode_id).where(Episode.uid.in_(uids))
         ).all()
-    features = FeatureStore(spine.sessions, make_featurizer(settings.curate), spine.frames)
+    featurizer = make_featurizer(settings.curate, spine.sessions, spine.store)
+    features = FeatureStore(spine.sessions, featurizer, spine.frames)
     features.vectors(hashes)
     return features.stats.as_dict()
 

@@ -13,7 +13,8 @@ from trajforge.settings import FeaturizerName
 curate_app = typer.Typer(
     invoke_without_command=True,
     help="Dedup, guidance, thoughts, error-recovery samples and balancing for a judged round; "
-    "`curate dedup-eval` measures dedup on your labelled pairs.",
+    "`curate train-encoder` trains the screen encoder dedup uses; `curate dedup-eval` measures dedup "
+    "on your labelled pairs.",
 )
 
 
@@ -49,6 +50,35 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     typer.echo(report.render())
 
 
+@curate_app.command("train-encoder")
+def train_encoder(
+    round_number: Annotated[
+        int | None,
+        typer.Option("--round", help="Train on the screenshots of rounds up to this one (default: all)."),
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="torch device, e.g. cpu or cuda (default: cuda when available).")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Train the screen encoder (a ResNet) on this store's screenshots and store it.
+
+    Dedup (curate.featurizer resnet, the default) uses the latest trained encoder; the
+    budget is curate.encoder_steps and curate.encoder_minutes.
+    """
+    from curation.encoder import train_store_encoder
+    from evolve.spine import open_spine
+
+    settings = cli_settings(config)
+    spine = open_spine(settings)
+    round_id = cli_round(settings, round_number)[1] if round_number is not None else None
+    stored, report = train_store_encoder(
+        spine.sessions, spine.store, spine.frames, settings.curate, round_id, device
+    )
+    typer.echo(report.render())
+    typer.echo(f"stored encoder {stored.sha256[:16]} at {stored.prefix}/; dedup uses it from now on")
+
+
 @curate_app.command("dedup-eval")
 def dedup_eval(
     pairs: Annotated[
@@ -69,13 +99,16 @@ def dedup_eval(
     Set the chosen threshold as curate.dedup_threshold.
     """
     from curation.dedup_eval import SWEEP, choose, digest, read_pairs, score, similarities
+    from evolve.spine import open_spine
     from storage.features import make_featurizer
 
-    settings = cli_settings(config).curate
+    full = cli_settings(config)
+    settings = full.curate
     if featurizer is not None:
         settings = settings.model_copy(update={"featurizer": featurizer})
     labelled = read_pairs(pairs)
-    embed = make_featurizer(settings)
+    spine = open_spine(full)
+    embed = make_featurizer(settings, spine.sessions, spine.store)
     sims = similarities(embed.embed, labelled)
     labels = [p.duplicate for p in labelled]
     typer.echo(

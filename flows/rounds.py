@@ -16,7 +16,9 @@ from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+from curation.encoder import round_encoder
 from evolve import steps
+from evolve.spine import open_spine
 from evolve.trainer import train_next
 from trajforge.settings import Settings
 
@@ -66,6 +68,12 @@ def rollout_shard_task(settings: Settings, number: int, uids: list[str]) -> dict
 @io_task("guided-demonstrations", DEVICES)
 def demonstrate_task(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
     return steps.demonstrate(settings, number, uids)
+
+
+@io_task("train-encoder")
+def encoder_task(settings: Settings, number: int) -> dict[str, Any]:
+    spine = open_spine(settings)
+    return round_encoder(spine.sessions, spine.store, spine.frames, settings.curate, number)
 
 
 @io_task("featurise-shard")
@@ -138,11 +146,12 @@ def calibrate_flow(settings: Settings, number: int) -> dict[str, Any]:
 @flow(name="curate_round")
 def curate_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     """Screenshot features fanned out by episode shard, then dedup, guidance, thoughts, recovery."""
+    encoder = encoder_task(settings, number)
     episodes = steps.episode_uids(settings, number)
     parts = steps.shards(episodes, settings.evolve.shards)
     for future in featurise_shard_task.map(unmapped(settings), unmapped(number), parts):
         future.result()
-    return curate_task(settings, number)
+    return {**curate_task(settings, number), "encoder": encoder}
 
 
 @flow(name="publish_dataset")
@@ -179,6 +188,7 @@ def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
         "next_policy": published["next_policy"],
         "consensus": calibrated["consensus"],
         "dedup": curated["dedup"],
+        "encoder": curated["encoder"],
         "rollout_steps": rolled["steps"],
     }
     return {"round": number, **finish_task(settings, number, extra)}

@@ -1,11 +1,13 @@
 """Screenshot features for trajectory dedup, cached by screenshot hash across all rounds.
 
 AgentCPM-GUI §3.4 embeds each screenshot with ResNet-50 and averages a trajectory's
-screenshots. `ResNetFeaturizer` does that with transformers' `ResNetModel` (batched CPU
-inference at 224 px) from a local checkpoint or hub id; with no weights on the machine
-the engine uses a weights-free feature instead: a grey thumbnail (`thumb`) or a DCT
-perceptual hash (`phash`). Every vector is float32 and L2-normalised, so an inner
-product is a cosine.
+screenshots. `ResNetFeaturizer` does that with transformers' `ResNetModel` (batched
+inference): by default with the screen encoder the engine trained on the store's own
+screenshots (`curation.encoder`, `storage.encoders`), or from a local checkpoint such
+as an ImageNet ResNet-50 (`curate.resnet_weights`). Until an encoder is trained the
+engine uses a weights-free feature and logs why: a DCT perceptual hash (`phash`), or a
+grey thumbnail (`thumb`). Every vector is float32 and L2-normalised, so an inner product
+is a cosine.
 
 `FeatureStore` computes each screenshot once: hashes seen twice in a request are
 embedded once, and hashes in the `screen_feature` table are never embedded again.
@@ -15,8 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -25,12 +30,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
+from storage.encoders import fetch_encoder, latest_encoder
 from storage.models import ScreenFeature
+from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
 
 if TYPE_CHECKING:
     from trajforge.settings import CurationSettings
 
+log = logging.getLogger("trajforge.features")
+SIDECAR = "trajforge_encoder.json"  # a trained encoder's input size, next to config.json
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 _IN_CHUNK = 500  # hashes per IN (...) lookup
@@ -91,14 +100,26 @@ class PHashFeaturizer:
 
 
 class ResNetFeaturizer:
-    """Pooled ResNet features at 224x224 (the whole screen squashed, nothing cropped away)."""
+    """Pooled ResNet features. An ImageNet checkpoint sees the whole screen squashed to 224x224
+    with ImageNet normalisation, its feature map averaged; a trained screen encoder sees its own
+    input size and averages its map into horizontal bands (both in its sidecar)."""
 
-    def __init__(self, model: Any, identity: str, batch_size: int = 32, threads: int = 0) -> None:
+    def __init__(
+        self,
+        model: Any,
+        identity: str,
+        batch_size: int = 32,
+        threads: int = 0,
+        size: tuple[int, int] = (224, 224),
+        imagenet: bool = True,
+        rows: int = 1,
+    ) -> None:
         import torch
 
         self.model = model.eval()
         self.batch_size = batch_size
-        self.dim = int(model.config.hidden_sizes[-1])
+        self.size, self.imagenet, self.rows = size, imagenet, rows
+        self.dim = int(model.config.hidden_sizes[-1]) * rows
         self.key = f"resnet:{identity}"[:128]
         if threads:
             torch.set_num_threads(threads)
@@ -113,10 +134,17 @@ class ResNetFeaturizer:
         except (OSError, ValueError) as exc:
             raise ConfigError(
                 f"curate.resnet_weights = {weights!r}: cannot load a ResNet checkpoint ({exc}); give a "
-                "local directory with config.json and the weights, or set curate.featurizer to thumb"
+                "local directory with config.json and the weights, or set curate.featurizer to phash"
             ) from exc
+        sidecar = Path(weights, SIDECAR)
+        trained = json.loads(sidecar.read_text()) if sidecar.is_file() else None
         identity = hashlib.sha256(f"{weights}\n{model.config.to_json_string()}".encode()).hexdigest()[:16]
-        return cls(model, identity, batch_size, threads)
+        if trained is None:
+            return cls(model, identity, batch_size, threads)
+        size = (int(trained["width"]), int(trained["height"]))
+        return cls(
+            model, identity, batch_size, threads, size, imagenet=False, rows=int(trained.get("rows", 1))
+        )
 
     @classmethod
     def random(cls, config: Any, seed: int = 0, batch_size: int = 32, threads: int = 0) -> ResNetFeaturizer:
@@ -128,35 +156,50 @@ class ResNetFeaturizer:
         identity = "random-" + hashlib.sha256(f"{seed}\n{config.to_json_string()}".encode()).hexdigest()[:16]
         return cls(ResNetModel(config), identity, batch_size, threads)
 
-    @staticmethod
-    def pixels(png: bytes) -> np.ndarray:
-        img = Image.open(io.BytesIO(png)).convert("RGB").resize((224, 224), Image.Resampling.BILINEAR)
-        arr = (np.asarray(img, dtype=np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
+    def pixels(self, png: bytes) -> np.ndarray:
+        resample = Image.Resampling.BILINEAR if self.imagenet else Image.Resampling.BOX  # as trained
+        img = Image.open(io.BytesIO(png)).convert("RGB").resize(self.size, resample)
+        arr = np.asarray(img, dtype=np.float32) / 255.0
+        arr = (arr - IMAGENET_MEAN) / IMAGENET_STD if self.imagenet else arr * 2.0 - 1.0
         return arr.transpose(2, 0, 1)
 
     def embed(self, images: list[bytes]) -> np.ndarray:
         import torch
+        import torch.nn.functional as F
 
         out = []
         with torch.inference_mode():
             for start in range(0, len(images), self.batch_size):
                 batch = np.stack([self.pixels(png) for png in images[start : start + self.batch_size]])
-                pooled = self.model(pixel_values=torch.from_numpy(batch)).pooler_output
-                out.append(pooled.reshape(len(batch), -1).numpy())
+                grid = self.model(pixel_values=torch.from_numpy(batch)).last_hidden_state
+                out.append(F.adaptive_avg_pool2d(grid, (self.rows, 1)).reshape(len(batch), -1).numpy())
         return _normalise(np.concatenate(out) if out else np.zeros((0, self.dim), dtype=np.float32))
 
 
-def make_featurizer(settings: CurationSettings) -> Featurizer:
+def make_featurizer(
+    settings: CurationSettings,
+    sessions: sessionmaker[Session] | None = None,
+    store: ObjectStore | None = None,
+) -> Featurizer:
+    """The configured featuriser. `resnet` uses `resnet_weights` when set, else the latest encoder
+    trained on this store; with none trained yet it falls back to phash and logs why."""
     if settings.featurizer == "thumb":
         return ThumbFeaturizer()
     if settings.featurizer == "phash":
         return PHashFeaturizer()
-    if not settings.resnet_weights:
-        raise ConfigError(
-            "curate.featurizer = resnet needs curate.resnet_weights (a local checkpoint directory); "
-            "set it, or use featurizer thumb or phash, which need no weights"
+    if settings.resnet_weights:
+        return ResNetFeaturizer.load(settings.resnet_weights, settings.batch_size, settings.threads)
+    encoder = latest_encoder(sessions) if sessions is not None and store is not None else None
+    if encoder is None or store is None:
+        log.info(
+            "curate.featurizer resnet: no screen encoder trained on this store yet (`trajforge curate "
+            "train-encoder` trains one; evolve does after round 1); dedup uses phash for now"
         )
-    return ResNetFeaturizer.load(settings.resnet_weights, settings.batch_size, settings.threads)
+        return PHashFeaturizer()
+    with fetch_encoder(store, encoder) as folder:
+        featurizer = ResNetFeaturizer.load(folder, settings.batch_size, settings.threads)
+    featurizer.key = f"resnet:{encoder.sha256[:24]}"  # the weights, not the temporary folder
+    return featurizer
 
 
 @dataclass

@@ -200,6 +200,16 @@ class ScreenFeature(Base):
     vector: Mapped[bytes] = mapped_column(LargeBinary)  # float32, L2-normalised
 
 
+class ScreenEncoder(Base):
+    """A screen encoder trained on the store's screenshots; its checkpoint lies in the object store."""
+
+    __tablename__ = "screen_encoder"
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)  # of the checkpoint's files
+    prefix: Mapped[str] = mapped_column(String(256))  # object key folder of the checkpoint
+    round_id: Mapped[int | None] = mapped_column(ForeignKey("round.id"))  # trained after this round
+    facts: Mapped[dict[str, Any]] = mapped_column(default=dict)  # spec and training report
+
+
 class Guidance(Base):
     """Query-specific guidance (GUI-Owl §6.4), fed to the next rollouts of the query."""
 

@@ -23,13 +23,23 @@ class CurationSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAJFORGE_CURATE_", extra="forbid")
 
     featurizer: FeaturizerName = Field(
-        "phash",
-        description="Screenshot features for trajectory dedup: phash (64-bit DCT hash) and thumb (grey "
-        "16x32 thumbnail) need no weights; resnet needs resnet_weights. phash is the most precise "
-        "without weights (bench/bench_dedup_quality.py).",
+        "resnet",
+        description="Screenshot features for trajectory dedup: resnet is the screen encoder trained on "
+        "this store's screenshots (`trajforge curate train-encoder`; evolve trains one after round 1), or "
+        "resnet_weights when set; until one is trained dedup uses phash and logs why. phash (64-bit DCT "
+        "hash) and thumb (grey 16x32 thumbnail) need no weights (bench/bench_dedup_quality.py).",
     )
     resnet_weights: str | None = Field(
-        None, description="Local directory (or hub id, where a hub is reachable) of a ResNet checkpoint."
+        None,
+        description="Local directory (or hub id, where a hub is reachable) of a ResNet checkpoint, "
+        "e.g. an ImageNet ResNet-50; overrides the trained encoder.",
+    )
+    encoder_minutes: float = Field(
+        8.0, gt=0, le=600, description="Wall-time budget of training the screen encoder."
+    )
+    encoder_steps: int = Field(300, ge=1, description="Training steps of the screen encoder (at most).")
+    encoder_max_images: int = Field(
+        3000, ge=8, description="Distinct screenshots the encoder trains on (a seeded sample beyond this)."
     )
     batch_size: int = Field(32, ge=1, le=1024, description="Screenshots per ResNet forward pass.")
     threads: int = Field(0, ge=0, le=256, description="torch CPU threads for featurisation; 0: torch's own.")

@@ -135,8 +135,10 @@ def draw(device: SimDevice) -> Image.Image:
     d.rectangle((0, h - px(140), w, h), fill="#000000")
     for i, glyph in enumerate(("◁", "○", "□")):
         d.text((w * (i + 1) // 4 - px(20), h - px(100)), glyph, fill="white", font=_font(px(56)))
-    if state.popup:
-        _popup(d, device, px)
+    if state.popup:  # a dialog dims the screen beneath it with a scrim, as Android's do
+        scrim = Image.new("RGBA", img.size, (0, 0, 0, 150))
+        img = Image.alpha_composite(img.convert("RGBA"), scrim).convert("RGB")
+        _popup(ImageDraw.Draw(img), device, px)
     return img
 
 
@@ -183,7 +185,6 @@ def _element(d: ImageDraw.ImageDraw, e: Element, px: Any) -> None:
 
 def _popup(d: ImageDraw.ImageDraw, device: SimDevice, px: Any) -> None:
     w, h = device.size.width, device.size.height
-    d.rectangle((0, 0, w, h), fill="#00000000")
     box = (px(90), h // 2 - px(300), w - px(90), h // 2 + px(260))
     d.rounded_rectangle(box, radius=px(30), fill="#ffffff", outline="#444", width=px(4))
     d.text((box[0] + px(60), box[1] + px(80)), "Allow notifications?", fill="#111", font=_font(px(52)))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from curation.encoder import round_encoder
 from evolve import steps
 from evolve.policies import policy_factory
 from evolve.revisits import latest_guidance, revisit_rates
@@ -69,6 +70,19 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     policy = policy_factory(spine, rnd.policy_id)()
     assert isinstance(policy, KnnPolicy) and len(policy.memory) > 0
     assert steps.finished_rounds(settings) == 1
+
+    # the screen encoder: none before round 2; round 2 trains one on round 1's screenshots, once
+    def encoder(number: int) -> dict:
+        return round_encoder(spine.sessions, spine.store, spine.frames, settings.curate, number)
+
+    assert encoder(1) == {
+        "featurizer": "phash",
+        "source": "fallback",
+        "reason": "no_screenshots_before_this_round",
+    }
+    encoded = encoder(2)
+    assert encoded["source"] == "trained" and encoded["steps"] == 3 and encoded["images"] >= 8
+    assert encoder(2) == {"featurizer": "resnet", "source": "stored", "encoder": encoded["encoder"]}
 
     # revisits: round 1's hard queries come back in round 2, chosen once, with their guidance
     uids = steps.round_queries(settings, 2)

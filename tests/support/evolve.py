@@ -1,4 +1,5 @@
-"""A tiny evolve config: every app, 1 query, 2 rollouts, short episodes (seconds per round)."""
+"""A tiny evolve config: every app, 1 query, 2 rollouts, short episodes, a screen encoder trained
+for a few steps (seconds per round)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ def tiny_config(path: Path, db_url: str, **evolve: Any) -> Path:
         "home": str(path.parent / "home"),
         "db": {"url": db_url},
         "evolve": {"queries_per_app": 1, "rollouts": 2, "devices": 2, "max_steps": 12, "shards": 2, **evolve},
+        "curate": {"encoder_steps": 3},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data), encoding="utf-8")

@@ -1,0 +1,329 @@
+"""A GUI screen encoder for trajectory dedup: a ResNet trained on the store's own screenshots.
+
+AgentCPM-GUI §3.4 embeds screenshots with ResNet-50. No pretrained weights can be fetched
+here, and ImageNet features are not made for telling one app screen from another, so the
+engine trains its own: a small transformers `ResNetModel`, self-supervised (SimCLR's
+NT-Xent loss) on the screenshots the farm produced. Two views of one screenshot are pulled
+together and views of other screenshots pushed apart. The views differ by what changes
+between two recordings of the same trajectory on a phone:
+
+- a pop-up: the screen dimmed by a scrim under a dialog;
+- a scroll offset: the content between the app bar and the nav bar moved;
+- list contents: some rows replaced by other rows of the screen (a feed that changed);
+- the status bar: another clock, other icons;
+- small shifts, scale and colour changes (another device, another theme).
+
+So the features keep what identifies a screen (its title, layout, controls) and drop what
+does not. Training runs on CUDA when there is one, else on the CPU threads given.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import random
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageEnhance
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.encoders import StoredEncoder, latest_encoder, save_encoder
+from storage.features import SIDECAR
+from storage.models import Episode, Round, Step
+from storage.objectstore import ObjectStore
+from trajforge.errors import ConfigError
+from trajforge.stage_settings import CurationSettings
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """The encoder's shape and training budget."""
+
+    width: int = 128  # input pixels; phone screens are portrait
+    height: int = 256
+    hidden: tuple[int, ...] = (32, 64, 128, 256)
+    depths: tuple[int, ...] = (1, 1, 1, 1)
+    batch: int = 64  # screenshots per step (two views each)
+    temperature: float = 0.2
+    lr: float = 2e-3
+    steps: int = 400
+    minutes: float = 8.0  # stop early when training reaches this wall time
+    seed: int = 0
+    rows: int = 1  # the feature map average-pooled into this many horizontal bands (1: pooler output)
+
+    def resnet_config(self) -> Any:
+        from transformers import ResNetConfig
+
+        return ResNetConfig(
+            embedding_size=self.hidden[0],
+            hidden_sizes=list(self.hidden),
+            depths=list(self.depths),
+            layer_type="basic",
+        )
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    images: int
+    steps: int
+    seconds: float
+    loss_first: float
+    loss_last: float
+    device: str
+    images_per_s: float  # augmented views through forward and backward, per second
+
+    def render(self) -> str:
+        return (
+            f"encoder: {self.steps} steps on {self.images} screenshots in {self.seconds:.0f}s "
+            f"on {self.device} ({self.images_per_s:.0f} views/s), "
+            f"loss {self.loss_first:.3f} -> {self.loss_last:.3f}"
+        )
+
+
+log = logging.getLogger("trajforge.encoder")
+
+
+# ---- augmentations ----------------------------------------------------------------------
+
+
+def _bands(h: int) -> tuple[int, int]:
+    """The content region: below the status and app bars, above the nav bar."""
+    return int(h * 0.11), int(h * 0.94)
+
+
+def scroll(img: Image.Image, rng: random.Random) -> Image.Image:
+    h = img.size[1]
+    top, bottom = _bands(h)
+    region = np.asarray(img)[top:bottom]
+    dy = int(rng.uniform(-0.45, 0.45) * len(region))
+    out = np.asarray(img).copy()
+    out[top:bottom] = np.roll(region, dy, axis=0)
+    return Image.fromarray(out)
+
+
+def relist(img: Image.Image, rng: random.Random) -> Image.Image:
+    """Some rows of the content replaced by other rows of the same screen."""
+    h = img.size[1]
+    top, bottom = _bands(h)
+    arr = np.asarray(img).copy()
+    row = max(4, int(h * rng.uniform(0.04, 0.07)))
+    for _ in range(rng.randint(1, 4)):
+        if bottom - top <= 2 * row:
+            break
+        src, dst = (rng.randrange(top, bottom - row) for _ in range(2))
+        arr[dst : dst + row] = arr[src : src + row]
+    return Image.fromarray(arr)
+
+
+def popup(img: Image.Image, rng: random.Random) -> Image.Image:
+    w, h = img.size
+    dimmed = Image.alpha_composite(
+        img.convert("RGBA"), Image.new("RGBA", img.size, (0, 0, 0, rng.randint(90, 170)))
+    ).convert("RGB")
+    d = ImageDraw.Draw(dimmed)
+    bw, bh = w * rng.uniform(0.6, 0.9), h * rng.uniform(0.15, 0.35)
+    x0, y0 = (w - bw) / 2 + rng.uniform(-0.03, 0.03) * w, (h - bh) / 2 + rng.uniform(-0.1, 0.1) * h
+    d.rounded_rectangle((x0, y0, x0 + bw, y0 + bh), radius=w * 0.03, fill="#ffffff")
+    for i in range(rng.randint(1, 3)):  # lines of text
+        y = y0 + bh * (0.15 + 0.15 * i)
+        d.rectangle((x0 + bw * 0.08, y, x0 + bw * rng.uniform(0.3, 0.85), y + h * 0.012), fill="#222222")
+    bx = x0 + bw * rng.uniform(0.3, 0.5)
+    d.rounded_rectangle((bx, y0 + bh * 0.7, bx + bw * 0.3, y0 + bh * 0.88), radius=w * 0.02, fill="#1a73e8")
+    return dimmed
+
+
+def status_bar(img: Image.Image, rng: random.Random) -> Image.Image:
+    w, h = img.size
+    out = img.copy()
+    d = ImageDraw.Draw(out)
+    bar = int(h * 0.035)
+    colour = img.getpixel((1, 1))
+    d.rectangle((0, 0, w, bar), fill=colour)
+    ink = (255, 255, 255) if sum(colour[:3]) < 384 else (0, 0, 0)  # type: ignore[index]
+    for _ in range(rng.randint(1, 5)):  # clock digits and icons
+        x = rng.uniform(0, w * 0.95)
+        d.rectangle((x, bar * 0.3, x + rng.uniform(2, w * 0.06), bar * 0.7), fill=ink)
+    return out
+
+
+def jitter(img: Image.Image, rng: random.Random) -> Image.Image:
+    w, h = img.size
+    s = rng.uniform(0.92, 1.0)
+    cw, ch = int(w * s), int(h * s)
+    x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
+    out = img.crop((x, y, x + cw, y + ch)).resize((w, h), Image.Resampling.BILINEAR)
+    out = ImageEnhance.Brightness(out).enhance(rng.uniform(0.85, 1.15))
+    return ImageEnhance.Contrast(out).enhance(rng.uniform(0.85, 1.15))
+
+
+AUGMENTATIONS = ((popup, 0.5), (scroll, 0.5), (relist, 0.3), (status_bar, 0.5), (jitter, 0.8))
+
+
+def augment(img: Image.Image, rng: random.Random) -> Image.Image:
+    for op, p in AUGMENTATIONS:
+        if rng.random() < p:
+            img = op(img, rng)
+    return img
+
+
+# ---- training ---------------------------------------------------------------------------
+
+
+def to_pixels(img: Image.Image, width: int, height: int) -> np.ndarray:
+    """(3, height, width) float32 in [-1, 1]."""
+    arr = np.asarray(img.convert("RGB").resize((width, height), Image.Resampling.BOX), dtype=np.float32)
+    return (arr / 127.5 - 1.0).transpose(2, 0, 1)
+
+
+def pooled(model: Any, pixels: Any, rows: int) -> Any:
+    """The feature map average-pooled into `rows` horizontal bands, flattened: (batch, rows * channels)."""
+    import torch.nn.functional as F
+
+    grid = model(pixel_values=pixels).last_hidden_state
+    return F.adaptive_avg_pool2d(grid, (rows, 1)).flatten(1)
+
+
+def nt_xent(z: Any, temperature: float) -> Any:
+    """SimCLR's loss over 2N views where view i and view i+N come from one screenshot."""
+    import torch
+    import torch.nn.functional as F
+
+    z = F.normalize(z, dim=1)
+    n = z.shape[0] // 2
+    logits = z @ z.T / temperature
+    logits.fill_diagonal_(float("-inf"))
+    target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
+    return F.cross_entropy(logits, target)
+
+
+def train_encoder(
+    images: Sequence[bytes], spec: EncoderSpec = EncoderSpec(), device: str | None = None, threads: int = 0
+) -> tuple[Any, TrainReport]:
+    """A `ResNetModel` trained on `images` (PNG bytes); stops at `spec.steps` or `spec.minutes`."""
+    import torch
+    from transformers import ResNetModel
+
+    distinct = list(dict.fromkeys(images))
+    if len(distinct) < 8:
+        raise ConfigError(
+            "training the screen encoder needs at least 8 distinct screenshots; the store has "
+            f"{len(distinct)}. Run a round first, or set curate.featurizer to phash"
+        )
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if threads:
+        torch.set_num_threads(threads)
+    rng = random.Random(spec.seed)
+    torch.manual_seed(spec.seed)
+    work = (spec.width * 2, spec.height * 2)  # augment at twice the input size, then downsample
+    bases = [
+        Image.open(io.BytesIO(png)).convert("RGB").resize(work, Image.Resampling.BOX) for png in distinct
+    ]
+    model = ResNetModel(spec.resnet_config())
+    torch.nn.Module.to(model, device).train()
+    optimiser = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=1e-4)
+    batch = min(spec.batch, len(bases))
+    losses: list[float] = []
+    start = time.perf_counter()
+    for step in range(spec.steps):
+        # warm up, then a cosine decay over whichever budget (steps or minutes) runs out first
+        done = max(step / spec.steps, (time.perf_counter() - start) / (spec.minutes * 60))
+        if done >= 1:
+            break
+        warm = min(1.0, (step + 1) / 20)
+        for group in optimiser.param_groups:
+            group["lr"] = spec.lr * warm * 0.5 * (1 + math.cos(math.pi * done))
+        picks = rng.sample(range(len(bases)), batch)
+        views = [augment(bases[i], rng) for i in picks] + [augment(bases[i], rng) for i in picks]
+        pixels = torch.from_numpy(np.stack([to_pixels(v, spec.width, spec.height) for v in views])).to(device)
+        loss = nt_xent(pooled(model, pixels, spec.rows), spec.temperature)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(float(loss.detach()))
+    seconds = time.perf_counter() - start
+    head, tail = losses[: max(1, len(losses) // 10)], losses[-max(1, len(losses) // 10) :]
+    report = TrainReport(
+        images=len(distinct),
+        steps=len(losses),
+        seconds=round(seconds, 1),
+        loss_first=round(float(np.mean(head)), 4),
+        loss_last=round(float(np.mean(tail)), 4),
+        device=device,
+        images_per_s=round(2 * batch * len(losses) / max(seconds, 1e-9), 1),
+    )
+    return model.eval().cpu(), report
+
+
+def write_checkpoint(model: Any, spec: EncoderSpec, report: TrainReport, folder: Path) -> None:
+    """A checkpoint `ResNetFeaturizer.load` reads: transformers' files plus the input size."""
+    model.save_pretrained(folder)
+    facts = {
+        "width": spec.width,
+        "height": spec.height,
+        "rows": spec.rows,
+        "spec": asdict(spec),
+        "training": asdict(report),
+    }
+    (folder / SIDECAR).write_text(json.dumps(facts, indent=2, sort_keys=True))
+
+
+def store_screenshots(
+    sessions: sessionmaker[Session], up_to_round: int | None, limit: int, seed: int = 0
+) -> list[str]:
+    """Distinct screenshot hashes of the stored episodes (of rounds up to this id), a seeded sample."""
+    query = select(Step.screenshot).distinct()
+    if up_to_round is not None:
+        query = query.join(Episode, Episode.id == Step.episode_id).where(Episode.round_id <= up_to_round)
+    with sessions() as s:
+        hashes = sorted(s.scalars(query))
+    return sorted(random.Random(seed).sample(hashes, limit)) if len(hashes) > limit else hashes
+
+
+def train_store_encoder(
+    sessions: sessionmaker[Session],
+    store: ObjectStore,
+    frames: Callable[[str], bytes],
+    settings: CurationSettings,
+    round_id: int | None = None,
+    device: str | None = None,
+) -> tuple[StoredEncoder, TrainReport]:
+    """Train the screen encoder on the store's screenshots (through `round_id`) and store it."""
+    spec = EncoderSpec(steps=settings.encoder_steps, minutes=settings.encoder_minutes)
+    hashes = store_screenshots(sessions, round_id, settings.encoder_max_images)
+    model, report = train_encoder([frames(h) for h in hashes], spec, device, settings.threads)
+    with tempfile.TemporaryDirectory(prefix="trajforge-encoder-") as folder:
+        write_checkpoint(model, spec, report, Path(folder))
+        facts = {"spec": asdict(spec), "training": asdict(report)}
+        return save_encoder(sessions, store, Path(folder), round_id, facts), report
+
+
+def round_encoder(
+    sessions: sessionmaker[Session],
+    store: ObjectStore,
+    frames: Callable[[str], bytes],
+    settings: CurationSettings,
+    number: int,
+) -> dict[str, Any]:
+    """The screen encoder round `number`'s dedup uses: trained once, on the rounds before it, when
+    none is stored. Round 1 has no earlier screenshots, so its dedup falls back to phash."""
+    if settings.featurizer != "resnet" or settings.resnet_weights:
+        return {"featurizer": settings.featurizer, "source": "settings"}
+    stored = latest_encoder(sessions)
+    if stored is not None:
+        return {"featurizer": "resnet", "source": "stored", "encoder": stored.sha256[:16]}
+    with sessions() as s:
+        before = s.scalar(select(func.max(Round.id)).where(Round.number < number))
+    if before is None:
+        return {"featurizer": "phash", "source": "fallback", "reason": "no_screenshots_before_this_round"}
+    stored, report = train_store_encoder(sessions, store, frames, settings, before)
+    log.info("%s", report.render())
+    return {"featurizer": "resnet", "source": "trained", "encoder": stored.sha256[:16], **asdict(report)}

@@ -1,0 +1,92 @@
+"""The screen encoder: GUI augmentations, self-supervised training on a small set of real
+simulator screenshots, the checkpoint stored in the object store and found by dedup."""
+
+from __future__ import annotations
+
+import io
+import logging
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import sessionmaker
+
+from curation.encoder import AUGMENTATIONS, EncoderSpec, augment, train_encoder, train_store_encoder
+from storage.encoders import latest_encoder
+from storage.features import FeatureStore, PHashFeaturizer, ResNetFeaturizer, make_featurizer
+from storage.models import Step
+from storage.objectstore import LocalObjectStore, frame_reader, open_object_store
+from trajforge.domain import StepView
+from trajforge.errors import ConfigError
+
+SMALL = EncoderSpec(width=32, height=64, hidden=(8, 16), depths=(1, 1), batch=8, steps=12, rows=2)
+
+
+def _screens(replayed: tuple[LocalObjectStore, list[list[StepView]]]) -> list[bytes]:
+    store, episodes = replayed
+    frames = frame_reader(store)
+    return list(dict.fromkeys(frames(h) for ep in episodes for s in ep for h in (s.before, s.after)))
+
+
+def test_each_augmentation_keeps_the_screen_size_and_changes_pixels(replayed) -> None:
+    screen = Image.open(io.BytesIO(_screens(replayed)[3])).convert("RGB").resize((64, 128))
+    for op, _ in AUGMENTATIONS:
+        out = op(screen, random.Random(1))
+        assert out.size == screen.size and out.mode == "RGB"
+        assert np.abs(np.asarray(out, np.int16) - np.asarray(screen, np.int16)).sum() > 0, op.__name__
+    assert augment(screen, random.Random(2)).size == screen.size
+
+
+def test_training_lowers_the_loss_and_the_checkpoint_loads_as_a_featurizer(replayed, tmp_path: Path) -> None:
+    from curation.encoder import write_checkpoint
+
+    screens = _screens(replayed)
+    model, report = train_encoder(screens, SMALL, device="cpu")
+    assert report.images == len(screens) and report.steps == SMALL.steps and report.device == "cpu"
+    assert report.loss_last < report.loss_first
+    write_checkpoint(model, SMALL, report, tmp_path)
+    featurizer = ResNetFeaturizer.load(str(tmp_path))
+    assert (featurizer.size, featurizer.rows, featurizer.imagenet) == ((32, 64), 2, False)
+    vectors = featurizer.embed(screens[:5])
+    assert vectors.shape == (5, 2 * 16) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+
+
+def test_too_few_screenshots_is_one_clear_error(replayed) -> None:
+    with pytest.raises(ConfigError, match="at least 8 distinct screenshots"):
+        train_encoder(_screens(replayed)[:3], SMALL, device="cpu")
+
+
+def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trained(
+    engine: Engine, db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evolve.smoke import run_smoke_round
+    from storage.db import session_factory
+    from trajforge.settings import load_settings
+
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    with caplog.at_level(logging.INFO, logger="trajforge.features"):
+        report = run_smoke_round(settings, queries_per_app=1, rollouts=2)
+    assert report.curation.featurizer == PHashFeaturizer.key  # nothing trained yet: the fallback, logged
+    assert "no screen encoder trained on this store yet" in caplog.text
+
+    sessions: sessionmaker = session_factory(engine)
+    store = open_object_store(settings)
+    frames = frame_reader(store)
+    monkeypatch.setattr("curation.encoder.EncoderSpec", lambda **kw: SMALL)
+    stored, trained = train_store_encoder(sessions, store, frames, settings.curate)
+    assert latest_encoder(sessions) == stored and trained.steps == SMALL.steps
+    assert sorted(store.list(stored.prefix)) == [
+        f"{stored.prefix}/{name}" for name in ("config.json", "model.safetensors", "trajforge_encoder.json")
+    ]
+    featurizer = make_featurizer(settings.curate, sessions, store)
+    assert featurizer.key == f"resnet:{stored.sha256[:24]}" and featurizer.dim == 32
+    with sessions() as s:
+        hashes = list(s.scalars(select(Step.screenshot)))
+    features = FeatureStore(sessions, featurizer, frames)
+    assert len(features.vectors(hashes)) == len(set(hashes)) == trained.images
+    # the same weights saved again record nothing new
+    assert train_store_encoder(sessions, store, frames, settings.curate)[0].sha256 == stored.sha256
