@@ -11,12 +11,20 @@ base trajectory) and again with one variation that keeps it the same trajectory:
 Those pairs are labelled duplicates. Pairs of base trajectories of two different
 queries of the same app whose routes visit different screens are labelled distinct. Each
 method embeds every frame, averages a trajectory's frames, and calls a pair a duplicate
-when the cosine exceeds the threshold (AgentCPM-GUI §3.4). Methods: ResNet-50 with
-RANDOM weights (no pretrained weights can be downloaded here, so its figures say
-little about a trained ResNet), our `thumb` and `phash` fallbacks, and imagededup's
-PHash (its hashing module, unmodified) as ±1 vectors on the same pairs.
+when the cosine exceeds the threshold (AgentCPM-GUI §3.4). Methods:
 
-Usage: python -m bench.bench_dedup_quality [--queries 6 --threshold 0.97]
+- the engine's screen encoder (`curation.encoder`, the default `resnet` featuriser),
+  trained here as `trajforge curate train-encoder` trains it, on the screenshots of
+  OTHER queries (another seed) played with occasional pop-ups: no labelled pair and no
+  screenshot of the labelled set is seen in training;
+- ResNet-50 with RANDOM weights (no pretrained weights can be downloaded here);
+- our `thumb` and `phash` fallbacks, and imagededup's PHash (its hashing module,
+  unmodified) as ±1 vectors on the same pairs.
+
+It prints training time and throughput (views/s through forward and backward) on the
+CPU, and on CUDA too when a GPU is present.
+
+Usage: python -m bench.bench_dedup_quality [--queries 6 --threshold 0.97 --train-minutes 5]
 Needs `pip install --no-deps imagededup==0.3.3.post2` and `pip install -e '.[bench]'`
 (`make bench` does both); imagededup's CNN module needs torchvision, which has no CPU
 build here, so only its hashing module is loaded.
@@ -30,6 +38,7 @@ import io
 import itertools
 import pathlib
 import sys
+import tempfile
 import types
 from collections.abc import Callable
 from functools import partial
@@ -40,6 +49,7 @@ from transformers import ResNetConfig
 
 from bench.common import table, timed
 from curation.dedup_eval import Pair, choose, score, similarities
+from curation.encoder import EncoderSpec, train_encoder, write_checkpoint
 from querygen.pipeline import generate_queries
 from rollout.sim.env import SimEnv
 from storage.features import PHashFeaturizer, ResNetFeaturizer, ThumbFeaturizer, _normalise
@@ -110,6 +120,25 @@ def labelled_set(per_app: int) -> tuple[dict[str, Frames], list[tuple[str, str, 
     return trajs, pairs
 
 
+def training_screens(per_app: int, seed: int = 11) -> Frames:
+    """Distinct screenshots of other queries' routes, some under pop-ups: what a farm records."""
+    apps = [load_app(n) for n in builtin_app_names()]
+    screens: dict[bytes, None] = {}
+    for spec in apps:
+        for i, q in enumerate(generate_queries(spec, per_app, seed=seed).kept):
+            screens.update(dict.fromkeys(play(q, apps, FaultConfig(popup_rate=0.1, seed=i))))
+    return list(screens)
+
+
+def trained_encoder(screens: Frames, minutes: float, device: str) -> tuple[ResNetFeaturizer, str]:
+    """The default encoder trained on `screens`, loaded the way dedup loads it; and its training line."""
+    spec = EncoderSpec(minutes=minutes)
+    model, report = train_encoder(screens, spec, device=device, threads=2 if device == "cpu" else 0)
+    with tempfile.TemporaryDirectory() as folder:
+        write_checkpoint(model, spec, report, pathlib.Path(folder))
+        return ResNetFeaturizer.load(folder), report.render()
+
+
 def imagededup_phash() -> Callable[[Frames], np.ndarray]:
     """imagededup's PHash.encode_image, without importing its CNN (torchvision) package inits."""
     spec = importlib.util.find_spec("imagededup")
@@ -143,7 +172,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=6, help="queries per app")
     parser.add_argument("--threshold", type=float, default=0.97)
+    parser.add_argument("--train-queries", type=int, default=30, help="queries per app to train on")
+    parser.add_argument(
+        "--train-minutes", type=float, default=5.0, help="encoder training budget (curate.encoder_minutes)"
+    )
     args = parser.parse_args()
+    import torch
+
+    screens = training_screens(args.train_queries)
+    encoder, trained = trained_encoder(screens, args.train_minutes, "cpu")
+    print(f"training on CPU (2 threads): {trained}")
+    if torch.cuda.is_available():
+        print(f"training on CUDA: {trained_encoder(screens, args.train_minutes, 'cuda')[1]}")
     trajs, pairs = labelled_set(args.queries)
     labels = [dup for _, _, dup, _ in pairs]
     kinds = sorted({k for *_, k in pairs})
@@ -153,6 +193,7 @@ def main() -> None:
     )
     resnet = ResNetFeaturizer.random(ResNetConfig(), batch_size=32)  # ResNet-50 shape, random weights
     methods: dict[str, Callable[[Frames], np.ndarray]] = {
+        "resnet (trained, ours)": encoder.embed,
         "resnet-50 (random init)": resnet.embed,
         "thumb (ours)": ThumbFeaturizer().embed,
         "phash (ours)": PHashFeaturizer().embed,

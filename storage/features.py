@@ -116,7 +116,8 @@ class ResNetFeaturizer:
     ) -> None:
         import torch
 
-        self.model = model.eval()
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = model.eval().to(self.device)
         self.batch_size = batch_size
         self.size, self.imagenet, self.rows = size, imagenet, rows
         self.dim = int(model.config.hidden_sizes[-1]) * rows
@@ -171,8 +172,8 @@ class ResNetFeaturizer:
         with torch.inference_mode():
             for start in range(0, len(images), self.batch_size):
                 batch = np.stack([self.pixels(png) for png in images[start : start + self.batch_size]])
-                grid = self.model(pixel_values=torch.from_numpy(batch)).last_hidden_state
-                out.append(F.adaptive_avg_pool2d(grid, (self.rows, 1)).reshape(len(batch), -1).numpy())
+                grid = self.model(pixel_values=torch.from_numpy(batch).to(self.device)).last_hidden_state
+                out.append(F.adaptive_avg_pool2d(grid, (self.rows, 1)).reshape(len(batch), -1).cpu().numpy())
         return _normalise(np.concatenate(out) if out else np.zeros((0, self.dim), dtype=np.float32))
 
 

@@ -4,6 +4,7 @@ simulator screenshots, the checkpoint stored in the object store and found by de
 from __future__ import annotations
 
 import io
+import json
 import logging
 import random
 from pathlib import Path
@@ -13,8 +14,17 @@ import pytest
 from PIL import Image
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import sessionmaker
+from typer.testing import CliRunner
 
-from curation.encoder import AUGMENTATIONS, EncoderSpec, augment, train_encoder, train_store_encoder
+from curation.encoder import (
+    AUGMENTATIONS,
+    EncoderSpec,
+    augment,
+    train_encoder,
+    train_store_encoder,
+    write_checkpoint,
+)
+from flows.cli import app as cli
 from storage.encoders import latest_encoder
 from storage.features import FeatureStore, PHashFeaturizer, ResNetFeaturizer, make_featurizer
 from storage.models import Step
@@ -41,8 +51,6 @@ def test_each_augmentation_keeps_the_screen_size_and_changes_pixels(replayed) ->
 
 
 def test_training_lowers_the_loss_and_the_checkpoint_loads_as_a_featurizer(replayed, tmp_path: Path) -> None:
-    from curation.encoder import write_checkpoint
-
     screens = _screens(replayed)
     model, report = train_encoder(screens, SMALL, device="cpu")
     assert report.images == len(screens) and report.steps == SMALL.steps and report.device == "cpu"
@@ -60,7 +68,11 @@ def test_too_few_screenshots_is_one_clear_error(replayed) -> None:
 
 
 def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trained(
-    engine: Engine, db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    engine: Engine,
+    db_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from evolve.smoke import run_smoke_round
     from storage.db import session_factory
@@ -77,8 +89,11 @@ def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trai
     store = open_object_store(settings)
     frames = frame_reader(store)
     monkeypatch.setattr("curation.encoder.EncoderSpec", lambda **kw: SMALL)
-    stored, trained = train_store_encoder(sessions, store, frames, settings.curate)
-    assert latest_encoder(sessions) == stored and trained.steps == SMALL.steps
+    done = CliRunner().invoke(cli, ["curate", "train-encoder", "--device", "cpu"])
+    assert done.exit_code == 0, done.output
+    stored = latest_encoder(sessions)
+    assert stored is not None and stored.facts["training"]["steps"] == SMALL.steps
+    assert f"{SMALL.steps} steps on" in done.output and f"stored encoder {stored.sha256[:16]}" in done.output
     assert sorted(store.list(stored.prefix)) == [
         f"{stored.prefix}/{name}" for name in ("config.json", "model.safetensors", "trajforge_encoder.json")
     ]
@@ -87,6 +102,21 @@ def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trai
     with sessions() as s:
         hashes = list(s.scalars(select(Step.screenshot)))
     features = FeatureStore(sessions, featurizer, frames)
-    assert len(features.vectors(hashes)) == len(set(hashes)) == trained.images
+    assert len(features.vectors(hashes)) == len(set(hashes)) == stored.facts["training"]["images"]
     # the same weights saved again record nothing new
-    assert train_store_encoder(sessions, store, frames, settings.curate)[0].sha256 == stored.sha256
+    assert train_store_encoder(sessions, store, frames, settings.curate)[0] == stored
+
+    # dedup-eval measures the trained encoder on the user's pairs
+    shots = []
+    for i, sha in enumerate(dict.fromkeys(hashes)):
+        (tmp_path / f"{i}.png").write_bytes(frames(sha))
+        shots.append(f"{i}.png")
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [
+        {"a": shots[:3], "b": shots[:3], "duplicate": True},
+        {"a": shots[:3], "b": shots[5:9], "duplicate": False},
+    ]
+    pairs.write_text("\n".join(json.dumps(r) for r in rows))
+    done = CliRunner().invoke(cli, ["curate", "dedup-eval", "--pairs", str(pairs)])
+    assert done.exit_code == 0, done.output
+    assert f"featurizer {featurizer.key}" in done.output and "precision 1.00 recall 1.00" in done.output
