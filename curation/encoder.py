@@ -265,6 +265,9 @@ def train_encoder(
 
 def write_checkpoint(model: Any, spec: EncoderSpec, report: TrainReport, folder: Path) -> None:
     """A checkpoint `ResNetFeaturizer.load` reads: transformers' files plus the input size."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     model.save_pretrained(folder)
     facts = {
         "width": spec.width,

@@ -129,7 +129,9 @@ class ResNetFeaturizer:
     def load(cls, weights: str, batch_size: int = 32, threads: int = 0) -> ResNetFeaturizer:
         """From a local checkpoint directory or hub id (hub ids need a reachable hub)."""
         from transformers import ResNetModel
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # a bar per shard load floods the round's output
         try:
             model = ResNetModel.from_pretrained(weights)
         except (OSError, ValueError) as exc:
