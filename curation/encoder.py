@@ -55,8 +55,8 @@ class EncoderSpec:
     batch: int = 64  # screenshots per step (two views each)
     temperature: float = 0.2
     lr: float = 2e-3
-    steps: int = 400
-    minutes: float = 8.0  # stop early when training reaches this wall time
+    steps: int = 300  # curate.encoder_steps
+    minutes: float = 5.0  # curate.encoder_minutes: stop early when training reaches this wall time
     seed: int = 0
     rows: int = 1  # the feature map average-pooled into this many horizontal bands (1: pooler output)
 
@@ -90,6 +90,10 @@ class TrainReport:
 
 
 log = logging.getLogger("trajforge.encoder")
+
+
+class TooFewScreenshots(ConfigError):
+    """Contrastive training needs a batch of distinct screenshots."""
 
 
 # ---- augmentations ----------------------------------------------------------------------
@@ -214,7 +218,7 @@ def train_encoder(
 
     distinct = list(dict.fromkeys(images))
     if len(distinct) < 8:
-        raise ConfigError(
+        raise TooFewScreenshots(
             "training the screen encoder needs at least 8 distinct screenshots; the store has "
             f"{len(distinct)}. Run a round first, or set curate.featurizer to phash"
         )
@@ -327,6 +331,10 @@ def round_encoder(
         before = s.scalar(select(func.max(Round.id)).where(Round.number < number))
     if before is None:
         return {"featurizer": "phash", "source": "fallback", "reason": "no_screenshots_before_this_round"}
-    stored, report = train_store_encoder(sessions, store, frames, settings, before)
+    try:
+        stored, report = train_store_encoder(sessions, store, frames, settings, before)
+    except TooFewScreenshots as exc:  # a tiny first round: dedup stays on phash until there are more
+        log.info("%s", exc)
+        return {"featurizer": "phash", "source": "fallback", "reason": "too_few_screenshots"}
     log.info("%s", report.render())
     return {"featurizer": "resnet", "source": "trained", "encoder": stored.sha256[:16], **asdict(report)}

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import sessionmaker
 from typer.testing import CliRunner
 
@@ -120,3 +120,24 @@ def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trai
     done = CliRunner().invoke(cli, ["curate", "dedup-eval", "--pairs", str(pairs)])
     assert done.exit_code == 0, done.output
     assert f"featurizer {featurizer.key}" in done.output and "precision 1.00 recall 1.00" in done.output
+
+
+def test_a_round_with_too_few_screenshots_keeps_phash_and_says_why(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from curation.encoder import round_encoder
+    from evolve.smoke import run_smoke_round
+    from storage.db import session_factory
+    from trajforge.settings import load_settings
+
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, queries_per_app=1, rollouts=1)
+    sessions: sessionmaker = session_factory(engine)
+    with sessions.begin() as s:  # every step of round 1 on one screen: nothing to contrast
+        one = s.scalars(select(Step.screenshot).limit(1)).one()
+        s.execute(update(Step).values(screenshot=one))
+    store = open_object_store(settings)
+    got = round_encoder(sessions, store, frame_reader(store), settings.curate, 2)
+    assert got == {"featurizer": "phash", "source": "fallback", "reason": "too_few_screenshots"}
+    assert latest_encoder(sessions) is None
