@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-## run: install, then evolve 4 rounds on the embedded default (SQLite, local store, offline) and write the report
+## run: install, then evolve 6 rounds on the embedded default (SQLite, local store, offline) and write the report
 run: $(STAMP)
 	$(BIN)/trajforge evolve
 

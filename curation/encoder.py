@@ -36,8 +36,7 @@ from PIL import Image, ImageDraw, ImageEnhance
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.encoders import StoredEncoder, latest_encoder, save_encoder
-from storage.features import SIDECAR
+from storage.encoders import SIDECAR, StoredEncoder, latest_encoder, save_encoder
 from storage.models import Episode, Round, Step
 from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
@@ -309,7 +308,7 @@ def train_store_encoder(
     model, report = train_encoder([frames(h) for h in hashes], spec, device, settings.threads)
     with tempfile.TemporaryDirectory(prefix="trajforge-encoder-") as folder:
         write_checkpoint(model, spec, report, Path(folder))
-        facts = {"spec": asdict(spec), "training": asdict(report)}
+        facts = json.loads((Path(folder) / SIDECAR).read_text())  # the row records what the sidecar says
         return save_encoder(sessions, store, Path(folder), round_id, facts), report
 
 

@@ -22,7 +22,9 @@ from storage.db import insert_ignore, transaction
 from storage.models import ScreenEncoder
 from storage.objectstore import ObjectStore
 
-CHECKPOINT_FILES = ("config.json", "model.safetensors", "trajforge_encoder.json")
+SIDECAR = "trajforge_encoder.json"  # input size and training facts, next to config.json
+WEIGHTS = ("config.json", "model.safetensors")  # transformers' own files
+CHECKPOINT_FILES = (*WEIGHTS, SIDECAR)
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,9 @@ class StoredEncoder:
 
 def checkpoint_sha256(folder: Path) -> str:
     """Names the weights, the architecture and the input the encoder expects (not training timings)."""
-    sidecar = json.loads((folder / CHECKPOINT_FILES[2]).read_text())
+    sidecar = json.loads((folder / SIDECAR).read_text())
     h = hashlib.sha256()
-    for name in CHECKPOINT_FILES[:2]:
+    for name in WEIGHTS:
         h.update(name.encode() + b"\0" + hashlib.sha256((folder / name).read_bytes()).digest())
     h.update(json.dumps({k: sidecar.get(k) for k in ("width", "height", "rows")}, sort_keys=True).encode())
     return h.hexdigest()

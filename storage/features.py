@@ -30,7 +30,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
-from storage.encoders import fetch_encoder, latest_encoder
+from storage.encoders import SIDECAR, fetch_encoder, latest_encoder
 from storage.models import ScreenFeature
 from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from trajforge.settings import CurationSettings
 
 log = logging.getLogger("trajforge.features")
-SIDECAR = "trajforge_encoder.json"  # a trained encoder's input size, next to config.json
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 _IN_CHUNK = 500  # hashes per IN (...) lookup
