@@ -4,7 +4,8 @@ In order: trajectory dedup (features cached by screenshot hash, faiss per query 
 seeded with what earlier rounds retained); query-specific guidance for the hard
 queries; thoughts for the accepted steps; error-recovery samples; annotators'
 corrections (which supersede the model's action samples of those steps); balancing of
-everything the round kept. Every stage writes idempotently, so a rerun changes nothing,
+everything the round kept; pass-rate labels and the zero-pass hold-out
+(`curation.curriculum`). Every stage writes idempotently, so a rerun changes nothing,
 and every drop is kept with its reason: dropped episodes in `exclusion` (stage dedup),
 dropped samples with their reason on the `sample` row and in `exclusion`.
 """
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from curation import balance as balancing
 from curation.corrections import correction_samples, supersede
+from curation.curriculum import ZERO_PASS, CurriculumReport, label_and_hold
 from curation.dedup import Decision, DedupReport, Trajectory, dedup, trajectory_embedding
 from curation.guidance import Demonstrator, GuidanceReport, write_guidance
 from curation.recovery import RecoveryReport, recovery_samples
@@ -49,6 +51,7 @@ class CurationReport:
     thoughts: ThoughtReport = field(default_factory=ThoughtReport)
     recovery: RecoveryReport = field(default_factory=RecoveryReport)
     balance: balancing.BalanceReport = field(default_factory=balancing.BalanceReport)
+    curriculum: CurriculumReport = field(default_factory=CurriculumReport)
     samples: Counter[str] = field(default_factory=Counter)  # the round's samples: kept, and dropped by reason
     corrections: Counter[str] = field(default_factory=Counter)  # human corrections used, or why not
 
@@ -67,6 +70,7 @@ class CurationReport:
                 self.recovery.render(),
                 f"human corrections: {counts(self.corrections)}",
                 self.balance.render(),
+                self.curriculum.render(),
                 f"samples retained: {kept}; dropped by reason: {drops}",
             ]
         )
@@ -130,6 +134,7 @@ def curate_round(
     report.corrections["superseded_samples"] += supersede(sessions, round_id, corrected)
 
     report.balance = _balance(sessions, round_id, {q: pass_rate(g) for q, g in groups.items()}, settings)
+    report.curriculum = label_and_hold(sessions, round_id, groups, settings)
     with sessions() as s:
         for status, reason, n in s.execute(
             select(Sample.status, Sample.reason, func.count())
@@ -243,7 +248,7 @@ def _balance(
         rows = s.execute(
             select(Sample.uid, Sample.category, Sample.provenance, Sample.payload).where(
                 Sample.round_id == round_id,
-                (Sample.status == "kept") | Sample.reason.in_(balancing.REASONS),
+                (Sample.status == "kept") | Sample.reason.in_((*balancing.REASONS, ZERO_PASS)),
             )
         ).all()
     items = [

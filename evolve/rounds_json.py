@@ -9,6 +9,9 @@ anchor), `outcome_sources` (episodes whose samples took their outcome from the v
 human or the calibrated critic, plus those left undecided, by reason), `samples` (kept and
 dropped counts) and `dropped` (by reason). `revisits` lists the round's revisited queries
 (`evolve.revisits`): `query`, `app`, `before` (pass rate when it got guidance) and `after`.
+`tiers` gives the new queries' episodes and success rate per complexity tier
+(`querygen.complexity`); `curriculum` the tier mix asked for (`evolve.tier_mix`), the
+queries per pass-rate tier and the samples held out or released (`curation.curriculum`).
 """
 
 from __future__ import annotations
@@ -55,20 +58,30 @@ class _Tally:
 def _round(s: Session, rnd: Round) -> dict[str, Any]:
     tallies: dict[str, _Tally] = {OVERALL: _Tally()}
     episodes = s.execute(
-        select(Episode.id, Episode.uid, Episode.outcome, Episode.policy_id, QueryRow.goal, QueryRow.uid)
+        select(
+            Episode.id,
+            Episode.uid,
+            Episode.outcome,
+            Episode.policy_id,
+            QueryRow.goal,
+            QueryRow.uid,
+            QueryRow.meta,
+        )
         .join(QueryRow, QueryRow.id == Episode.query_id)
         .where(Episode.round_id == rnd.id)
     ).all()
-    app_of = {eid: str(goal.get("app", "")) for eid, _, _, _, goal, _ in episodes}
-    by_uid = {uid: eid for eid, uid, _, _, _, _ in episodes}
+    app_of = {eid: str(goal.get("app", "")) for eid, _, _, _, goal, _, _ in episodes}
+    by_uid = {uid: eid for eid, uid, _, _, _, _, _ in episodes}
     revisits = set(revisited(rnd))
+    tiers: dict[str, _Tally] = {}
 
     def add(episode_id: int) -> list[_Tally]:
         return [tallies[OVERALL], tallies.setdefault(app_of[episode_id], _Tally())]
 
-    for eid, _, outcome, policy_id, _, query in episodes:
-        for t in add(eid):
-            if policy_id == rnd.policy_id and query not in revisits:  # success: new queries only
+    for eid, _, outcome, policy_id, _, query, meta in episodes:
+        if policy_id == rnd.policy_id and query not in revisits:  # success: new queries only
+            tier = tiers.setdefault(str((meta or {}).get("tier") or "unknown"), _Tally())
+            for t in [*add(eid), tier]:
                 t.episodes += 1
                 t.successes += outcome == "success"
     anchors = anchors_by_episode(s, Episode.round_id == rnd.id)
@@ -122,6 +135,11 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
         "status": rnd.status,
         "dataset_version": (rnd.stats or {}).get("dataset_version"),
         "revisits": (rnd.stats or {}).get("revisit_rates", []),
+        "tiers": {
+            t: {"episodes": v.episodes, "success_rate": v.as_dict()["success_rate"]}
+            for t, v in sorted(tiers.items())
+        },
+        "curriculum": (rnd.stats or {}).get("curriculum", {}),
         OVERALL: overall.as_dict(),
         "apps": {app: t.as_dict() for app, t in sorted(tallies.items())},
     }

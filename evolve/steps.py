@@ -30,7 +30,7 @@ from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
 from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
 from evolve.spine import Spine, open_spine
-from querygen.pipeline import generate_queries, load_history, store_generation
+from querygen.pipeline import generate_round
 from rollout.policies import NoisyOracle, OracleNoise, Policy
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
@@ -61,6 +61,8 @@ def config_hash(settings: Settings) -> str:
     keep = ev.model_dump(
         include={"queries_per_app", "rollouts", "max_steps", "guided_fraction", "seed", "revisit_share"}
     )
+    if ev.tier_mix:  # only when set, so rounds started before the curriculum existed still resume
+        keep["tier_mix"] = ev.tier_mix
     keep |= {"filtering": ev.filtering, "dataset": ev.dataset}
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()
 
@@ -126,11 +128,8 @@ def round_queries(settings: Settings, number: int) -> list[str]:
                 .order_by(QueryRow.uid)
             ).all()
         if not have:
-            coverage, dedup = load_history(spine.sessions, spec.name)
-            generated = generate_queries(
-                spec, settings.evolve.queries_per_app, seed=rnd.seed, coverage=coverage, deduper=dedup
-            )
-            store_generation(spine.sessions, spec, generated, round_id=rnd.id)
+            ev = settings.evolve
+            generated = generate_round(spine.sessions, spec, ev.queries_per_app, rnd, ev.mix_of(number))
             have = sorted(q.uid for q in generated.kept)
         uids.extend(have)
     return uids + [u for u in revisit_queries(spine, settings, rnd) if u not in uids]
@@ -303,17 +302,18 @@ def curate(settings: Settings, number: int) -> dict[str, Any]:
             "total": report.dedup.total,
             "reasons": dict(report.dedup.reasons),
         },
+        "curriculum": {**report.curriculum.as_dict(), "tier_mix": settings.evolve.mix_of(number)},
     }
 
 
 def publish_config(settings: Settings, number: int) -> PublishConfig:
-    """Every round so far; filtering off publishes dropped samples too."""
+    """Every round so far; filtering off publishes dropped and held samples too."""
     filters = {
         "curate": settings.curate.model_dump(mode="json"),
         "critics": settings.critics.model_dump(mode="json"),
         "filtering": settings.evolve.filtering,
     }
-    statuses = ("kept",) if settings.evolve.filtering else ("kept", "dropped")
+    statuses = ("kept",) if settings.evolve.filtering else ("kept", "dropped", "held")
     return PublishConfig(rounds=tuple(range(1, number + 1)), filters=filters, statuses=statuses)
 
 

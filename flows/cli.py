@@ -125,16 +125,22 @@ def queries_generate(
     app_ref: Annotated[str, typer.Option("--app", help="Built-in app name or path to an app spec.")],
     n: Annotated[int, typer.Option("--n", min=1, max=1_000_000, help="Queries to keep.")] = 100,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    mix: Annotated[
+        str | None,
+        typer.Option(help="Tier mix, e.g. localization=0.5,functional=0.3,intent=0.2 (default: as sampled)."),
+    ] = None,
     config: ConfigOpt = None,
 ) -> None:
     """Sample, synthesise, validate and dedup queries for one app; store them and print a summary."""
     import asyncio
 
     from evolve.spine import build_gateway, open_spine
+    from querygen.complexity import check_mix, parse_mix
     from querygen.pipeline import GenerationReport, agenerate_queries, load_history, store_generation
     from storage.apps import check_apps
     from trajforge.appspec import load_app
 
+    shares = check_mix(parse_mix(mix)) if mix else None
     settings = cli_settings(config)
     spec = load_app(app_ref)
     sessions = open_spine(settings).sessions
@@ -144,7 +150,9 @@ def queries_generate(
     async def generate() -> GenerationReport:
         gateway = build_gateway(settings.llm, sessions)
         try:
-            return await agenerate_queries(spec, n, seed, gateway=gateway, coverage=coverage, deduper=dedup)
+            return await agenerate_queries(
+                spec, n, seed, gateway=gateway, coverage=coverage, deduper=dedup, mix=shares
+            )
         finally:
             if gateway is not None:
                 await gateway.aclose()
@@ -278,6 +286,7 @@ def evolve_cmd(
     settings = cli_settings(config)
     target = rounds or settings.evolve.rounds
     prefect_env(settings, verbose)
+    from curation.curriculum import curriculum_line
     from evolve.report import write_report
     from evolve.spine import open_spine
     from flows.rounds import evolve_round_flow
@@ -297,6 +306,8 @@ def evolve_cmd(
             f"{result.get('dataset', '?')} v{result.get('dataset_version', '?')}; next policy "
             f"{result.get('next_policy', '?')} [{state}]"
         )
+        if result.get("curriculum"):
+            typer.echo(f"  curriculum: {curriculum_line(result['curriculum'])}")
     spine = open_spine(settings)
     index = write_report(spine.sessions, spine.store, report_dir or settings.home / "report")
     typer.echo(f"report: {index.resolve().as_uri()}")

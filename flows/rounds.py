@@ -188,6 +188,7 @@ def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
         "next_policy": published["next_policy"],
         "consensus": calibrated["consensus"],
         "dedup": curated["dedup"],
+        "curriculum": curated["curriculum"],
         "encoder": curated["encoder"],
         "rollout_steps": rolled["steps"],
     }

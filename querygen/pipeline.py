@@ -17,13 +17,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from querygen.complexity import TIERS, complexity, quotas
 from querygen.dedup import QueryDeduper
 from querygen.sampling import Coverage, SampledPath, difficulty, finishing_screens, sample_path
 from querygen.synthesis import Draft, llm_draft, template_draft
 from querygen.validation import InterfaceValidator
 from storage.apps import register_app
 from storage.db import insert_ignore, transaction
-from storage.models import App, Exclusion
+from storage.models import App, Exclusion, Round
 from storage.models import Query as QueryRow
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
@@ -36,6 +37,7 @@ MAX_TRIES_PER_QUERY = 20  # sampling attempts per requested query before giving 
 # An app's task space is finite: after this many candidates in a row without a new query,
 # sampling has found (nearly) every task the app offers, and generation stops.
 EXHAUSTED_AFTER = 2000
+TIER_FULL = "tier_quota_full"  # a valid query whose tier already had its share of the round
 
 
 @dataclass
@@ -55,6 +57,13 @@ class GenerationReport:
     exhausted: bool = False
     already_known: int = 0  # kept by earlier runs (from load_history)
     coverage: Coverage = field(default_factory=Coverage)
+    mix: dict[str, int] | None = None  # wanted queries per tier (`evolve.tier_mix`); None: as sampled
+    room: dict[str, int] | None = None  # what each tier can still take
+    spares: list[tuple[Query, Draft]] = field(default_factory=list)  # valid, but their tier was full
+    spilled: int = 0  # queries taken from a full tier because another tier ran dry
+
+    def tiers(self) -> Counter[str]:
+        return Counter(q.tier for q in self.kept)
 
     def reasons(self) -> Counter[str]:
         return Counter(d.reason for d in self.dropped)
@@ -69,6 +78,15 @@ class GenerationReport:
             f"{spec.name}: {kept} queries kept of {self.requested} requested, {len(self.dropped)} dropped",
             "dropped: " + (", ".join(f"{r}={n}" for r, n in sorted(self.reasons().items())) or "none"),
             "difficulty: " + ", ".join(f"{d}={by_difficulty[d]}" for d in ("easy", "medium", "hard")),
+            "tiers: "
+            + ", ".join(f"{t}={self.tiers()[t]}" for t in TIERS)
+            + (
+                " (wanted "
+                + ", ".join(f"{t}={self.mix[t]}" for t in TIERS)
+                + f"; {self.spilled} from other tiers)"
+                if self.mix is not None
+                else ""
+            ),
             "source: " + ", ".join(f"{s}={n}" for s, n in sorted(sources.items())),
             f"coverage: {len(set(self.coverage.screens) & set(spec.screens))}/{len(spec.screens)} screens, "
             f"{len(covered)}/{len(edges)} navigation edges",
@@ -100,6 +118,7 @@ async def agenerate_queries(
     coverage: Coverage | None = None,
     deduper: QueryDeduper | None = None,
     batch: int = 32,
+    mix: dict[str, float] | None = None,
 ) -> GenerationReport:
     """Generate up to `n` validated, deduplicated queries for one app.
 
@@ -107,9 +126,14 @@ async def agenerate_queries(
         gateway: synthesise and refine with an LLM; None uses the offline templates.
         coverage: what earlier rounds covered (sampling prefers the rest); updated in place.
         deduper: queries kept earlier, so this run does not repeat them.
+        mix: shares of the complexity tiers (`querygen.complexity`) among the `n` queries; a
+            tier the app cannot fill within the sampling budget is filled with other tiers'.
     """
     rng = random.Random(seed)
     report = GenerationReport(spec.name, n, coverage=coverage or Coverage())
+    if mix:
+        report.mix = quotas(n, mix)
+        report.room = dict(report.mix)
     dedup = deduper or QueryDeduper()
     validator = InterfaceValidator(spec)
     initial = spec.initial_values()
@@ -134,6 +158,7 @@ async def agenerate_queries(
         if stale >= EXHAUSTED_AFTER:
             report.exhausted = True
             break
+    _fill_from_spares(dedup, report, n)
     return report
 
 
@@ -173,20 +198,49 @@ def _admit(
         assert check.reason is not None
         report.dropped.append(Dropped(uid, check.reason, {**detail, "why": check.detail}))
         return
-    dedup.add(uid, draft.instruction, draft.goal)
-    actions = len(check.actions)
-    report.kept.append(
-        Query(
-            uid=uid,
-            app=spec.name,
-            instruction=draft.instruction,
-            slots=dict(draft.goal.state),
-            path=[m.to_json() for m in draft.path.moves],
-            goal=draft.goal.model_dump(),
-            source=draft.source,
-            difficulty=difficulty(actions, draft.goal.constraints()),
-        )
+    path = [m.to_json() for m in draft.path.moves]
+    query = Query(
+        uid=uid,
+        app=spec.name,
+        instruction=draft.instruction,
+        slots=dict(draft.goal.state),
+        path=path,
+        goal=draft.goal.model_dump(),
+        source=draft.source,
+        difficulty=difficulty(len(check.actions), draft.goal.constraints()),
+        tier=complexity(spec, draft.instruction, path),
     )
+    if report.room is not None:
+        if report.room[query.tier] <= 0:
+            report.spares.append((query, draft))  # taken only if other tiers cannot fill the round
+            return
+        report.room[query.tier] -= 1
+    dedup.add(uid, draft.instruction, draft.goal)
+    report.kept.append(query)
+
+
+def _fill_from_spares(dedup: QueryDeduper, report: GenerationReport, n: int) -> None:
+    """Tiers the app could not fill are filled with other tiers' queries; the rest are dropped."""
+    for query, draft in report.spares:
+        if len(report.kept) < n and dedup.find(draft.instruction, draft.goal) is None:
+            dedup.add(query.uid, draft.instruction, draft.goal)
+            report.kept.append(query)
+            report.spilled += 1
+        else:
+            report.dropped.append(
+                Dropped(query.uid, TIER_FULL, {"instruction": query.instruction, "tier": query.tier})
+            )
+    report.spares = []
+
+
+def generate_round(
+    sessions: sessionmaker[Session], spec: AppSpec, n: int, rnd: Round, mix: dict[str, float] | None = None
+) -> GenerationReport:
+    """One round's new queries of an app, sampled beside what earlier rounds kept, and stored."""
+    coverage, dedup = load_history(sessions, spec.name)
+    generated = generate_queries(spec, n, seed=rnd.seed, coverage=coverage, deduper=dedup, mix=mix)
+    store_generation(sessions, spec, generated, round_id=rnd.id)
+    return generated
 
 
 def load_history(sessions: sessionmaker[Session], app: str) -> tuple[Coverage, QueryDeduper]:
@@ -227,7 +281,7 @@ def store_generation(
                     "source": q.source,
                     "status": "kept",
                     "difficulty": q.difficulty,
-                    "meta": {},
+                    "meta": {"tier": q.tier},
                 }
                 for q in report.kept
             ],

@@ -37,7 +37,7 @@ def register_app(session: Session, spec: AppSpec) -> int:
 def check_apps(sessions: sessionmaker[Session], specs: Sequence[AppSpec]) -> None:
     """Refuse, writing nothing, specs whose names are stored with different specs."""
     with sessions() as s:
-        stored = dict(s.execute(select(App.name, App.spec_sha256)).tuples().all())
+        stored = {name: sha for name, sha in s.execute(select(App.name, App.spec_sha256))}
     for spec in specs:
         if spec.name in stored and stored[spec.name] != spec_sha256(spec):
             raise _clash(spec, stored[spec.name])

@@ -106,6 +106,7 @@ class Query(Base):
             goal=self.goal,
             source=self.source,
             difficulty=self.difficulty,
+            tier=str((self.meta or {}).get("tier", "")),
         )
 
 
@@ -208,6 +209,19 @@ class ScreenEncoder(Base):
     prefix: Mapped[str] = mapped_column(String(256))  # object key folder of the checkpoint
     round_id: Mapped[int | None] = mapped_column(ForeignKey("round.id"))  # trained after this round
     facts: Mapped[dict[str, Any]] = mapped_column(default=dict)  # spec and training report
+
+
+class QueryPassRate(Base):
+    """A query's pass-rate label in one round (Step-GUI §2.1.3): the round's own policy's rollouts."""
+
+    __tablename__ = "query_pass_rate"
+    __table_args__ = (UniqueConstraint("query_id", "round_id"),)
+    query_id: Mapped[int] = mapped_column(ForeignKey("query.id"), index=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("round.id"), index=True)
+    rollouts: Mapped[int] = mapped_column(Integer)  # decided rollouts of the round's policy
+    successes: Mapped[int] = mapped_column(Integer)
+    solved: Mapped[bool] = mapped_column(Boolean, default=False)  # any success of the query so far, demos too
+    tier: Mapped[str] = mapped_column(String(16))  # unsolved | hard | medium | easy, after this round
 
 
 class Guidance(Base):

@@ -19,6 +19,19 @@ from trajforge.actions import Action, ActionKind, Screen
 Sha256 = str
 
 
+TIERS = ("localization", "functional", "intent")  # query complexity tiers (Step-GUI §2.1.3)
+
+
+def mix_problem(mix: dict[str, float] | Any) -> str | None:
+    """What is wrong with a tier mix (shares per tier), or None."""
+    unknown = sorted(set(mix) - set(TIERS))
+    if unknown:
+        return f"unknown query tier(s) {', '.join(unknown)} in a tier mix; known: {', '.join(TIERS)}"
+    if any(v < 0 for v in mix.values()) or sum(mix.values()) <= 0:
+        return f"a tier mix needs shares >= 0 with a positive sum, got {dict(mix)}"
+    return None
+
+
 class Query(BaseModel):
     """A task for the policy, sampled from an app's navigation DAG."""
 
@@ -36,6 +49,7 @@ class Query(BaseModel):
     )
     source: str = Field("template", description="intent | template | llm | human")
     difficulty: str = Field("medium", pattern="^(easy|medium|hard)$")
+    tier: str = Field("", description="Complexity tier (`TIERS`; '' unknown), see querygen.complexity.")
 
 
 class Observation(BaseModel):

@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trajforge.actions import CODECS
+from trajforge.domain import mix_problem
 
 ExportFormat = Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"]  # the one list of export formats
 FeaturizerName = Literal["thumb", "phash", "resnet"]  # screenshot features for trajectory dedup
@@ -65,6 +66,11 @@ class CurationSettings(BaseSettings):
     )
     point_tolerance: int = Field(
         40, ge=0, le=1000, description="0-1000 units a predicted point may miss by outside any element."
+    )
+    hold_zero_pass: bool = Field(
+        True,
+        description="Hold the action samples of a query no rollout has solved out of the published "
+        "versions until a later round solves it (Step-GUI §2.1.3).",
     )
     high_pass_rate: float = Field(0.8, ge=0, le=1, description="Tasks above this are down-sampled.")
     low_pass_rate: float = Field(0.3, ge=0, le=1, description="Tasks below this (but > 0) are up-sampled.")
@@ -193,7 +199,27 @@ class EvolveSettings(BaseSettings):
         "previous round's hard queries (pass rate at or below curate.guidance_pass_rate), rolled out "
         "with their guidance; 0 turns revisits off.",
     )
+    tier_mix: list[dict[str, float]] = Field(
+        default_factory=list,
+        description="Curriculum (Step-GUI §2.1.3): the shares of the complexity tiers (localization, "
+        "functional, intent) among each round's new queries, one mix per round from round 1, the last "
+        "one holding for later rounds; empty: as sampled.",
+    )
     seed: int = Field(0, description="Seed of query sampling; rounds use seed + round number.")
+
+    @field_validator("tier_mix")
+    @classmethod
+    def _mixes(cls, value: list[dict[str, float]]) -> list[dict[str, float]]:
+        for i, mix in enumerate(value):
+            problem = mix_problem(mix)
+            if problem:
+                raise ValueError(f"evolve.tier_mix[{i}]: {problem}")
+        return value
+
+    def mix_of(self, number: int) -> dict[str, float] | None:
+        """The tier mix of round `number` (None: as sampled)."""
+        return dict(self.tier_mix[min(number, len(self.tier_mix)) - 1]) if self.tier_mix else None
+
     dataset: str = Field(
         "trajforge", min_length=1, max_length=128, description="Dataset each round publishes."
     )
