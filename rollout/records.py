@@ -70,9 +70,11 @@ def store_episode(
                         "episode_id": episode_id,
                         "source": "verifier",
                         "annotator": "",
-                        "label": "success" if verdict.success else "failure",
+                        # the episode's outcome: the goal state reached *and* the episode ended by the
+                        # policy's success; a goal reached but never ended (max_steps) is no demonstration
+                        "label": "success" if result["outcome"] == "success" else "failure",
                         "confidence": 1.0,
-                        "meta": verdict.to_json(),
+                        "meta": {**verdict.to_json(), "ended": result["reason"] or "success"},
                     }
                 ],
                 ["episode_id", "source", "annotator"],

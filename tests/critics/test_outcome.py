@@ -27,8 +27,8 @@ def hidden(
     run_smoke_round(load_settings(), queries_per_app=2, rollouts=2)
     sessions = session_factory(engine)
     with sessions.begin() as s:
-        episodes = s.execute(select(Episode.id, Episode.verifier_success).order_by(Episode.id)).all()
-        hidden = {eid: bool(ok) for eid, ok in episodes[::2]}
+        episodes = s.execute(select(Episode.id, Episode.outcome).order_by(Episode.id)).all()
+        hidden = {eid: outcome == "success" for eid, outcome in episodes[::2]}
         s.execute(delete(Anchor).where(Anchor.episode_id.in_(list(hidden))))
         s.execute(delete(Sample))  # extraction runs again below, under the new outcomes
     return sessions, hidden
