@@ -58,6 +58,7 @@ TEMPERATURE = 0.5  # rollouts after the first sample actions with odds vote ** (
 NEAR = 60  # 0-1000 units: two taps this close are the same tap
 CONTROLS = ("button", "toggle")  # what a task can name and a tap uses
 NAMED_VOTE = 1.5  # a control the task names, on screen, gets this share of the best neighbour vote
+HALF_NAMED = 0.5  # ... scaled by the share of its words the task says, from half of them up
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
@@ -215,6 +216,14 @@ def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> floa
     return inter / max(union, 1)
 
 
+def _label(element: dict[str, Any]) -> str:
+    return str(element.get("text") or "").casefold()
+
+
+def _inside(point: tuple[int, int], box: tuple[int, int, int, int]) -> bool:
+    return box[0] <= point[0] <= box[2] and box[1] <= point[1] <= box[3]
+
+
 def _named(element: dict[str, Any], instruction: set[str]) -> float:
     """Share of the element's words that the instruction says."""
     mine = set(words(str(element.get("text") or "")))
@@ -274,12 +283,13 @@ class KnnPolicy:
         self._prev: Action | None = None
         self._screen = ""  # the screenshot the last action was taken on
         self._taken: Counter[tuple[str, str]] = Counter()
+        self._spent: set[str] = set()  # labels of named controls already tapped this episode
         self._explore = False
         self._rng = np.random.default_rng(0)
 
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self._query, self._words = query, set(words(query.instruction))
-        self._step, self._prev, self._screen, self._taken = 0, None, "", Counter()
+        self._step, self._prev, self._screen, self._taken, self._spent = 0, None, "", Counter(), set()
         self._explore = rollout > 0
         self._rng = np.random.default_rng(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
 
@@ -302,6 +312,10 @@ class KnnPolicy:
             odds = np.array([v for _, v in ranked], np.float64) ** (1.0 / TEMPERATURE)
             choice = keys[int(self._rng.choice(len(keys), p=odds / odds.sum()))]
         action = Action.model_validate_json(choice) if choice else Action(kind=ActionKind.PRESS, key="back")
+        if action.kind == ActionKind.CLICK and action.point is not None:  # a named control is tapped once
+            here = Screen(obs.width, obs.height)
+            hit = [e for e in obs.elements or [] if _inside(here.to_px(action.point), element_bounds(e))]
+            self._spent |= {_label(e) for e in hit if _named(e, self._words) >= HALF_NAMED}
         self._taken[obs.screenshot, action.to_json()] += 1
         self._step += 1
         self._prev, self._screen = action, obs.screenshot
@@ -335,9 +349,14 @@ class KnnPolicy:
         top = max(votes.values())
         here = Screen(obs.width, obs.height)
         for e in obs.elements or []:  # what the task names on this screen, read off the element tree
-            if e.get("kind") in (*CONTROLS, "list_item") and _named(e, self._words) == 1.0:
+            said = _named(e, self._words)
+            if (
+                e.get("kind") in (*CONTROLS, "list_item")
+                and said >= HALF_NAMED
+                and _label(e) not in self._spent
+            ):
                 key = Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(e))).to_json()
-                votes[key] = max(votes.get(key, 0.0), NAMED_VOTE * top)
+                votes[key] = NAMED_VOTE * said * top + votes.get(key, 0.0)  # the demonstrated one first
         return votes
 
     def _map(self, i: int, obs: Observation) -> Action:

@@ -145,3 +145,43 @@ def test_a_control_the_task_names_outvotes_a_demo_that_did_something_else() -> N
     act = policy.decide(Observation(screenshot="a", width=90, height=200, elements=_controls()))
     assert act.kind == ActionKind.CLICK and act.point is not None
     assert 60 <= act.point[1] * 200 / 1000 <= 90  # 'Screen timeout', named by the task
+
+
+def _buttons() -> list[dict]:
+    return [
+        {"id": "cart", "kind": "button", "text": "Add to cart", "bounds": [0, 20, 90, 50]},
+        {"id": "buy", "kind": "button", "text": "Buy now", "bounds": [0, 60, 90, 90]},
+        {"id": "kitchen", "kind": "list_item", "text": "Kitchen", "bounds": [0, 100, 90, 130]},
+    ]
+
+
+def test_among_named_controls_the_demonstrated_one_wins_and_half_naming_counts() -> None:
+    demo = _row(
+        _png(40), "look in Books", {"kind": "click", "point": [500, 575]}, [0, 500, 1000, 650], 0, "e"
+    )
+    policy = KnnPolicy(train([demo]), {"a": _png(40)}.__getitem__, version=1)
+    screen = Observation(screenshot="a", width=90, height=200, elements=_buttons())
+    policy.start(
+        Query(uid="q", app="shopping", instruction="look in Kitchen and add a pan to my cart"), seed="s"
+    )
+    act = policy.decide(screen)  # 'Add to cart' and 'Kitchen' are both named; the demo tapped the list
+    assert act.point is not None and 100 <= act.point[1] * 200 / 1000 <= 130
+    tied = [  # the same screen, the same instruction, two actions: the demonstrations tie
+        _row(_png(40), "get a red pan", {"kind": "click", "point": [500, 175]}, [0, 100, 1000, 250], 0, "e1"),
+        _row(_png(40), "get a red pan", {"kind": "click", "point": [500, 375]}, [0, 300, 1000, 450], 0, "e2"),
+    ]
+    policy = KnnPolicy(train(tied), {"a": _png(40)}.__getitem__, version=1)
+    policy.start(Query(uid="q", app="shopping", instruction="buy a blue pan"), seed="s")
+    act = policy.decide(screen)  # 'Buy now': half its words are said, none of 'Add to cart'
+    assert act.point is not None and 60 <= act.point[1] * 200 / 1000 <= 90
+
+
+def test_a_named_control_is_tapped_once_per_episode() -> None:
+    demo = _row(_png(40), "done", {"kind": "terminate", "status": "success"}, None, 0, "e")
+    frames = {"a": _png(40), "b": _png(41)}
+    policy = KnnPolicy(train([demo]), frames.__getitem__, version=1)
+    policy.start(Query(uid="q", app="settings", instruction="turn dark theme on"), seed="s")
+    first = policy.decide(Observation(screenshot="a", width=90, height=200, elements=_controls()))
+    assert first.kind == ActionKind.CLICK  # the toggle the task names
+    after = policy.decide(Observation(screenshot="b", width=90, height=200, elements=_controls()))
+    assert after == Action(kind=ActionKind.TERMINATE, status="success")  # not toggled back off
