@@ -78,6 +78,9 @@ class GenerationReport:
             f"{spec.name}: {kept} queries kept of {self.requested} requested, {len(self.dropped)} dropped",
             "dropped: " + (", ".join(f"{r}={n}" for r, n in sorted(self.reasons().items())) or "none"),
             "difficulty: " + ", ".join(f"{d}={by_difficulty[d]}" for d in ("easy", "medium", "hard")),
+            "source: " + ", ".join(f"{s}={n}" for s, n in sorted(sources.items())),
+            f"coverage: {len(set(self.coverage.screens) & set(spec.screens))}/{len(spec.screens)} screens, "
+            f"{len(covered)}/{len(edges)} navigation edges",
             "tiers: "
             + ", ".join(f"{t}={self.tiers()[t]}" for t in TIERS)
             + (
@@ -87,9 +90,6 @@ class GenerationReport:
                 if self.mix is not None
                 else ""
             ),
-            "source: " + ", ".join(f"{s}={n}" for s, n in sorted(sources.items())),
-            f"coverage: {len(set(self.coverage.screens) & set(spec.screens))}/{len(spec.screens)} screens, "
-            f"{len(covered)}/{len(edges)} navigation edges",
         ]
         if self.exhausted:
             lines.append(

@@ -117,6 +117,36 @@ def test_round_two_needs_round_one_and_a_config_change_is_refused(evolve_setting
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_tier_mix_shapes_new_queries_and_the_round_reports_its_curriculum(
+    evolve_settings: Settings,
+) -> None:
+    mix = [{"localization": 1.0}]
+    ev = evolve_settings.evolve.model_copy(update={"tier_mix": mix, "queries_per_app": 2})
+    settings = evolve_settings.model_copy(update={"evolve": ev})
+    steps.start_round(settings, 1)
+    uids = steps.round_queries(settings, 1)
+    other = settings.model_copy(update={"evolve": ev.model_copy(update={"tier_mix": []})})
+    with pytest.raises(ConfigError, match="another evolve config"):
+        steps.start_round(other, 1)  # the mix decides the queries: a round keeps the mix it began with
+    spine = open_spine(settings)
+    with spine.sessions() as s:
+        tiers = {q.uid: (q.meta or {}).get("tier") for q in s.scalars(select(Query))}
+    assert set(tiers) == set(uids) and len(uids) == 8
+    assert sum(t == "localization" for t in tiers.values()) >= 4  # settings and shopping offer them
+    steps.register_devices(settings)
+    steps.rollout_shard(settings, 1, uids)
+    steps.judge(settings, 1)
+    steps.calibrate(settings, 1)
+    curated = steps.curate(settings, 1)["curriculum"]
+    assert curated["tier_mix"] == {"localization": 1.0}
+    assert sum(curated["tiers"].values()) == 8 and curated["held"] >= 0
+    steps.finish_round(settings, 1, {"curriculum": curated})
+    row = rounds_table(spine.sessions)["rounds"][0]
+    assert row["curriculum"] == curated
+    assert sum(t["episodes"] for t in row["tiers"].values()) == row["overall"]["episodes"] == 8 * 2
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_path: Path) -> None:
     settings = evolve_settings
     published = run_round_one(settings)

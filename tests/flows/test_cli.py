@@ -261,6 +261,14 @@ def test_queries_generate_stores_and_summarises(tmp_path: Path) -> None:
     assert again.stdout.startswith("settings: 40 queries kept")  # 40 more, none repeated
     missing = cli("queries", "generate", "--app", "nope.yaml", cwd=tmp_path)
     assert missing.returncode == 1 and missing.stderr.startswith("error: app spec nope.yaml: file not found")
+    mixed = cli("queries", "generate", "--app", "settings", "--n", "6", "--mix", "intent=1", cwd=tmp_path)
+    assert mixed.returncode == 0, mixed.stderr
+    assert "tiers: localization=0, functional=0, intent=6 (wanted localization=0, functional=0, intent=6" in (
+        mixed.stdout
+    )
+    for bad, says in [("easy=1", "unknown query tier(s) easy"), ("intent=lots", "is not tier=share")]:
+        refused = cli("queries", "generate", "--app", "settings", "--mix", bad, cwd=tmp_path)
+        assert refused.returncode == 1 and says in refused.stderr and refused.stdout == ""
 
 
 def test_rollout_survives_sigkill_and_resumes(tmp_path: Path) -> None:
