@@ -38,7 +38,7 @@ import numpy as np
 import polars as pl
 
 from rollout.policies.base import PolicyOutput
-from rollout.policies.oracle import element_bounds, element_center
+from rollout.policies.oracle import box_overlap, element_bounds, element_center, point_inside
 from storage.features import ThumbFeaturizer
 from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen, get_codec
 from trajforge.domain import Observation, Query
@@ -206,22 +206,8 @@ def train_from_export(data: Path, out: Path, split: str = "train") -> Memory:
     return memory
 
 
-def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> float:
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    if w <= 0 or h <= 0:
-        return 0.0
-    inter = w * h
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / max(union, 1)
-
-
 def _label(element: dict[str, Any]) -> str:
     return str(element.get("text") or "").casefold()
-
-
-def _inside(point: tuple[int, int], box: tuple[int, int, int, int]) -> bool:
-    return box[0] <= point[0] <= box[2] and box[1] <= point[1] <= box[3]
 
 
 def _named(element: dict[str, Any], instruction: set[str]) -> float:
@@ -314,7 +300,7 @@ class KnnPolicy:
         action = Action.model_validate_json(choice) if choice else Action(kind=ActionKind.PRESS, key="back")
         if action.kind == ActionKind.CLICK and action.point is not None:  # a named control is tapped once
             here = Screen(obs.width, obs.height)
-            hit = [e for e in obs.elements or [] if _inside(here.to_px(action.point), element_bounds(e))]
+            hit = [e for e in obs.elements or [] if point_inside(here.to_px(action.point), element_bounds(e))]
             self._spent |= {_label(e) for e in hit if _named(e, self._words) >= HALF_NAMED}
         self._taken[obs.screenshot, action.to_json()] += 1
         self._step += 1
@@ -371,8 +357,8 @@ class KnnPolicy:
         here = Screen(obs.width, obs.height)
         (x1, y1), (x2, y2) = here.to_px((bbox[0], bbox[1])), here.to_px((bbox[2], bbox[3]))
         box = (x1, y1, x2, y2)
-        hit = max(obs.elements, key=lambda e: _overlap(element_bounds(e), box))
-        if _overlap(element_bounds(hit), box) <= 0.0:
+        hit = max(obs.elements, key=lambda e: box_overlap(element_bounds(e), box))
+        if box_overlap(element_bounds(hit), box) <= 0.0:
             return action
         if hit.get("kind") == "list_item" and hit.get("widget"):
             rows = [
