@@ -337,7 +337,7 @@ class KnnPolicy:
         for e in obs.elements or []:  # what the task names on this screen, read off the element tree
             said = _named(e, self._words)
             if (
-                e.get("kind") in (*CONTROLS, "list_item")
+                e.get("kind") in (*CONTROLS, "list_item", "input")
                 and said >= HALF_NAMED
                 and _label(e) not in self._spent
             ):
