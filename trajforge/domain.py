@@ -9,6 +9,7 @@ hashes into the object store, never as bytes inside these types.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -22,7 +23,7 @@ Sha256 = str
 TIERS = ("localization", "functional", "intent")  # query complexity tiers (Step-GUI §2.1.3)
 
 
-def mix_problem(mix: dict[str, float] | Any) -> str | None:
+def mix_problem(mix: Mapping[str, float]) -> str | None:
     """What is wrong with a tier mix (shares per tier), or None."""
     unknown = sorted(set(mix) - set(TIERS))
     if unknown:
