@@ -152,9 +152,9 @@ async def agenerate_queries(
             paths.append(path)
         drafts = await _drafts(spec, paths, rng, gateway)
         for draft in drafts:
-            before = len(report.kept)
+            before = len(report.kept) + len(report.spares)  # a spare is a new task too
             _admit(spec, draft, validator, dedup, report)
-            stale = 0 if len(report.kept) > before else stale + 1
+            stale = 0 if len(report.kept) + len(report.spares) > before else stale + 1
         if stale >= EXHAUSTED_AFTER:
             report.exhausted = True
             break
@@ -222,14 +222,17 @@ def _admit(
 def _fill_from_spares(dedup: QueryDeduper, report: GenerationReport, n: int) -> None:
     """Tiers the app could not fill are filled with other tiers' queries; the rest are dropped."""
     for query, draft in report.spares:
-        if len(report.kept) < n and dedup.find(draft.instruction, draft.goal) is None:
+        detail: dict[str, Any] = {"instruction": query.instruction, "tier": query.tier}
+        duplicate = dedup.find(draft.instruction, draft.goal)  # spares can repeat each other
+        if duplicate is not None:
+            detail |= {"duplicate_of": duplicate.of, "similarity": duplicate.similarity}
+            report.dropped.append(Dropped(query.uid, duplicate.reason, detail))
+        elif len(report.kept) < n:
             dedup.add(query.uid, draft.instruction, draft.goal)
             report.kept.append(query)
             report.spilled += 1
         else:
-            report.dropped.append(
-                Dropped(query.uid, TIER_FULL, {"instruction": query.instruction, "tier": query.tier})
-            )
+            report.dropped.append(Dropped(query.uid, TIER_FULL, detail))
     report.spares = []
 
 
