@@ -10,8 +10,9 @@ they judge sim, web and spec'd Android episodes alike, and credit any valid rout
   when it raises it (a wrong pick, leaving the route, a back while on it) or stops early,
   NEUTRAL otherwise (scrolls, focus, typing, taps that change nothing).
 - `TextualTrajectoryCritic`: a goal check from the step record and the final element tree:
-  the goal's screen reached with every goal slot set to its value (the final state decides, as
-  for a verifier; whether the run claimed success is kept in the reason).
+  the goal's screen reached with every goal slot set to its value, and the run ended by its
+  own success claim (as the verifier's anchor requires; a goal reached but never ended fails
+  with reason `goal_reached_unclaimed`).
 - `VisualTrajectoryCritic`: from screenshots only: the final frame against the end frames of
   recorded successful episodes of the same goal (equal, or a near-equal difference hash
   without the status bar); it abstains when there is none.
@@ -120,11 +121,12 @@ class ChannelVerdict:
 class TextualTrajectoryCritic:
     """A route-agnostic goal check from the step record (GUI-Owl's textual channel, offline)."""
 
-    name, version = "heuristic_textual", "2"
+    name, version = "heuristic_textual", "3"
 
     def judge(self, trace: Trace, steps: list[StepView]) -> ChannelVerdict:
-        """Success is the final state, as a verifier reads it: a run that ends on the goal without
-        claiming it still succeeded, and a success claim elsewhere did not."""
+        """Success is the goal reached *and* claimed, as the verifier's anchor reads it: a run that
+        ends on the goal without ending itself (it ran out of steps) did not succeed, and neither
+        did a success claim elsewhere."""
         if not steps:
             return ChannelVerdict("textual", False, "no_steps")
         end = trace.end
@@ -136,7 +138,7 @@ class TextualTrajectoryCritic:
             return ChannelVerdict("textual", False, "wrong_screen" if claimed else "no_success_claim")
         if len(end.goal.satisfied(end.values)) < len(end.goal.state):
             return ChannelVerdict("textual", False, "wrong_values" if claimed else "no_success_claim")
-        return ChannelVerdict("textual", True, "goal_reached" if claimed else "goal_reached_unclaimed")
+        return ChannelVerdict("textual", claimed, "goal_reached" if claimed else "goal_reached_unclaimed")
 
 
 def frame_signature(png: bytes) -> int:

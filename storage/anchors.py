@@ -13,7 +13,7 @@ from storage.models import Anchor, Episode, Judgment, Step
 from storage.models import Query as QueryRow
 from trajforge.domain import goal_key
 
-CONSENSUS = ("consensus_and", "3")  # bump with any channel version
+CONSENSUS = ("consensus_and", "4")  # bump with any channel version
 
 
 def deciding_anchor(anchors: Sequence[Anchor]) -> Anchor | None:

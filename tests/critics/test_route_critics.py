@@ -71,6 +71,12 @@ def test_another_valid_route_is_credited_step_by_step_and_as_a_trajectory() -> N
     assert {v.label for v in trace.verdicts} == {"GOOD"}, [v.reason for v in trace.verdicts]
     assert trace.verdicts[-1].reason == "completes_task"
     assert TextualTrajectoryCritic().judge(trace, steps) == ChannelVerdict("textual", True, "goal_reached")
+    unended = steps[:-1]  # the goal reached, but the run never ended itself (it ran out of steps)
+    assert steps[-1].action is not None and steps[-1].action["kind"] == "terminate"
+    trace = HeuristicStepCritic([TAKEOUT]).follow(query, unended)
+    assert TextualTrajectoryCritic().judge(trace, unended) == ChannelVerdict(
+        "textual", False, "goal_reached_unclaimed"
+    )
 
 
 def test_a_wrong_pick_is_harmful_and_fails_the_goal_check() -> None:
