@@ -210,6 +210,17 @@ def _label(element: dict[str, Any]) -> str:
     return str(element.get("text") or "").casefold()
 
 
+def _said(element: dict[str, Any], instruction: set[str]) -> float:
+    """How far the task names this control (0: not): all its words, or at least half of them.
+    CJK text must be named whole: its tokens are single characters, and half the characters of
+    "专车" are in "快车"."""
+    if element.get("kind") not in (*CONTROLS, "list_item", "input"):
+        return 0.0
+    said = _named(element, instruction)
+    whole = any("\u4e00" <= c <= "\u9fff" for c in _label(element))
+    return said if said == 1.0 or (said >= HALF_NAMED and not whole) else 0.0
+
+
 def _named(element: dict[str, Any], instruction: set[str]) -> float:
     """Share of the element's words that the instruction says."""
     mine = set(words(str(element.get("text") or "")))
@@ -301,7 +312,7 @@ class KnnPolicy:
         if action.kind == ActionKind.CLICK and action.point is not None:  # a named control is tapped once
             here = Screen(obs.width, obs.height)
             hit = [e for e in obs.elements or [] if point_inside(here.to_px(action.point), element_bounds(e))]
-            self._spent |= {_label(e) for e in hit if _named(e, self._words) >= HALF_NAMED}
+            self._spent |= {_label(e) for e in hit if _said(e, self._words)}
         self._taken[obs.screenshot, action.to_json()] += 1
         self._step += 1
         self._prev, self._screen = action, obs.screenshot
@@ -335,12 +346,8 @@ class KnnPolicy:
         top = max(votes.values())
         here = Screen(obs.width, obs.height)
         for e in obs.elements or []:  # what the task names on this screen, read off the element tree
-            said = _named(e, self._words)
-            if (
-                e.get("kind") in (*CONTROLS, "list_item", "input")
-                and said >= HALF_NAMED
-                and _label(e) not in self._spent
-            ):
+            said = _said(e, self._words)
+            if said and _label(e) not in self._spent:
                 key = Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(e))).to_json()
                 votes[key] = NAMED_VOTE * said * top + votes.get(key, 0.0)  # the demonstrated one first
         return votes

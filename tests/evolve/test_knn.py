@@ -185,3 +185,20 @@ def test_a_named_control_is_tapped_once_per_episode() -> None:
     assert first.kind == ActionKind.CLICK  # the toggle the task names
     after = policy.decide(Observation(screenshot="b", width=90, height=200, elements=_controls()))
     assert after == Action(kind=ActionKind.TERMINATE, status="success")  # not toggled back off
+
+
+def test_cjk_text_is_named_whole_not_by_half_its_characters() -> None:
+    cars = [
+        {"id": "premier", "kind": "button", "text": "专车", "bounds": [0, 20, 90, 50]},
+        {"id": "express", "kind": "button", "text": "快车", "bounds": [0, 60, 90, 90]},
+    ]
+    demo = _row(_png(40), "叫一辆车", {"kind": "click", "point": [500, 175]}, [0, 100, 1000, 250], 0, "e")
+    policy = KnnPolicy(train([demo]), {"a": _png(40)}.__getitem__, version=1)
+    task = Query(uid="q", app="ridehail", instruction="打一辆快车到中关村")
+    picked = set()
+    for seed in range(60):  # sampled rollouts: 专车 must get no vote at all to be never picked
+        policy.start(task, seed=str(seed), rollout=1)
+        act = policy.decide(Observation(screenshot="a", width=90, height=200, elements=cars))
+        assert act.point is not None
+        picked.add(act.point[1] * 200 // 1000)
+    assert all(60 <= y <= 90 for y in picked), picked  # 快车, the car the task names
