@@ -47,7 +47,7 @@ from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
 from storage.publish import PublishConfig, publish
 from trajforge.domain import Query
-from trajforge.errors import ConfigError
+from trajforge.errors import ConfigError, DeviceError
 from trajforge.settings import Settings
 
 EXPLORER = ("random-explorer", 0)
@@ -180,14 +180,14 @@ def _roll(
     pool = DevicePool(spine.sessions)
     runner = EpisodeRunner(spine.sessions, pool, farm, make, config, backend=farm.backend, guidance=guidance)
     report = asyncio.run(runner.run(queries, rnd.id, policy_id))
-    return {
-        "episodes": report.completed,
-        "already_stored": report.skipped,
-        "not_run": report.not_run,
-        "successes": report.successes,
-        "steps": report.steps,
-        "seconds": round(report.seconds, 3),
-    }
+    if report.not_run:  # the task fails loudly; its retry (or a rerun) plays only what is missing
+        raise DeviceError(
+            f"{report.not_run} episodes of round {rnd.number} found no free device within "
+            f"{config.lease_wait_s:g}s; rerun to play them (stored episodes are not redone)"
+        )
+    keys = ("episodes", "already_stored", "successes", "steps", "seconds")
+    values = (report.completed, report.skipped, report.successes, report.steps, round(report.seconds, 3))
+    return dict(zip(keys, values, strict=True))
 
 
 def rollout_shard(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
@@ -197,7 +197,8 @@ def rollout_shard(settings: Settings, number: int, uids: list[str]) -> dict[str,
     ev = settings.evolve
     guidance, demos = latest_guidance(spine, uids)
     make = policy_factory(spine, rnd.policy_id, demos)
-    config = RolloutConfig(rollouts_per_query=ev.rollouts, workers=ev.devices, max_steps=ev.max_steps)
+    workers = max(1, -(-ev.devices // ev.shards))  # the shards run at once and share the devices
+    config = RolloutConfig(rollouts_per_query=ev.rollouts, workers=workers, max_steps=ev.max_steps)
     return _roll(spine, rnd, load_queries(spine, uids), rnd.policy_id, make, config, guidance)
 
 

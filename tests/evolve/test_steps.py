@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -16,9 +17,11 @@ from evolve.rounds_json import rounds_table
 from evolve.spine import open_spine
 from evolve.trainer import TrainerError, train_next
 from rollout.policies.knn import KnnPolicy
+from rollout.pool import DevicePool
+from rollout.runner import RolloutConfig
 from storage.models import Episode, Guidance, Policy, Query, Round, Sample
 from storage.publish import PublishConfig, publish
-from trajforge.errors import ConfigError
+from trajforge.errors import ConfigError, DeviceError
 from trajforge.settings import Settings
 
 
@@ -104,6 +107,27 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     steps.finish_round(settings, 2, {})
     second = rounds_table(spine.sessions)["rounds"][1]
     assert second["overall"]["episodes"] == 0 and [r["query"] for r in second["revisits"]] == revisits
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_episodes_that_find_no_free_device_fail_the_shard_and_a_rerun_plays_them(
+    evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = evolve_settings
+    monkeypatch.setattr(steps, "RolloutConfig", functools.partial(RolloutConfig, lease_wait_s=0.3))
+    steps.start_round(settings, 1)
+    uids = steps.round_queries(settings, 1)
+    steps.register_devices(settings)
+    pool = DevicePool(open_spine(settings).sessions)
+    held = [pool.lease("another-user", "sim") for _ in range(settings.evolve.devices)]
+    assert all(held)  # every device busy elsewhere
+    with pytest.raises(DeviceError, match=r"8 episodes of round 1 found no free device within 0.3s; rerun"):
+        steps.rollout_shard(settings, 1, uids)
+    for lease in held:
+        assert lease is not None
+        pool.release(lease)
+    played = steps.rollout_shard(settings, 1, uids)
+    assert played["episodes"] == 8 and played["already_stored"] == 0  # nothing was stored half-way
 
 
 def test_round_two_needs_round_one_and_a_config_change_is_refused(evolve_settings: Settings) -> None:
