@@ -145,7 +145,11 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
         s.execute(delete(Anchor).where(Anchor.episode_id == episode_id, Anchor.source == "human"))
     extract_round(sessions, round_id)
     restored = {x.uid: x for x in _samples(sessions, episode_id)}
-    assert all(restored[uid].status == before[uid].status for uid in before)
+    # a sample the curation held while the query was unsolved (zero-pass hold-out) stays held
+    # until a curation finds it solved again
+    assert all(
+        restored[uid].status == before[uid].status or restored[uid].reason == "zero_pass" for uid in before
+    )
     reversed_ = [x for uid, x in restored.items() if uid not in before and x.category != CATEGORY]
     assert reversed_ and not any(x.status == "kept" for x in reversed_)  # the overridden outcome is gone
     with sessions() as s:

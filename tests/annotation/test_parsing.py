@@ -245,7 +245,7 @@ def test_review_queue_takes_disagreements_low_confidence_and_an_audit_sample(
                 rows.append(
                     {
                         "critic": critic,
-                        "critic_version": "3",  # the current consensus version
+                        "critic_version": "4",  # the current consensus version
                         "target": "episode",
                         "target_id": eid,
                         "label": label,
