@@ -33,7 +33,7 @@ from storage.models import Query as QueryRow
 from trajforge.stage_settings import CurationSettings
 
 HELD, ZERO_PASS = "held", "zero_pass"
-TIERS = ("unsolved", "hard", "medium", "easy")
+PASS_TIERS = ("unsolved", "hard", "medium", "easy")  # by pass rate (complexity tiers: trajforge.domain.TIERS)
 
 
 def tier_of(rate: float, solved: bool, settings: CurationSettings) -> str:
@@ -52,13 +52,13 @@ class CurriculumReport:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "tiers": {t: self.tiers[t] for t in TIERS if self.tiers[t]},
+            "tiers": {t: self.tiers[t] for t in PASS_TIERS if self.tiers[t]},
             "held": self.held,
             "released": self.released,
         }
 
     def render(self) -> str:
-        tiers = ", ".join(f"{t}={self.tiers[t]}" for t in TIERS if self.tiers[t]) or "none"
+        tiers = ", ".join(f"{t}={self.tiers[t]}" for t in PASS_TIERS if self.tiers[t]) or "none"
         return f"pass-rate tiers: {tiers}; zero-pass hold-out: {self.held} held, {self.released} released"
 
 

@@ -43,11 +43,15 @@ class _Tally:
         self.samples: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
 
+    @property
+    def success_rate(self) -> float:
+        return round(self.successes / self.episodes, 4) if self.episodes else 0.0
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "episodes": self.episodes,
             "successes": self.successes,
-            "success_rate": round(self.successes / self.episodes, 4) if self.episodes else 0.0,
+            "success_rate": self.success_rate,
             "accuracy": {k: v.summary() for k, v in sorted(self.channels.items())},
             "outcome_sources": dict(self.sources),
             "samples": dict(self.samples),
@@ -136,8 +140,7 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
         "dataset_version": (rnd.stats or {}).get("dataset_version"),
         "revisits": (rnd.stats or {}).get("revisit_rates", []),
         "tiers": {
-            t: {"episodes": v.episodes, "success_rate": v.as_dict()["success_rate"]}
-            for t, v in sorted(tiers.items())
+            t: {"episodes": v.episodes, "success_rate": v.success_rate} for t, v in sorted(tiers.items())
         },
         "curriculum": (rnd.stats or {}).get("curriculum", {}),
         OVERALL: overall.as_dict(),

@@ -62,11 +62,15 @@ HALF_NAMED = 0.5  # ... scaled by the share of its words the task says, from hal
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
+def _cjk(text: str) -> bool:
+    return any("\u4e00" <= c <= "\u9fff" for c in text)
+
+
 def words(text: str) -> list[str]:
     """Lower-cased word tokens; CJK text becomes one token per character."""
     out: list[str] = []
     for w in _WORD.findall(text.casefold()):
-        out.extend(list(w) if any("\u4e00" <= c <= "\u9fff" for c in w) else [w])
+        out.extend(list(w) if _cjk(w) else [w])
     return out
 
 
@@ -211,14 +215,12 @@ def _label(element: dict[str, Any]) -> str:
 
 
 def _said(element: dict[str, Any], instruction: set[str]) -> float:
-    """How far the task names this control (0: not): all its words, or at least half of them.
-    CJK text must be named whole: its tokens are single characters, and half the characters of
-    "专车" are in "快车"."""
+    """How far the task names this control (0: not): all its words, or at least half of them; CJK
+    text whole, as its tokens are characters (half of "专车" is in "快车")."""
     if element.get("kind") not in (*CONTROLS, "list_item", "input"):
         return 0.0
     said = _named(element, instruction)
-    whole = any("\u4e00" <= c <= "\u9fff" for c in _label(element))
-    return said if said == 1.0 or (said >= HALF_NAMED and not whole) else 0.0
+    return said if said == 1.0 or (said >= HALF_NAMED and not _cjk(_label(element))) else 0.0
 
 
 def _named(element: dict[str, Any], instruction: set[str]) -> float:
@@ -310,8 +312,8 @@ class KnnPolicy:
             choice = keys[int(self._rng.choice(len(keys), p=odds / odds.sum()))]
         action = Action.model_validate_json(choice) if choice else Action(kind=ActionKind.PRESS, key="back")
         if action.kind == ActionKind.CLICK and action.point is not None:  # a named control is tapped once
-            here = Screen(obs.width, obs.height)
-            hit = [e for e in obs.elements or [] if point_inside(here.to_px(action.point), element_bounds(e))]
+            at = Screen(obs.width, obs.height).to_px(action.point)
+            hit = [e for e in obs.elements or [] if point_inside(at, element_bounds(e))]
             self._spent |= {_label(e) for e in hit if _said(e, self._words)}
         self._taken[obs.screenshot, action.to_json()] += 1
         self._step += 1
