@@ -16,7 +16,9 @@ screen looks the same and whose instruction reads alike, and lets them vote:
 - presses, swipes, app launches and `terminate` vote as they are.
 
 A control the task names (a button, toggle or list row whose words the instruction says all
-of) gets a vote above the best neighbour's, and beats the one a demonstration tapped. When
+of) gets a vote above the best neighbour's, and beats the one a demonstration tapped; among
+several, the one the task says first. Once the task's named moves are done (`Coverage`), a
+neighbour's tap on a control its own task named, and ours does not, votes to end. When
 the last action changed nothing, only actions not yet tried on this screen are voted on,
 and with none left the policy presses back. The checkpoint is one `.npz` (vectors,
 weights) plus one JSON (actions, instructions).
@@ -27,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,6 +39,17 @@ import numpy as np
 import polars as pl
 
 from rollout.policies.base import PolicyOutput
+from rollout.policies.knn_text import (
+    CONTROLS,
+    TASK_PREFIX,
+    Coverage,
+    copy_span,
+    instruction_of,
+    label,
+    named,
+    said,
+    words,
+)
 from rollout.policies.oracle import box_overlap, element_bounds, element_center, point_inside
 from storage.features import ThumbFeaturizer
 from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen, get_codec
@@ -46,7 +58,7 @@ from trajforge.errors import ConfigError
 
 NAME = "knn"
 CHECKPOINT_FORMAT = "trajforge-knn/1"
-TASK_PREFIX = "Task: "
+THEIRS, AGAIN = "theirs", "again"  # why a neighbour tapped a control its task named (see KnnPolicy._map)
 K = 8  # neighbours that vote
 SAME_SCREEN = 0.02  # cosine slack: neighbours this close to the best match count as the same screen
 INSTRUCTION_WEIGHT = 0.5  # how much instruction overlap weighs against screen similarity
@@ -56,28 +68,9 @@ SHARPNESS = 8.0  # vote weight falls as exp(-SHARPNESS * score gap to the best n
 REPEAT_PENALTY = 2.0  # an action already taken on this very screen counts 1 / (1 + 2n)
 TEMPERATURE = 0.5  # rollouts after the first sample actions with odds vote ** (1 / TEMPERATURE)
 NEAR = 60  # 0-1000 units: two taps this close are the same tap
-CONTROLS = ("button", "toggle")  # what a task can name and a tap uses
 NAMED_VOTE = 1.5  # a control the task names, on screen, gets this share of the best neighbour vote
-HALF_NAMED = 0.5  # ... scaled by the share of its words the task says, from half of them up
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-
-
-def _cjk(text: str) -> bool:
-    return any("\u4e00" <= c <= "\u9fff" for c in text)
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased word tokens; CJK text becomes one token per character."""
-    out: list[str] = []
-    for w in _WORD.findall(text.casefold()):
-        out.extend(list(w) if _cjk(w) else [w])
-    return out
-
-
-def instruction_of(prompt: str) -> str:
-    """The task line of an action prompt ("Task: ...\\nHistory: ...")."""
-    first = prompt.split("\n", 1)[0]
-    return first[len(TASK_PREFIX) :] if first.startswith(TASK_PREFIX) else first
+LATER_NAMED = 0.3  # ... this much of it when the task names another control on screen first
+AGAIN_VOTE = 0.1  # once done, a neighbour's move on a widget we already tapped votes this much to end
 
 
 @dataclass
@@ -210,38 +203,6 @@ def train_from_export(data: Path, out: Path, split: str = "train") -> Memory:
     return memory
 
 
-def _label(element: dict[str, Any]) -> str:
-    return str(element.get("text") or "").casefold()
-
-
-def _said(element: dict[str, Any], instruction: set[str]) -> float:
-    """How far the task names this control (0: not): all its words, or at least half of them; CJK
-    text whole, as its tokens are characters (half of "专车" is in "快车")."""
-    if element.get("kind") not in (*CONTROLS, "list_item", "input"):
-        return 0.0
-    said = _named(element, instruction)
-    return said if said == 1.0 or (said >= HALF_NAMED and not _cjk(_label(element))) else 0.0
-
-
-def _named(element: dict[str, Any], instruction: set[str]) -> float:
-    """Share of the element's words that the instruction says."""
-    mine = set(words(str(element.get("text") or "")))
-    return len(mine & instruction) / len(mine) if mine else 0.0
-
-
-def copy_span(typed: str, source: str, target: str) -> str:
-    """The text at the same place of `target` as `typed` sits in `source` (after the same word)."""
-    src, dst = source.split(), target.split()
-    n = max(1, len(typed.split()))
-    for i in range(len(src) - n + 1):
-        if " ".join(src[i : i + n]).strip(",.'\"").casefold() == typed.casefold() and i > 0:
-            before = src[i - 1].casefold()
-            for j in range(1, len(dst)):
-                if dst[j - 1].casefold() == before:
-                    return " ".join(dst[j : j + n]).strip(",.'\"")
-    return typed
-
-
 def _phase(before: dict[str, Any] | None, mine: Action | None) -> float:
     """How well a demonstration's previous action matches ours: 1 same, 0.5 same kind, 0 otherwise."""
     if before is None or mine is None:
@@ -253,6 +214,10 @@ def _phase(before: dict[str, Any] | None, mine: Action | None) -> float:
         return 1.0 if before.get("text") == mine.text and before.get("key") == mine.key else 0.5
     near = abs(point[0] - mine.point[0]) + abs(point[1] - mine.point[1]) <= NEAR
     return 1.0 if near else 0.5
+
+
+def _widget(element: dict[str, Any]) -> str:
+    return str(element.get("widget") or label(element))
 
 
 class KnnPolicy:
@@ -283,12 +248,16 @@ class KnnPolicy:
         self._screen = ""  # the screenshot the last action was taken on
         self._taken: Counter[tuple[str, str]] = Counter()
         self._spent: set[str] = set()  # labels of named controls already tapped this episode
+        self._tapped: set[str] = set()  # widgets (a list, a toggle) tapped this episode
+        self._cover = Coverage("")
         self._explore = False
         self._rng = np.random.default_rng(0)
 
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self._query, self._words = query, set(words(query.instruction))
         self._step, self._prev, self._screen, self._taken, self._spent = 0, None, "", Counter(), set()
+        self._tapped = set()
+        self._cover = Coverage(query.instruction)
         self._explore = rollout > 0
         self._rng = np.random.default_rng(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
 
@@ -311,10 +280,13 @@ class KnnPolicy:
             odds = np.array([v for _, v in ranked], np.float64) ** (1.0 / TEMPERATURE)
             choice = keys[int(self._rng.choice(len(keys), p=odds / odds.sum()))]
         action = Action.model_validate_json(choice) if choice else Action(kind=ActionKind.PRESS, key="back")
+        hit: list[dict[str, Any]] = []
         if action.kind == ActionKind.CLICK and action.point is not None:  # a named control is tapped once
             at = Screen(obs.width, obs.height).to_px(action.point)
             hit = [e for e in obs.elements or [] if point_inside(at, element_bounds(e))]
-            self._spent |= {_label(e) for e in hit if _said(e, self._words)}
+            self._spent |= {label(e) for e in hit if said(e, self._words)}
+            self._tapped |= {_widget(e) for e in hit}
+        self._cover.act(" ".join([label(e) for e in hit] + [action.text or ""]))
         self._taken[obs.screenshot, action.to_json()] += 1
         self._step += 1
         self._prev, self._screen = action, obs.screenshot
@@ -340,47 +312,63 @@ class KnnPolicy:
                 - STEP_WEIGHT * abs(float(self._steps[i]) - self._step)
             )
         best = max(score.values())
+        self._cover.see(obs.elements or [])
+        done = self._cover.done()
+        stop = Action(kind=ActionKind.TERMINATE, status="success").to_json()
         for i in sorted(score, key=lambda j: (-score[j], j))[:K]:
-            key = self._map(i, obs).to_json()
-            votes[key] = votes.get(key, 0.0) + float(self.memory.weights[i]) * math.exp(
-                SHARPNESS * (score[i] - best)
-            )
+            action, why = self._map(i, obs)
+            vote = float(self.memory.weights[i]) * math.exp(SHARPNESS * (score[i] - best))
+            key = action.to_json()
+            if done and why:  # the task's named moves are done, and the neighbour did its own task's:
+                key = stop  # a new one says "that task went on", ours ends here; one we made is spent
+                vote *= 1.0 if why == THEIRS else AGAIN_VOTE
+            votes[key] = votes.get(key, 0.0) + vote
         top = max(votes.values())
         here = Screen(obs.width, obs.height)
-        for e in obs.elements or []:  # what the task names on this screen, read off the element tree
-            said = _said(e, self._words)
-            if said and _label(e) not in self._spent:
-                key = Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(e))).to_json()
-                votes[key] = NAMED_VOTE * said * top + votes.get(key, 0.0)  # the demonstrated one first
+        named_here = [  # what the task names on this screen and we have not tapped yet
+            (share, e)
+            for e in obs.elements or []
+            if (share := said(e, self._words)) and label(e) not in self._spent
+        ]
+        named_here.sort(key=lambda se: (se[0] < 1.0, self._cover.position(se[1])))  # whole, then as said
+        for rank, (share, e) in enumerate(named_here):
+            key = Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(e))).to_json()
+            bonus = NAMED_VOTE * share * top * (1.0 if rank == 0 else LATER_NAMED)
+            votes[key] = bonus + votes.get(key, 0.0)  # the demonstrated one first
         return votes
 
-    def _map(self, i: int, obs: Observation) -> Action:
-        """Neighbour i's action, carried over to the current screen and task."""
+    def _map(self, i: int, obs: Observation) -> tuple[Action, str]:
+        """Neighbour i's action, carried over to the current screen and task; and why it tapped what
+        it did when its own task named that: THEIRS (ours does not name it), AGAIN (we tapped that
+        widget already), "" otherwise."""
         action = Action.model_validate(self.memory.actions[i])
         if action.kind == ActionKind.TYPE and self._query is not None:
             text = copy_span(action.text or "", self.memory.instructions[i], self._query.instruction)
-            return action.model_copy(update={"text": text})
+            return action.model_copy(update={"text": text}), ""
         bbox = self.memory.bboxes[i]
         if action.kind != ActionKind.CLICK or bbox is None or not obs.elements:
-            return action
+            return action, ""
         here = Screen(obs.width, obs.height)
         (x1, y1), (x2, y2) = here.to_px((bbox[0], bbox[1])), here.to_px((bbox[2], bbox[3]))
         box = (x1, y1, x2, y2)
         hit = max(obs.elements, key=lambda e: box_overlap(element_bounds(e), box))
         if box_overlap(element_bounds(hit), box) <= 0.0:
-            return action
+            return action, ""
+        why = ""
+        if named(hit, self._instr[i]) == 1.0:  # the neighbour's task named all of what it tapped
+            why = AGAIN if _widget(hit) in self._tapped else "" if said(hit, self._words) else THEIRS
         if hit.get("kind") == "list_item" and hit.get("widget"):
             rows = [
                 e for e in obs.elements if e.get("widget") == hit["widget"] and e.get("kind") == "list_item"
             ]
-            named = max(rows, key=lambda e: _named(e, self._words))
-            if _named(named, self._words) == 0.0:
-                return Action(kind=ActionKind.SWIPE, point=(500, 600), direction="up")
-            hit = named
-        elif _named(hit, self._words) < 1.0:  # a control the task names beats the one the demo tapped
-            peers = [e for e in obs.elements if e.get("kind") in CONTROLS and _named(e, self._words) == 1.0]
+            row = max(rows, key=lambda e: named(e, self._words))
+            if named(row, self._words) == 0.0:
+                return Action(kind=ActionKind.SWIPE, point=(500, 600), direction="up"), why
+            hit = row
+        elif named(hit, self._words) < 1.0:  # a control the task names beats the one the demo tapped
+            peers = [e for e in obs.elements if e.get("kind") in CONTROLS and named(e, self._words) == 1.0]
             hit = peers[0] if peers else hit
-        return Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(hit)))
+        return Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(hit))), why
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rollout.policies.knn import KnnPolicy, Memory, copy_span, demonstrated, instruction_of, train, words
+from rollout.policies.knn import KnnPolicy, Memory, demonstrated, train
+from rollout.policies.knn_text import Coverage, copy_span, instruction_of, words
 from trajforge.actions import Action, ActionKind
 from trajforge.domain import Observation, Query
 from trajforge.errors import ConfigError
@@ -202,3 +203,60 @@ def test_cjk_text_is_named_whole_not_by_half_its_characters() -> None:
         assert act.point is not None
         picked.add(act.point[1] * 200 // 1000)
     assert all(60 <= y <= 90 for y in picked), picked  # 快车, the car the task names
+
+
+def test_coverage_reads_the_task_as_done_after_its_last_named_move() -> None:
+    task = Coverage("Open Settings, then open Display, then open Brightness level")
+    task.see([{"kind": "button", "text": "Display"}, {"kind": "button", "text": "Sound"}])
+    task.act("Settings")
+    assert not task.done()  # "display" is still to do, and was seen
+    task.act("Display")
+    assert not task.done()  # "brightness level" trails
+    task.act("")  # a swipe covers nothing
+    task.act("Brightness level")
+    assert task.done()
+    task.act("")
+    assert not task.done()  # only right after the move that did it
+    toggle = Coverage("turn Wi-Fi off")
+    toggle.act("Wi-Fi")
+    assert toggle.done()  # one word ("off") may trail
+    row = Coverage("open Sound, then choose Ripple")
+    row.act("Sound")
+    assert not row.done()  # two do
+    seen = Coverage("open Display and turn dark theme on")
+    seen.see([{"kind": "toggle", "text": "Dark theme"}])
+    seen.act("Display")
+    assert not seen.done()  # dark theme was on a screen and not yet acted on
+    assert seen.position({"text": "Dark theme"}) == 4 and seen.position({"text": "Sound"}) == 7
+
+
+def test_once_its_named_moves_are_done_the_task_ends_where_a_neighbour_went_on_for_its_own() -> None:
+    demo = _row(
+        _png(200), "open Screen timeout", {"kind": "click", "point": [500, 375]}, [0, 300, 1000, 450], 1, "e"
+    )
+    frames = {"a": _png(40), "b": _png(200)}
+    policy = KnnPolicy(train([demo]), frames.__getitem__, version=1)
+    policy.start(Query(uid="q", app="settings", instruction="open Display"), seed="s")
+    display = [{"id": "display", "kind": "button", "text": "Display", "bounds": [0, 60, 90, 90]}]
+    assert policy.decide(Observation(screenshot="a", width=90, height=200, elements=display)).kind == (
+        ActionKind.CLICK
+    )
+    end = policy.decide(Observation(screenshot="b", width=90, height=200, elements=_controls()))
+    assert end == Action(kind=ActionKind.TERMINATE, status="success")  # not 'Screen timeout'
+    policy.start(Query(uid="q", app="settings", instruction="open Screen timeout"), seed="s")
+    act = policy.decide(Observation(screenshot="b", width=90, height=200, elements=_controls()))
+    assert act.kind == ActionKind.CLICK  # the same neighbour, a task that asks for its move
+
+
+def test_among_controls_named_whole_the_one_the_task_says_first_is_tapped_first() -> None:
+    demo = _row(_png(40), "elsewhere", {"kind": "terminate", "status": "success"}, None, 0, "e")
+    policy = KnnPolicy(train([demo]), {"a": _png(40)}.__getitem__, version=1)
+    toggles = [
+        {"id": "bt", "kind": "toggle", "text": "Bluetooth", "bounds": [0, 20, 90, 50]},
+        {"id": "wifi", "kind": "toggle", "text": "Wi-Fi", "bounds": [0, 60, 90, 90]},
+    ]
+    policy.start(
+        Query(uid="q", app="settings", instruction="turn Wi-Fi off, then turn Bluetooth on"), seed="s"
+    )
+    act = policy.decide(Observation(screenshot="a", width=90, height=200, elements=toggles))
+    assert act.point is not None and 60 <= act.point[1] * 200 / 1000 <= 90  # Wi-Fi, said first

@@ -1,0 +1,111 @@
+"""What the knn policy reads in the task's words: tokens, the controls a task names, typed text,
+and how far the actions taken so far have covered the instruction.
+
+It reads only the instruction and the element tree an agent sees (texts, kinds), never the
+simulator's state, so it works the same on the web and android backends.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+TASK_PREFIX = "Task: "
+CONTROLS = ("button", "toggle")  # what a task can name and a tap uses
+HALF_NAMED = 0.5  # a control counts as named from this share of its words up
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def cjk(text: str) -> bool:
+    return any("\u4e00" <= c <= "\u9fff" for c in text)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens; CJK text becomes one token per character."""
+    out: list[str] = []
+    for w in _WORD.findall(text.casefold()):
+        out.extend(list(w) if cjk(w) else [w])
+    return out
+
+
+def instruction_of(prompt: str) -> str:
+    """The task line of an action prompt ("Task: ...\\nHistory: ...")."""
+    first = prompt.split("\n", 1)[0]
+    return first[len(TASK_PREFIX) :] if first.startswith(TASK_PREFIX) else first
+
+
+def label(element: dict[str, Any]) -> str:
+    return str(element.get("text") or "").casefold()
+
+
+def named(element: dict[str, Any], instruction: set[str]) -> float:
+    """Share of the element's words that the instruction says."""
+    mine = set(words(str(element.get("text") or "")))
+    return len(mine & instruction) / len(mine) if mine else 0.0
+
+
+def said(element: dict[str, Any], instruction: set[str]) -> float:
+    """How far the task names this control (0: not): all its words, or at least half of them; CJK
+    text whole, as its tokens are characters (half of "专车" is in "快车")."""
+    if element.get("kind") not in (*CONTROLS, "list_item", "input"):
+        return 0.0
+    share = named(element, instruction)
+    return share if share == 1.0 or (share >= HALF_NAMED and not cjk(label(element))) else 0.0
+
+
+def copy_span(typed: str, source: str, target: str) -> str:
+    """The text at the same place of `target` as `typed` sits in `source` (after the same word)."""
+    src, dst = source.split(), target.split()
+    n = max(1, len(typed.split()))
+    for i in range(len(src) - n + 1):
+        if " ".join(src[i : i + n]).strip(",.'\"").casefold() == typed.casefold() and i > 0:
+            before = src[i - 1].casefold()
+            for j in range(1, len(dst)):
+                if dst[j - 1].casefold() == before:
+                    return " ".join(dst[j : j + n]).strip(",.'\"")
+    return typed
+
+
+class Coverage:
+    """Which of the instruction's words the episode's actions have acted on.
+
+    A tap covers the words of the element it hit, typing the words typed. The task reads as done
+    when the last action covered the furthest-covered word, at most `TRAILING` words of the
+    instruction after it are still uncovered (a toggle's "off"), and every instruction word seen on
+    a control during the episode has been acted on. On "Open Settings, then open Display, then
+    open Brightness level" that is the tap on "Brightness level"; on "... then choose Ripple" it is
+    not yet, two words trail.
+    """
+
+    TRAILING = 1
+
+    def __init__(self, instruction: str) -> None:
+        self.tokens = words(instruction)
+        self.vocab = set(self.tokens)
+        self.covered: set[str] = set()
+        self.seen: set[str] = set()  # instruction words a control on some screen showed
+        self._last: set[str] = set()  # words the last action covered
+
+    def see(self, elements: list[dict[str, Any]]) -> None:
+        for e in elements:
+            if said(e, self.vocab):
+                self.seen |= set(words(label(e))) & self.vocab
+
+    def position(self, element: dict[str, Any]) -> int:
+        """Where the instruction first says one of the element's words (its length if nowhere)."""
+        mine = set(words(label(element)))
+        return next((i for i, w in enumerate(self.tokens) if w in mine), len(self.tokens))
+
+    def act(self, text: str) -> None:
+        """An action on `text` (the tapped element's label, or the typed text)."""
+        self._last = set(words(text)) & self.vocab
+        self.covered |= self._last
+
+    def done(self) -> bool:
+        if not self._last or not self.seen <= self.covered:
+            return False
+        at = [i for i, w in enumerate(self.tokens) if w in self.covered]
+        if self.tokens[at[-1]] not in self._last:
+            return False
+        trailing = {w for w in self.tokens[at[-1] + 1 :] if w not in self.covered}
+        return len(trailing) <= self.TRAILING
