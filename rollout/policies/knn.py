@@ -43,11 +43,13 @@ from rollout.policies.knn_text import (
     CONTROLS,
     TASK_PREFIX,
     Coverage,
+    Rarity,
     copy_span,
     instruction_of,
     label,
     named,
     said,
+    shared,
     words,
 )
 from rollout.policies.oracle import box_overlap, element_bounds, element_center, point_inside
@@ -240,6 +242,7 @@ class KnnPolicy:
         self.featurizer = ThumbFeaturizer()
         self._vectors = vectors if vectors is not None else {}
         self._instr = [set(words(i)) for i in memory.instructions]
+        self._idf = Rarity(memory.instructions)
         self._steps = np.asarray(memory.steps, np.float32)
         self._query: Query | None = None
         self._words: set[str] = set()
@@ -249,6 +252,7 @@ class KnnPolicy:
         self._taken: Counter[tuple[str, str]] = Counter()
         self._spent: set[str] = set()  # labels of named controls already tapped this episode
         self._tapped: set[str] = set()  # widgets (a list, a toggle) tapped this episode
+        self._common: frozenset[str] = frozenset()  # words several elements of the screen show
         self._cover = Coverage("")
         self._explore = False
         self._rng = np.random.default_rng(0)
@@ -284,7 +288,7 @@ class KnnPolicy:
         if action.kind == ActionKind.CLICK and action.point is not None:  # a named control is tapped once
             at = Screen(obs.width, obs.height).to_px(action.point)
             hit = [e for e in obs.elements or [] if point_inside(at, element_bounds(e))]
-            self._spent |= {label(e) for e in hit if said(e, self._words)}
+            self._spent |= {label(e) for e in hit if self._said(e)}
             self._tapped |= {_widget(e) for e in hit}
         self._cover.act(" ".join([label(e) for e in hit] + [action.text or ""]))
         self._taken[obs.screenshot, action.to_json()] += 1
@@ -294,6 +298,7 @@ class KnnPolicy:
 
     def _votes(self, obs: Observation) -> dict[str, float]:
         votes: dict[str, float] = {}
+        self._common = shared(obs.elements or [])
         if not len(self.memory):
             return votes
         vec = self._vectors.get(obs.screenshot)
@@ -304,7 +309,7 @@ class KnnPolicy:
         score = {}
         for i in candidates:
             words_i = self._instr[i]
-            text_sim = len(self._words & words_i) / max(len(self._words | words_i), 1)
+            text_sim = self._idf.overlap(self._words, words_i)
             score[int(i)] = (
                 float(screen_sim[i])
                 + INSTRUCTION_WEIGHT * text_sim
@@ -326,9 +331,7 @@ class KnnPolicy:
         top = max(votes.values())
         here = Screen(obs.width, obs.height)
         named_here = [  # what the task names on this screen and we have not tapped yet
-            (share, e)
-            for e in obs.elements or []
-            if (share := said(e, self._words)) and label(e) not in self._spent
+            (share, e) for e in obs.elements or [] if (share := self._said(e)) and self._fresh(e)
         ]
         named_here.sort(key=lambda se: (se[0] < 1.0, self._cover.position(se[1])))  # whole, then as said
         for rank, (share, e) in enumerate(named_here):
@@ -336,6 +339,16 @@ class KnnPolicy:
             bonus = NAMED_VOTE * share * top * (1.0 if rank == 0 else LATER_NAMED)
             votes[key] = bonus + votes.get(key, 0.0)  # the demonstrated one first
         return votes
+
+    def _fresh(self, element: dict[str, Any]) -> bool:
+        """Not tapped yet as a named control, and showing a task word not acted on yet."""
+        return label(element) not in self._spent and not self._cover.spent(element)
+
+    def _said(self, element: dict[str, Any]) -> float:
+        return said(element, self._words, self._common)
+
+    def _named(self, element: dict[str, Any], instruction: set[str] | None = None) -> float:
+        return named(element, self._words if instruction is None else instruction, self._common)
 
     def _map(self, i: int, obs: Observation) -> tuple[Action, str]:
         """Neighbour i's action, carried over to the current screen and task; and why it tapped what
@@ -355,18 +368,22 @@ class KnnPolicy:
         if box_overlap(element_bounds(hit), box) <= 0.0:
             return action, ""
         why = ""
-        if named(hit, self._instr[i]) == 1.0:  # the neighbour's task named all of what it tapped
-            why = AGAIN if _widget(hit) in self._tapped else "" if said(hit, self._words) else THEIRS
+        if self._named(hit, self._instr[i]) == 1.0:  # the neighbour's task named all of what it tapped
+            why = AGAIN if _widget(hit) in self._tapped else "" if self._said(hit) else THEIRS
         if hit.get("kind") == "list_item" and hit.get("widget"):
             rows = [
                 e for e in obs.elements if e.get("widget") == hit["widget"] and e.get("kind") == "list_item"
             ]
-            row = max(rows, key=lambda e: named(e, self._words))
-            if named(row, self._words) == 0.0:
+            row = max(rows, key=lambda e: self._named(e))
+            if self._named(row) == 0.0:
                 return Action(kind=ActionKind.SWIPE, point=(500, 600), direction="up"), why
             hit = row
-        elif named(hit, self._words) < 1.0:  # a control the task names beats the one the demo tapped
-            peers = [e for e in obs.elements if e.get("kind") in CONTROLS and named(e, self._words) == 1.0]
+        elif self._named(hit) < 1.0:  # a control the task names beats the one the demo tapped
+            peers = [
+                e
+                for e in obs.elements
+                if e.get("kind") in CONTROLS and self._named(e) == 1.0 and self._fresh(e)
+            ]
             hit = peers[0] if peers else hit
         return Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(hit))), why
 

@@ -7,7 +7,10 @@ simulator's state, so it works the same on the web and android backends.
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 TASK_PREFIX = "Task: "
@@ -38,18 +41,26 @@ def label(element: dict[str, Any]) -> str:
     return str(element.get("text") or "").casefold()
 
 
-def named(element: dict[str, Any], instruction: set[str]) -> float:
-    """Share of the element's words that the instruction says."""
-    mine = set(words(str(element.get("text") or "")))
+def shared(elements: Iterable[dict[str, Any]]) -> frozenset[str]:
+    """Words more than one element on the screen shows ("Color" of "Color: White", "Color: Blue")."""
+    counts = Counter(w for e in elements for w in set(words(label(e))))
+    return frozenset(w for w, n in counts.items() if n > 1)
+
+
+def named(element: dict[str, Any], instruction: set[str], common: frozenset[str] = frozenset()) -> float:
+    """Share of the element's words that the instruction says; of the words that set it apart from
+    the others on its screen (`common`: `shared`), when it has any."""
+    mine = set(words(label(element)))
+    mine = (mine - common) or mine
     return len(mine & instruction) / len(mine) if mine else 0.0
 
 
-def said(element: dict[str, Any], instruction: set[str]) -> float:
+def said(element: dict[str, Any], instruction: set[str], common: frozenset[str] = frozenset()) -> float:
     """How far the task names this control (0: not): all its words, or at least half of them; CJK
     text whole, as its tokens are characters (half of "专车" is in "快车")."""
     if element.get("kind") not in (*CONTROLS, "list_item", "input"):
         return 0.0
-    share = named(element, instruction)
+    share = named(element, instruction, common)
     return share if share == 1.0 or (share >= HALF_NAMED and not cjk(label(element))) else 0.0
 
 
@@ -64,6 +75,24 @@ def copy_span(typed: str, source: str, target: str) -> str:
                 if dst[j - 1].casefold() == before:
                     return " ".join(dst[j : j + n]).strip(",.'\"")
     return typed
+
+
+class Rarity:
+    """Words weighted by how rare they are among the distinct instructions (inverse document
+    frequency): "screen timeout" tells tasks apart, "set the ... to" does not."""
+
+    def __init__(self, instructions: Iterable[str]) -> None:
+        distinct = {frozenset(words(i)) for i in instructions}
+        self.df = Counter(w for i in distinct for w in i)
+        self.n = len(distinct)
+
+    def weight(self, word: str) -> float:
+        return math.log((self.n + 1) / (self.df[word] + 1)) + 1.0
+
+    def overlap(self, a: set[str], b: set[str]) -> float:
+        """Weighted Jaccard: the weight of the shared words over the weight of all."""
+        union = sum(self.weight(w) for w in a | b)
+        return sum(self.weight(w) for w in a & b) / union if union else 0.0
 
 
 class Coverage:
@@ -87,14 +116,19 @@ class Coverage:
         self._last: set[str] = set()  # words the last action covered
 
     def see(self, elements: list[dict[str, Any]]) -> None:
+        common = shared(elements)
         for e in elements:
-            if said(e, self.vocab):
+            if said(e, self.vocab, common) == 1.0:
                 self.seen |= set(words(label(e))) & self.vocab
 
     def position(self, element: dict[str, Any]) -> int:
         """Where the instruction first says one of the element's words (its length if nowhere)."""
         mine = set(words(label(element)))
         return next((i for i, w in enumerate(self.tokens) if w in mine), len(self.tokens))
+
+    def spent(self, element: dict[str, Any]) -> bool:
+        """Every task word the element shows was acted on already (GMT+8 after Singapore (GMT+8))."""
+        return set(words(label(element))) & self.vocab <= self.covered
 
     def act(self, text: str) -> None:
         """An action on `text` (the tapped element's label, or the typed text)."""

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from rollout.policies.knn import KnnPolicy, Memory, demonstrated, train
-from rollout.policies.knn_text import Coverage, copy_span, instruction_of, words
+from rollout.policies.knn_text import Coverage, copy_span, instruction_of, named, said, shared, words
 from trajforge.actions import Action, ActionKind
 from trajforge.domain import Observation, Query
 from trajforge.errors import ConfigError
@@ -260,3 +260,16 @@ def test_among_controls_named_whole_the_one_the_task_says_first_is_tapped_first(
     )
     act = policy.decide(Observation(screenshot="a", width=90, height=200, elements=toggles))
     assert act.point is not None and 60 <= act.point[1] * 200 / 1000 <= 90  # Wi-Fi, said first
+
+
+def test_a_control_is_named_by_the_words_that_set_it_apart_on_its_screen() -> None:
+    colours = [
+        {"id": "c0", "kind": "button", "text": "Color: Blue", "bounds": [0, 20, 90, 50]},
+        {"id": "c1", "kind": "button", "text": "Color: White", "bounds": [0, 60, 90, 90]},
+    ]
+    common = shared(colours)
+    assert common == {"color"}
+    assert named(colours[1], set(words("buy the Pixel 9 in White")), common) == 1.0
+    assert named(colours[1], set(words("buy the Pixel 9 in White"))) == 0.5  # alone, half of it
+    zones = [{"kind": "list_item", "text": t} for t in ("Beijing (GMT+8)", "Singapore (GMT+8)")]
+    assert said(zones[0], set(words("Change the time zone to Singapore (GMT+8)")), shared(zones)) == 0.0
