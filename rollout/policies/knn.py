@@ -253,6 +253,7 @@ class KnnPolicy:
         self._spent: set[str] = set()  # labels of named controls already tapped this episode
         self._tapped: set[str] = set()  # widgets (a list, a toggle) tapped this episode
         self._common: frozenset[str] = frozenset()  # words several elements of the screen show
+        self._focused = False  # the last action tapped a text field
         self._cover = Coverage("")
         self._explore = False
         self._rng = np.random.default_rng(0)
@@ -260,7 +261,7 @@ class KnnPolicy:
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self._query, self._words = query, set(words(query.instruction))
         self._step, self._prev, self._screen, self._taken, self._spent = 0, None, "", Counter(), set()
-        self._tapped = set()
+        self._tapped, self._focused = set(), False
         self._cover = Coverage(query.instruction)
         self._explore = rollout > 0
         self._rng = np.random.default_rng(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
@@ -290,6 +291,7 @@ class KnnPolicy:
             hit = [e for e in obs.elements or [] if point_inside(at, element_bounds(e))]
             self._spent |= {label(e) for e in hit if self._said(e)}
             self._tapped |= {_widget(e) for e in hit}
+        self._focused = any(e.get("kind") == "input" for e in hit)
         self._cover.act(" ".join([label(e) for e in hit] + [action.text or ""]))
         self._taken[obs.screenshot, action.to_json()] += 1
         self._step += 1
@@ -330,10 +332,14 @@ class KnnPolicy:
             votes[key] = votes.get(key, 0.0) + vote
         top = max(votes.values())
         here = Screen(obs.width, obs.height)
-        named_here = [  # what the task names on this screen and we have not tapped yet
-            (share, e) for e in obs.elements or [] if (share := self._said(e)) and self._fresh(e)
+        named_here = [  # what the task names on this screen and we have not tapped yet; none while
+            (share, e)  # a text field we just tapped waits for its text
+            for e in obs.elements or []
+            if not self._focused and (share := self._said(e)) and self._fresh(e)
         ]
-        named_here.sort(key=lambda se: (se[0] < 1.0, self._cover.position(se[1])))  # whole, then as said
+        named_here.sort(
+            key=lambda se: (se[0] < 1.0 and se[1].get("kind") != "input", self._cover.position(se[1]))
+        )
         for rank, (share, e) in enumerate(named_here):
             key = Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(e))).to_json()
             bonus = NAMED_VOTE * share * top * (1.0 if rank == 0 else LATER_NAMED)
@@ -375,7 +381,7 @@ class KnnPolicy:
                 e for e in obs.elements if e.get("widget") == hit["widget"] and e.get("kind") == "list_item"
             ]
             row = max(rows, key=lambda e: self._named(e))
-            if self._named(row) == 0.0:
+            if self._named(row) < 1.0:
                 return Action(kind=ActionKind.SWIPE, point=(500, 600), direction="up"), why
             hit = row
         elif self._named(hit) < 1.0:  # a control the task names beats the one the demo tapped

@@ -17,6 +17,7 @@ TASK_PREFIX = "Task: "
 CONTROLS = ("button", "toggle")  # what a task can name and a tap uses
 HALF_NAMED = 0.5  # a control counts as named from this share of its words up
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_PUNCT = ",.'\""
 
 
 def cjk(text: str) -> bool:
@@ -56,24 +57,30 @@ def named(element: dict[str, Any], instruction: set[str], common: frozenset[str]
 
 
 def said(element: dict[str, Any], instruction: set[str], common: frozenset[str] = frozenset()) -> float:
-    """How far the task names this control (0: not): all its words, or at least half of them; CJK
-    text whole, as its tokens are characters (half of "专车" is in "快车")."""
+    """How far the task names this control (0: not): all its words, or at least half of them. CJK
+    text only whole, as its tokens are characters (half of "专车" is in "快车"); a list row only
+    whole, as the row the task names may be further down ("Taco Town" for "Fish Taco from ...")."""
     if element.get("kind") not in (*CONTROLS, "list_item", "input"):
         return 0.0
     share = named(element, instruction, common)
-    return share if share == 1.0 or (share >= HALF_NAMED and not cjk(label(element))) else 0.0
+    whole = cjk(label(element)) or element.get("kind") == "list_item"  # a row may be further down
+    return share if share == 1.0 or (share >= HALF_NAMED and not whole) else 0.0
 
 
 def copy_span(typed: str, source: str, target: str) -> str:
-    """The text at the same place of `target` as `typed` sits in `source` (after the same word)."""
-    src, dst = source.split(), target.split()
+    """The text at the same place of `target` as `typed` sits in `source`: after the same word, up
+    to the word that followed it there ("for running shoes and" -> "for noise cancelling headphones
+    and"), else as many words."""
+    src, dst = source.split(), [w.casefold().strip(_PUNCT) for w in target.split()]
     n = max(1, len(typed.split()))
     for i in range(len(src) - n + 1):
-        if " ".join(src[i : i + n]).strip(",.'\"").casefold() == typed.casefold() and i > 0:
-            before = src[i - 1].casefold()
+        if " ".join(src[i : i + n]).strip(_PUNCT).casefold() == typed.casefold() and i > 0:
+            before = src[i - 1].casefold().strip(_PUNCT)
+            after = src[i + n].casefold().strip(_PUNCT) if i + n < len(src) else None
             for j in range(1, len(dst)):
-                if dst[j - 1].casefold() == before:
-                    return " ".join(dst[j : j + n]).strip(",.'\"")
+                if dst[j - 1] == before:
+                    end = next((k for k in range(j + 1, len(dst)) if dst[k] == after), j + n)
+                    return " ".join(target.split()[j:end]).strip(_PUNCT)
     return typed
 
 
