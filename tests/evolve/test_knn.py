@@ -25,6 +25,11 @@ def test_words_and_spans() -> None:
         "rice cooker"
     )
     assert copy_span("x", "no anchor", "nothing here") == "x"  # nothing to align: typed as shown
+    assert copy_span(  # up to the word that followed the typed text in the demonstration
+        "running shoes",
+        "Search for running shoes, then buy",
+        "Search for noise cancelling headphones, then buy",
+    ) == ("noise cancelling headphones")
 
 
 def _png(shade: int) -> bytes:
@@ -273,3 +278,27 @@ def test_a_control_is_named_by_the_words_that_set_it_apart_on_its_screen() -> No
     assert named(colours[1], set(words("buy the Pixel 9 in White"))) == 0.5  # alone, half of it
     zones = [{"kind": "list_item", "text": t} for t in ("Beijing (GMT+8)", "Singapore (GMT+8)")]
     assert said(zones[0], set(words("Change the time zone to Singapore (GMT+8)")), shared(zones)) == 0.0
+
+
+def test_a_tapped_text_field_waits_for_its_text() -> None:
+    field = {"id": "q", "kind": "input", "text": "Search products", "bounds": [0, 20, 90, 50]}
+    row = {"id": "k", "kind": "list_item", "widget": "cats", "text": "Kitchen", "bounds": [0, 60, 90, 90]}
+    demos = [
+        _row(
+            _png(40), "search for a pan", {"kind": "click", "point": [500, 175]}, [0, 100, 1000, 250], 0, "e"
+        ),
+        _row(_png(200), "search for a pan", {"kind": "type", "text": "a pan"}, None, 1, "e"),
+    ]
+    frames = {"a": _png(40), "b": _png(200)}
+    policy = KnnPolicy(train(demos), frames.__getitem__, version=1)
+    policy.start(Query(uid="q", app="shopping", instruction="search for a Kitchen knife"), seed="s")
+    tap = policy.decide(Observation(screenshot="a", width=90, height=200, elements=[field]))
+    assert tap.kind == ActionKind.CLICK
+    typed = policy.decide(Observation(screenshot="b", width=90, height=200, elements=[field, row]))
+    assert typed.kind == ActionKind.TYPE and typed.text == "a Kitchen"  # not a tap on the row
+
+
+def test_a_list_row_is_named_only_whole() -> None:
+    row = {"kind": "list_item", "widget": "stores", "text": "Taco Town"}
+    assert said(row, set(words("Order 3 Fish Taco from Falafel Stop"))) == 0.0
+    assert said(dict(row, kind="button"), set(words("Order 3 Fish Taco from Falafel Stop"))) == 0.5
