@@ -5,20 +5,24 @@ read: the screenshot, the task prompt, the ground-truth action and the target's 
 Nothing else: no simulator state, no element tree at training time.
 
 Acting, it embeds the screenshot (a grey thumbnail), finds the demonstrations whose
-screen looks the same and whose instruction reads alike, and lets them vote:
+screen looks the same and whose instruction reads alike (rare words weigh more), and lets
+them vote:
 
 - a tap votes for the element on the current screen under the demonstrated bbox. When
   that element is a row of a list, the row is chosen by what the instruction says (the
   demonstration taught *which list*, the task says *which row*); when no visible row is
-  named, the vote is to scroll;
+  named whole, the vote is to scroll;
 - typed text is copied from the same place of the current instruction (the words after
-  the word that preceded it in the demonstration's instruction);
+  the word that preceded it in the demonstration's instruction, up to the word that
+  followed it);
 - presses, swipes, app launches and `terminate` vote as they are.
 
-A control the task names (a button, toggle or list row whose words the instruction says all
-of) gets a vote above the best neighbour's, and beats the one a demonstration tapped; among
-several, the one the task says first. Once the task's named moves are done (`Coverage`), a
-neighbour's tap on a control its own task named, and ours does not, votes to end. When
+A control the task names (a button, toggle, text field or list row whose words, those that
+set it apart on its screen, the instruction says) gets a vote above the best neighbour's,
+and beats the one a demonstration tapped; among several, the one the task says first. A
+text field just tapped waits for its text. Once the task's named moves are done
+(`knn_text.Coverage`), a neighbour's tap on a control its own task named, and ours does
+not, votes to end. When
 the last action changed nothing, only actions not yet tried on this screen are voted on,
 and with none left the policy presses back. The checkpoint is one `.npz` (vectors,
 weights) plus one JSON (actions, instructions).
