@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session
 from evolve.spine import Spine, build_gateway
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
 from rollout.policies.knn import NAME as KNN
-from rollout.policies.knn import KnnPolicy, Memory, demonstrated
+from rollout.policies.knn import KnnPolicy
+from rollout.policies.knn_memory import Memory, demonstrated
 from storage.db import insert_ignore
 from storage.models import Policy as PolicyRow
 from trajforge.errors import ConfigError

@@ -22,34 +22,29 @@ set it apart on its screen, the instruction says) gets a vote above the best nei
 and beats the one a demonstration tapped; among several, the one the task says first. A
 text field just tapped waits for its text. Once the task's named moves are done
 (`knn_text.Coverage`), a neighbour's tap on a control its own task named, and ours does
-not, votes to end. When
-the last action changed nothing, only actions not yet tried on this screen are voted on,
-and with none left the policy presses back. The checkpoint is one `.npz` (vectors,
-weights) plus one JSON (actions, instructions).
+not, votes to end. When the last action changed nothing, only actions not yet tried on
+this screen are voted on, and with none left the policy presses back. The memory it votes
+from, and its checkpoint, are `knn_memory.Memory`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from rollout.policies.base import PolicyOutput
+from rollout.policies.knn_memory import Memory, train_from_export
 from rollout.policies.knn_text import (
     CONTROLS,
-    TASK_PREFIX,
     Coverage,
     Rarity,
     copy_span,
-    instruction_of,
     label,
     named,
     said,
@@ -60,10 +55,8 @@ from rollout.policies.oracle import box_overlap, element_bounds, element_center,
 from storage.features import ThumbFeaturizer
 from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen, get_codec
 from trajforge.domain import Observation, Query
-from trajforge.errors import ConfigError
 
 NAME = "knn"
-CHECKPOINT_FORMAT = "trajforge-knn/1"
 THEIRS, AGAIN = "theirs", "again"  # why a neighbour tapped a control its task named (see KnnPolicy._map)
 K = 8  # neighbours that vote
 SAME_SCREEN = 0.02  # cosine slack: neighbours this close to the best match count as the same screen
@@ -77,136 +70,6 @@ NEAR = 60  # 0-1000 units: two taps this close are the same tap
 NAMED_VOTE = 1.5  # a control the task names, on screen, gets this share of the best neighbour vote
 LATER_NAMED = 0.3  # ... this much of it when the task names another control on screen first
 AGAIN_VOTE = 0.1  # once done, a neighbour's move on a widget we already tapped votes this much to end
-
-
-@dataclass
-class Memory:
-    """What training produced: one row per demonstrated step."""
-
-    vectors: np.ndarray  # (n, dim) float32, L2-normalised screenshot features
-    weights: np.ndarray  # (n,) sample weights from the dataset
-    instructions: list[str]
-    actions: list[dict[str, Any]]
-    bboxes: list[list[int] | None]  # 0-1000, the target element
-    steps: list[int]  # the step's index in its episode
-    previous: list[dict[str, Any] | None]  # the episode's action before it, when that step is in the data
-    featurizer: str = ThumbFeaturizer.key
-
-    def __len__(self) -> int:
-        return len(self.actions)
-
-    def save(self, folder: Path, meta: dict[str, Any]) -> Path:
-        folder.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(folder / "memory.npz", vectors=self.vectors, weights=self.weights)
-        card = {
-            "format": CHECKPOINT_FORMAT,
-            "featurizer": self.featurizer,
-            "instructions": self.instructions,
-            "actions": self.actions,
-            "bboxes": self.bboxes,
-            "steps": self.steps,
-            "previous": self.previous,
-            **meta,
-        }
-        (folder / "policy.json").write_text(json.dumps(card, ensure_ascii=False), encoding="utf-8")
-        return folder
-
-    @classmethod
-    def load(cls, folder: Path) -> Memory:
-        card_path = folder / "policy.json"
-        if not card_path.is_file():
-            raise ConfigError(
-                f"{folder} is not a knn checkpoint (no policy.json); train one with "
-                "`python -m rollout.policies.knn --data EXPORT --out DIR`"
-            )
-        card = json.loads(card_path.read_text(encoding="utf-8"))
-        if card.get("format") != CHECKPOINT_FORMAT:
-            raise ConfigError(
-                f"{folder}: checkpoint format {card.get('format')!r}, expected {CHECKPOINT_FORMAT}"
-            )
-        arrays = np.load(folder / "memory.npz")
-        return cls(
-            arrays["vectors"],
-            arrays["weights"],
-            card["instructions"],
-            card["actions"],
-            card["bboxes"],
-            card["steps"],
-            card["previous"],
-        )
-
-
-def train(rows: Iterable[dict[str, Any]]) -> Memory:
-    """Build the memory from `rl-verl` rows (prompt, images, reward_model.ground_truth, extra_info)."""
-    featurizer = ThumbFeaturizer()
-    pngs: list[bytes] = []
-    kept: list[dict[str, Any]] = []
-    by_step: dict[tuple[str, int], dict[str, Any]] = {}
-    for row in rows:
-        prompt = next(m["content"] for m in row["prompt"] if m["role"] == "user").replace("<image>", "")
-        if not prompt.startswith(TASK_PREFIX) or not row["images"]:
-            continue  # low-level instructions ("tap X") teach grounding, not the task
-        truth = json.loads(row["reward_model"]["ground_truth"])
-        info = row.get("extra_info") or {}
-        step = int(info.get("step") or 0)
-        item = {
-            "weight": float(info.get("weight") or 1.0),
-            "instruction": instruction_of(prompt),
-            "action": truth["action"],
-            "bbox": truth.get("bbox"),
-            "step": step,
-            "episode": str(info.get("episode") or ""),
-        }
-        pngs.append(row["images"][0]["bytes"])
-        kept.append(item)
-        by_step.setdefault((item["episode"], step), item)
-    vectors = featurizer.embed(pngs) if pngs else np.zeros((0, featurizer.dim), np.float32)
-    before = [by_step.get((k["episode"], k["step"] - 1)) for k in kept]
-    return Memory(
-        vectors,
-        np.asarray([k["weight"] for k in kept], np.float32),
-        [k["instruction"] for k in kept],
-        [k["action"] for k in kept],
-        [k["bbox"] for k in kept],
-        [k["step"] for k in kept],
-        [b["action"] if b else None for b in before],
-    )
-
-
-def demonstrated(memory: Memory, demos: list[dict[str, Any]], frames: Callable[[str], bytes]) -> Memory:
-    """The memory plus reference demonstrations (guidance's reference trajectories, GUI-Owl §6.4).
-
-    Each demo is one step: `instruction`, `screenshot` (a hash `frames` reads), `action`,
-    `bbox`, `step` and `previous` (the action before it, or None); it weighs like a training row.
-    """
-    if not demos:
-        return memory
-    featurizer = ThumbFeaturizer()
-    vectors = featurizer.embed([frames(d["screenshot"]) for d in demos])
-    return Memory(
-        np.concatenate([memory.vectors, vectors.astype(memory.vectors.dtype)]),
-        np.concatenate([memory.weights, np.ones(len(demos), np.float32)]),
-        memory.instructions + [d["instruction"] for d in demos],
-        memory.actions + [d["action"] for d in demos],
-        memory.bboxes + [d["bbox"] for d in demos],
-        memory.steps + [int(d["step"]) for d in demos],
-        memory.previous + [d["previous"] for d in demos],
-        memory.featurizer,
-    )
-
-
-def train_from_export(data: Path, out: Path, split: str = "train") -> Memory:
-    """Train from an `rl-verl` export directory (its `<split>.parquet`) into `out`."""
-    files = sorted(data.glob(f"{split}*.parquet"))
-    if not files:
-        raise ConfigError(
-            f"{data} holds no {split}.parquet; export the version with "
-            "`trajforge datasets export VERSION --format rl-verl --out DIR`"
-        )
-    rows = (row for f in files for row in pl.read_parquet(f).iter_rows(named=True))
-    memory = train(rows)
-    memory.save(out, {"trained_on": str(data), "rows": len(memory)})
-    return memory
 
 
 def _phase(before: dict[str, Any] | None, mine: Action | None) -> float:

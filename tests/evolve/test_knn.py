@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rollout.policies.knn import KnnPolicy, Memory, demonstrated, train
+from rollout.policies.knn import KnnPolicy
+from rollout.policies.knn_memory import Memory, demonstrated, train
 from rollout.policies.knn_text import Coverage, copy_span, instruction_of, named, said, shared, words
 from trajforge.actions import Action, ActionKind
 from trajforge.domain import Observation, Query
