@@ -146,10 +146,14 @@ class EpisodeRunner:
             async with gate:
                 await self._episode(query, k, round_id, policy_id, query_ids[query.uid], report)
 
+        tasks = [asyncio.ensure_future(one(q, k)) for q, k in pending]
         try:
-            await asyncio.gather(*(one(q, k) for q, k in pending))
-        finally:
-            for env in self._envs.values():
+            await asyncio.gather(*tasks)
+        finally:  # after a failure, the other episodes stop before their environments close
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for env in list(self._envs.values()):
                 await asyncio.to_thread(env.close)
             self._closed.extend(self._envs.values())
             self._envs.clear()

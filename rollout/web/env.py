@@ -11,6 +11,7 @@ worker thread of this environment.
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,8 @@ from trajforge.errors import DeviceCrashed
 from trajforge.world.device import SimDevice
 from trajforge.world.model import FaultConfig
 from trajforge.world.verify import VerifierResult, check_exported_state
+
+log = logging.getLogger("trajforge.web")
 
 T = TypeVar("T")
 CHROMIUM = "/usr/bin/chromium"
@@ -97,7 +100,14 @@ class WebEnv:
         self._call(self._launch)
 
     def _call(self, fn: Callable[[], T]) -> T:
-        return self._thread.submit(fn).result()
+        """`fn` on the browser's thread; a browser failure (a screenshot Chromium could not take
+        under load, a crashed page) is the device's crash, which the runner retries on a new page."""
+        from playwright.sync_api import Error as BrowserError
+
+        try:
+            return self._thread.submit(fn).result()
+        except BrowserError as exc:
+            raise DeviceCrashed(f"Chromium: {str(exc).splitlines()[0]}") from exc
 
     def _launch(self) -> None:
         from playwright.sync_api import sync_playwright
@@ -130,9 +140,13 @@ class WebEnv:
             self._browser.close()
             self._pw.stop()
 
-        self._call(stop)
-        self._thread.shutdown()
-        self.server.close()
+        try:
+            self._call(stop)
+        except DeviceCrashed as exc:  # a crashed browser is closed already, as far as it can be
+            log.warning("closing a crashed browser: %s", exc)
+        finally:
+            self._thread.shutdown()
+            self.server.close()
 
     # --- inside the browser thread ---------------------------------------------------------
     def _screen(self) -> Screen:

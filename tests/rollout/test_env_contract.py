@@ -138,3 +138,24 @@ def test_toggles_are_reported_in_the_element_tree(env: Environment) -> None:
     assert wifi["checked"] is False
     obs = _tap(env, obs, "wifi")
     assert next(e for e in obs.elements or [] if e["id"] == "wifi")["checked"] is True
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_browser_failure_is_a_device_crash_the_runner_retries(tmp_path: Path) -> None:
+    from rollout.web.env import WebEnv, chromium_available
+
+    if not chromium_available():
+        service_missing("Chromium or Playwright missing (apt-get install chromium; pip install playwright)")
+    from playwright.sync_api import Error as BrowserError
+
+    from trajforge.errors import DeviceCrashed
+
+    env = WebEnv(APPS, store=LocalObjectStore(tmp_path / "objects"))
+
+    def fail() -> None:
+        raise BrowserError("Page.screenshot: Protocol error (Page.captureScreenshot): Unable to capture")
+
+    with pytest.raises(DeviceCrashed, match=r"Chromium: Page.screenshot"):
+        env._call(fail)
+    env.close()

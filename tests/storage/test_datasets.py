@@ -4,10 +4,12 @@ reproducibility, shard reuse, diff and verify."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, delete, select, update
 
+import storage.publish
 from evolve.smoke import run_smoke_round
 from storage.datasets import diff, list_versions, manifest, verify
 from storage.db import session_factory, transaction
@@ -132,11 +134,25 @@ def test_racing_publishers_one_wins_the_other_gets_a_clear_conflict(
     run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
     sessions = session_factory(engine)
     store = open_object_store(load_settings())
-    barrier = threading.Barrier(2)
+    both_staged, loser_done = threading.Barrier(2), threading.Event()
+    claim = storage.publish._claim
+
+    def racing_claim(*args: Any, **kwargs: Any) -> Any:
+        """Both claim at once, and the winner seals only after the loser tried: a race on a
+        loaded machine is still a race."""
+        both_staged.wait(timeout=120)
+        try:
+            won = claim(*args, **kwargs)
+        except VersionConflict:
+            loser_done.set()
+            raise
+        loser_done.wait(timeout=120)
+        return won
+
+    monkeypatch.setattr(storage.publish, "_claim", racing_claim)
     results: list[object] = []
 
     def racer(config: PublishConfig) -> None:
-        barrier.wait()
         try:
             results.append(publish(sessions, store, "race", config))
         except VersionConflict as exc:
