@@ -98,6 +98,30 @@ def test_crashes_and_hangs_lose_and_duplicate_nothing(sessions: sessionmaker[Ses
         assert all(e.status == "done" for e in s.scalars(select(Episode)))
 
 
+class _Broken(NoisyOracle):
+    async def act(self, observation):
+        raise RuntimeError("a bug in the policy")
+
+
+def test_an_unexpected_error_stops_the_other_episodes_before_their_devices_close(
+    sessions: sessionmaker[Session],
+) -> None:
+    queries, round_id, policy_id = _setup(sessions)
+    made = iter(range(1_000))
+    farm = SimFarm()
+    runner = _runner(  # more devices than workers: episodes keep leasing devices not seen yet
+        sessions,
+        farm,
+        8,
+        lambda: _Broken() if next(made) == 4 else NoisyOracle(),
+        rollouts_per_query=2,
+        workers=4,
+    )
+    with pytest.raises(RuntimeError, match="a bug in the policy"):  # the error itself, nothing else
+        asyncio.run(runner.run(queries, round_id, policy_id))
+    assert runner.environments() and not runner._envs  # every environment it built was closed
+
+
 def test_noise_and_random_policies_fail_with_reasons(sessions: sessionmaker[Session]) -> None:
     queries, round_id, policy_id = _setup(sessions, "takeout", 6)
     noisy = lambda: NoisyOracle(OracleNoise(wrong_value=0.3, malformed=0.2, premature_terminate=0.05))  # noqa: E731
