@@ -159,7 +159,7 @@ class KnnPolicy:
             self._spent |= {label(e) for e in hit if self._said(e)}
             self._tapped |= {_widget(e) for e in hit}
         self._focused = any(e.get("kind") == "input" for e in hit)
-        self._cover.act(" ".join([label(e) for e in hit] + [action.text or ""]))
+        self._cover.act(" ".join([label(e) for e in hit if self._said(e)] + [action.text or ""]))
         self._taken[obs.screenshot, action.to_json()] += 1
         self._step += 1
         self._prev, self._screen = action, obs.screenshot
