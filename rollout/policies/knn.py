@@ -204,9 +204,9 @@ class KnnPolicy:
             for e in obs.elements or []
             if not self._focused and (share := self._said(e)) and self._fresh(e)
         ]
-        named_here.sort(
+        named_here.sort(  # named whole, or a text field ("Search products" for "search for ..."), first
             key=lambda se: (se[0] < 1.0 and se[1].get("kind") != "input", self._cover.position(se[1]))
-        )
+        )  # then in the order the task says them
         for rank, (share, e) in enumerate(named_here):
             key = Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(e))).to_json()
             bonus = NAMED_VOTE * share * top * (1.0 if rank == 0 else LATER_NAMED)
