@@ -15,6 +15,7 @@ from bench import (
     bench_loop,
     bench_objectstore,
     bench_querygen,
+    bench_replay,
     bench_rollout,
     bench_round,
     bench_sim,
@@ -40,6 +41,7 @@ def main() -> None:
         bench_faiss,
         bench_annotation,
         bench_loop,
+        bench_replay,
     ):
         sys.argv = [module.__name__]
         module.main()
