@@ -105,7 +105,8 @@ class Rarity:
 class Coverage:
     """Which of the instruction's words the episode's actions have acted on.
 
-    A tap covers the words of the element it hit, typing the words typed. The task reads as done
+    A tap on a control the task names covers its words (the policy passes only those), typing
+    the words typed. The task reads as done
     when the last action covered the furthest-covered word, at most `TRAILING` words of the
     instruction after it are still uncovered (a toggle's "off"), and every instruction word seen on
     a control during the episode has been acted on. On "Open Settings, then open Display, then
