@@ -25,6 +25,10 @@ It prints training time and throughput (views/s through forward and backward) on
 CPU, and on CUDA too when a GPU is present.
 
 Usage: python -m bench.bench_dedup_quality [--queries 6 --threshold 0.97 --train-minutes 5]
+       [--write-pairs DIR]
+`--write-pairs DIR` also writes the labelled set as screenshots and DIR/pairs.jsonl, the file
+`trajforge curate dedup-eval --pairs` reads, so another featuriser or threshold can be measured
+on the same pairs without simulating them again.
 Needs `pip install --no-deps imagededup==0.3.3.post2` and `pip install -e '.[bench]'`
 (`make bench` does both); imagededup's CNN module needs torchvision, which has no CPU
 build here, so only its hashing module is loaded.
@@ -48,7 +52,7 @@ from PIL import Image
 from transformers import ResNetConfig
 
 from bench.common import table, timed
-from curation.dedup_eval import Pair, choose, score, similarities
+from curation.dedup_eval import Pair, choose, score, similarities, write_pairs
 from curation.encoder import EncoderSpec, train_encoder, write_checkpoint
 from querygen.pipeline import generate_queries
 from rollout.sim.env import SimEnv
@@ -176,6 +180,7 @@ def main() -> None:
     parser.add_argument(
         "--train-minutes", type=float, default=5.0, help="encoder training budget (curate.encoder_minutes)"
     )
+    parser.add_argument("--write-pairs", type=pathlib.Path, help="also write the labelled set here")
     args = parser.parse_args()
     import torch
 
@@ -191,6 +196,9 @@ def main() -> None:
         f"labelled set: {len(trajs)} trajectories, {sum(labels)} duplicate pairs "
         f"({', '.join(kinds)}), {len(labels) - sum(labels)} distinct pairs\n"
     )
+    labelled = as_pairs(trajs, pairs)
+    if args.write_pairs:
+        print(f"labelled set written to {write_pairs(labelled, args.write_pairs)}\n")
     resnet = ResNetFeaturizer.random(ResNetConfig(), batch_size=32)  # ResNet-50 shape, random weights
     methods: dict[str, Callable[[Frames], np.ndarray]] = {
         "resnet (trained, ours)": encoder.embed,
@@ -200,7 +208,6 @@ def main() -> None:
         "imagededup PHash": imagededup_phash(),
     }
     sweep = (0.95, 0.97, 0.99, 0.995, 0.998)
-    labelled = as_pairs(trajs, pairs)
     rows, curves = [], []
     for name, embed in methods.items():
         sims, seconds = timed(partial(similarities, embed, labelled))

@@ -111,6 +111,27 @@ def read_pairs(path: Path) -> list[Pair]:
     return pairs
 
 
+def write_pairs(pairs: Sequence[Pair], folder: Path) -> Path:
+    """`pairs` as a folder `read_pairs` reads: each distinct screenshot once under frames/ (named
+    by its hash) and pairs.jsonl beside it with paths relative to it; returns the JSONL's path."""
+    frames = folder / "frames"
+    frames.mkdir(parents=True, exist_ok=True)
+
+    def paths(side: tuple[bytes, ...]) -> list[str]:
+        out = []
+        for png in side:
+            name = f"frames/{hashlib.sha256(png).hexdigest()[:16]}.png"
+            if not (folder / name).is_file():
+                (folder / name).write_bytes(png)
+            out.append(name)
+        return out
+
+    target = folder / "pairs.jsonl"
+    rows = [{"a": paths(p.a), "b": paths(p.b), "duplicate": p.duplicate, "kind": p.kind} for p in pairs]
+    target.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return target
+
+
 def _image(file: Path, where: str, side: str) -> bytes:
     data = file.read_bytes()
     try:

@@ -73,3 +73,17 @@ def test_a_bad_pairs_file_is_one_error_naming_the_line(tmp_path: Path) -> None:
     )
     refused('{"a": ["x.png"], "b": ["gone.png"], "duplicate": true}\n', f"{pairs}:1", "gone.png")
     refused(ok, "both duplicate and distinct pairs")
+
+
+def test_written_pairs_read_back_the_same_with_each_screenshot_stored_once(tmp_path: Path) -> None:
+    from curation.dedup_eval import Pair, read_pairs, write_pairs
+
+    queries = list(generate_queries(load_app("shopping"), 4, seed=3).kept)[:2]
+    a, b = (
+        tuple((tmp_path / f).read_bytes() for f in _play(tmp_path / f"q{i}", q))
+        for i, q in enumerate(queries)
+    )
+    pairs = [Pair(a, a, True, "replay"), Pair(a, b, False, "other route")]
+    written = write_pairs(pairs, tmp_path / "set")
+    assert read_pairs(written) == pairs
+    assert len(list((tmp_path / "set" / "frames").iterdir())) == len(set(a) | set(b))
