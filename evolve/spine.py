@@ -14,11 +14,15 @@ from functools import cached_property
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from rollout.sim.farm import SimFarm
+from rollout.web.env import chromium_available
+from rollout.web.farm import WebFarm
 from storage.apps import check_apps
 from storage.db import engine_from_settings, session_factory, upgrade
 from storage.llm_cache import SqlResponseCache
 from storage.objectstore import ObjectStore, frame_reader, open_object_store
 from trajforge.appspec import AppSpec, load_apps
+from trajforge.errors import ConfigError
 from trajforge.gateway import LLMGateway
 from trajforge.settings import LLMSettings, Settings
 
@@ -66,3 +70,14 @@ def open_spine(settings: Settings) -> Spine:
             upgrade(engine)
             _OPEN[key] = Spine(settings, session_factory(engine))
         return _OPEN[key]
+
+
+def open_farm(spine: Spine) -> SimFarm | WebFarm:
+    """The loop's devices: simulated phones, or the same apps as pages in Chromium (`evolve.backend`)."""
+    if spine.settings.evolve.backend == "web":
+        if not chromium_available():
+            raise ConfigError(
+                "evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
+            )
+        return WebFarm(spine.apps, store=spine.store)
+    return SimFarm(spine.apps, store=spine.store)

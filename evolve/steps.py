@@ -26,18 +26,16 @@ from critics.calibration import calibrate_round
 from critics.csrs import extract_round
 from critics.judge import judge_round, judge_round_llm
 from curation.pipeline import curate_round
+from evolve.heldout import evaluate_policy, gate, heldout_queries
 from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
 from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
-from evolve.spine import Spine, open_spine
+from evolve.spine import Spine, open_farm, open_spine
 from querygen.pipeline import generate_round
 from rollout.policies import NoisyOracle, OracleNoise, Policy
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.env import demonstrator
-from rollout.sim.farm import SimFarm
-from rollout.web.env import chromium_available
-from rollout.web.farm import WebFarm
 from storage.anchors import CONSENSUS
 from storage.datasets import manifest
 from storage.db import transaction
@@ -149,21 +147,10 @@ def shards(items: list[str], n: int) -> list[list[str]]:
     return [part for part in (items[i::n] for i in range(max(1, n))) if part]
 
 
-def _farm(spine: Spine) -> SimFarm | WebFarm:
-    """The loop's devices: simulated phones, or the same apps as pages in Chromium (`evolve.backend`)."""
-    if spine.settings.evolve.backend == "web":
-        if not chromium_available():
-            raise ConfigError(
-                "evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
-            )
-        return WebFarm(spine.apps, store=spine.store)
-    return SimFarm(spine.apps, store=spine.store)
-
-
 def register_devices(settings: Settings) -> int:
     """The loop's devices, in the pool every rollout task leases from (idempotent)."""
     spine = open_spine(settings)
-    _farm(spine).register(DevicePool(spine.sessions), settings.evolve.devices)
+    open_farm(spine).register(DevicePool(spine.sessions), settings.evolve.devices)
     return settings.evolve.devices
 
 
@@ -176,7 +163,7 @@ def _roll(
     config: RolloutConfig,
     guidance: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    farm = _farm(spine)
+    farm = open_farm(spine)
     pool = DevicePool(spine.sessions)
     runner = EpisodeRunner(spine.sessions, pool, farm, make, config, backend=farm.backend, guidance=guidance)
     report = asyncio.run(runner.run(queries, rnd.id, policy_id))
@@ -377,10 +364,40 @@ def round_stats(settings: Settings, number: int) -> dict[str, Any]:
     }
 
 
+def promote(settings: Settings, number: int) -> dict[str, Any]:
+    """Choose round `number + 1`'s policy: the candidate trained after this round when the gate
+    lets it through (`evolve/heldout.py`), else this round's policy again. Decided once."""
+    spine = open_spine(settings)
+    rnd = _round(spine, number)
+    stats = dict(rnd.stats or {})
+    if "next_policy_id" in stats:
+        decision = dict(stats.get("promotion") or {"promoted": True, "reason": "decided_before_the_gate"})
+    else:
+        if "candidate_policy_id" not in stats:
+            raise ConfigError(
+                f"round {number} has not trained a candidate policy yet; run `trajforge evolve` to finish it"
+            )
+        candidate = int(stats["candidate_policy_id"])
+        decision = gate(spine, rnd.policy_id, candidate)
+        stats |= {
+            "next_policy_id": candidate if decision["promoted"] else rnd.policy_id,
+            "promotion": decision,
+        }
+        with transaction(spine.sessions) as s:
+            row = s.scalars(select(Round).where(Round.number == number)).one()
+            row.stats = {**(row.stats or {}), **stats}
+    with spine.sessions() as s:
+        chosen = s.get(PolicyRow, stats["next_policy_id"])
+        assert chosen is not None
+    return {**decision, "policy": f"{chosen.name}@{chosen.version}", "policy_id": chosen.id}
+
+
 def finish_round(settings: Settings, number: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """Mark the round done with its figures (the report reads them)."""
+    """Mark the round done with its figures (the report reads them), its policy's held-out ones too."""
     spine = open_spine(settings)
     stats = round_stats(settings, number) | extra
+    if settings.evolve.heldout_per_app:
+        stats["heldout"] = evaluate_policy(spine, _round(spine, number).policy_id, heldout_queries(spine))
     with transaction(spine.sessions) as s:
         row = s.scalars(select(Round).where(Round.number == number)).one()
         row.stats = {**(row.stats or {}), **stats}

@@ -96,7 +96,8 @@ def command_line(settings: Settings, dataset: Path, output: Path, version: int, 
 
 
 def train_next(settings: Settings, number: int, dataset_version: int) -> dict[str, Any]:
-    """Train on `dataset_version` and register the result as the policy of round `number + 1`."""
+    """Train on `dataset_version` and register the result as the candidate policy of round
+    `number + 1` (`evolve.steps.promote` decides whether it rolls that round out)."""
     spine = open_spine(settings)
     trainer = settings.trainer
     builtin = trainer.command is None
@@ -108,8 +109,9 @@ def train_next(settings: Settings, number: int, dataset_version: int) -> dict[st
     name = KNN if builtin else trainer.name
     with spine.sessions() as s:
         rnd = s.scalars(select(Round).where(Round.number == number)).one()
-        if (rnd.stats or {}).get("next_policy_id"):
-            done = s.get(PolicyRow, rnd.stats["next_policy_id"])
+        trained = (rnd.stats or {}).get("candidate_policy_id") or (rnd.stats or {}).get("next_policy_id")
+        if trained:
+            done = s.get(PolicyRow, trained)
             assert done is not None
             return {"policy": f"{done.name}@{done.version}", "policy_id": done.id, "resumed": True}
         parent_id = rnd.policy_id
@@ -160,5 +162,5 @@ def train_next(settings: Settings, number: int, dataset_version: int) -> dict[st
     with transaction(spine.sessions) as s:
         policy_id = register_policy(s, name, number, meta, endpoint, uri, parent_id)
         rnd = s.scalars(select(Round).where(Round.number == number)).one()
-        rnd.stats = {**(rnd.stats or {}), "next_policy_id": policy_id}
+        rnd.stats = {**(rnd.stats or {}), "candidate_policy_id": policy_id}
     return {"policy": f"{name}@{number}", "policy_id": policy_id, "checkpoint": uri, "endpoint": endpoint}

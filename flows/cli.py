@@ -287,6 +287,7 @@ def evolve_cmd(
     target = rounds or settings.evolve.rounds
     prefect_env(settings, verbose)
     from curation.curriculum import curriculum_line
+    from evolve.heldout import heldout_line
     from evolve.report import write_report
     from evolve.spine import open_spine
     from flows.rounds import evolve_round_flow
@@ -308,6 +309,8 @@ def evolve_cmd(
         )
         if result.get("curriculum"):
             typer.echo(f"  curriculum: {curriculum_line(result['curriculum'])}")
+        if line := heldout_line(result):
+            typer.echo(f"  held-out: {line}")
     spine = open_spine(settings)
     index = write_report(spine.sessions, spine.store, report_dir or settings.home / "report")
     typer.echo(f"report: {index.resolve().as_uri()}")

@@ -106,7 +106,12 @@ def train_task(settings: Settings, number: int, version: int) -> dict[str, Any]:
     return train_next(settings, number, version)
 
 
-@io_task("finish-round")
+@io_task("promote-policy", DEVICES, MODEL_CALLS)
+def promote_task(settings: Settings, number: int) -> dict[str, Any]:
+    return steps.promote(settings, number)
+
+
+@io_task("finish-round", DEVICES, MODEL_CALLS)
 def finish_task(settings: Settings, number: int, extra: dict[str, Any]) -> dict[str, Any]:
     return steps.finish_round(settings, number, extra)
 
@@ -156,10 +161,11 @@ def curate_round_flow(settings: Settings, number: int) -> dict[str, Any]:
 
 @flow(name="publish_dataset")
 def publish_dataset_flow(settings: Settings, number: int) -> dict[str, Any]:
-    """Seal the dataset version of rounds 1..N; train and register policy N + 1 from it."""
+    """Seal the dataset version of rounds 1..N; train a candidate on it and choose policy N + 1."""
     published = publish_task(settings, number)
-    trained = train_task(settings, number, published["version"])
-    return {**published, "next_policy": trained["policy"]}
+    train_task(settings, number, published["version"])
+    promoted = promote_task(settings, number)
+    return {**published, "next_policy": promoted["policy"], "promotion": promoted}
 
 
 @flow(name="evolve_round")
@@ -186,6 +192,7 @@ def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
         "dataset_version": published["version"],
         "manifest_sha256": published["manifest_sha256"],
         "next_policy": published["next_policy"],
+        "promotion": published["promotion"],
         "consensus": calibrated["consensus"],
         "dedup": curated["dedup"],
         "curriculum": curated["curriculum"],

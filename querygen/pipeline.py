@@ -263,9 +263,14 @@ def load_history(sessions: sessionmaker[Session], app: str) -> tuple[Coverage, Q
 
 
 def store_generation(
-    sessions: sessionmaker[Session], spec: AppSpec, report: GenerationReport, round_id: int | None = None
+    sessions: sessionmaker[Session],
+    spec: AppSpec,
+    report: GenerationReport,
+    round_id: int | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> None:
-    """Kept queries into `query`, drops into `exclusion`, in one transaction; reruns add nothing twice."""
+    """Kept queries into `query` (with `meta` added to each one's), drops into `exclusion`, in one
+    transaction; reruns add nothing twice."""
     with transaction(sessions) as session:
         app_id = register_app(session, spec)
         insert_ignore(
@@ -284,7 +289,7 @@ def store_generation(
                     "source": q.source,
                     "status": "kept",
                     "difficulty": q.difficulty,
-                    "meta": {"tier": q.tier},
+                    "meta": {"tier": q.tier, **(meta or {})},
                 }
                 for q in report.kept
             ],

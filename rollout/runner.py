@@ -13,9 +13,10 @@ import asyncio
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 from sqlalchemy import delete, select
@@ -35,6 +36,7 @@ from trajforge.logs import counts
 from trajforge.world.verify import UNVERIFIABLE
 
 MODEL_FAULTS = ("policy_error", "policy_timeout")  # episodes a rerun plays again
+T = TypeVar("T")
 
 
 class RolloutConfig(BaseModel):
@@ -138,18 +140,45 @@ class EpisodeRunner:
                 ).all()
             )
         pending = [(q, k) for q, k in todo if episode_uid(round_id, q.uid, k) not in stored]
-        await asyncio.to_thread(self.pool.reclaim_orphans)  # a killed earlier run leaves leases behind
         report.skipped = len(todo) - len(pending)
-        gate = asyncio.Semaphore(self.config.workers)
 
         async def one(query: Query, k: int) -> None:
-            async with gate:
-                await self._episode(query, k, round_id, policy_id, query_ids[query.uid], report)
+            await self._episode(query, k, round_id, policy_id, query_ids[query.uid], report)
 
-        tasks = [asyncio.ensure_future(one(q, k)) for q, k in pending]
+        await self._all([partial(one, q, k) for q, k in pending])
+        report.seconds = time.monotonic() - started
+        return report
+
+    async def evaluate(self, queries: list[Query], label: str) -> list[tuple[Query, int, str]]:
+        """Roll the policy out on `queries` without storing anything: (query, rollout, outcome) per
+        episode, outcome `success`, `failure`, `unknown` (no verifier) or `not_run` (no device).
+
+        Held-out evaluation: `label` seeds the episodes, so every policy evaluated under one label
+        meets the same seeds. Device faults are retried as in `run`.
+        """
+        report = RolloutReport(requested=len(queries) * self.config.rollouts_per_query)
+
+        async def one(query: Query, k: int) -> tuple[Query, int, str]:
+            played = await self._attempts(query, k, f"{label}:{query.uid}:{k}", report)
+            return query, k, played[0]["outcome"] if played else "not_run"
+
+        rollouts = range(self.config.rollouts_per_query)
+        return await self._all([partial(one, q, k) for q in queries for k in rollouts])
+
+    async def _all(self, jobs: list[Callable[[], Awaitable[T]]]) -> list[T]:
+        """Run `jobs`, at most `workers` at once; after a failure, the others stop before the
+        environments close."""
+        await asyncio.to_thread(self.pool.reclaim_orphans)  # a killed earlier run leaves leases behind
+        gate = asyncio.Semaphore(self.config.workers)
+
+        async def bounded(job: Callable[[], Awaitable[T]]) -> T:
+            async with gate:
+                return await job()
+
+        tasks = [asyncio.ensure_future(bounded(job)) for job in jobs]
         try:
-            await asyncio.gather(*tasks)
-        finally:  # after a failure, the other episodes stop before their environments close
+            return list(await asyncio.gather(*tasks))
+        finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -157,8 +186,6 @@ class EpisodeRunner:
                 await asyncio.to_thread(env.close)
             self._closed.extend(self._envs.values())
             self._envs.clear()
-        report.seconds = time.monotonic() - started
-        return report
 
     def _forget_model_faults(self, round_id: int, mine: set[str]) -> set[str]:
         """The round's stored episode uids, less those of `mine` (this run's episodes; other shards
@@ -206,44 +233,45 @@ class EpisodeRunner:
         self, query: Query, k: int, round_id: int, policy_id: int, query_id: int, report: RolloutReport
     ) -> None:
         uid = episode_uid(round_id, query.uid, k)
+        played = await self._attempts(query, k, uid, report)
+        if played is None:
+            report.not_run += 1  # left for the next run, which resumes it: not the episode's failure
+            return
+        result, device, failures = played
+        if store_episode(self.sessions, uid, round_id, policy_id, query_id, k, device, result, failures):
+            self._count(result, report)
+
+    async def _attempts(
+        self, query: Query, k: int, uid: str, report: RolloutReport
+    ) -> tuple[dict[str, Any], str | None, list[dict[str, Any]]] | None:
+        """Play one episode, on another device after a device fault: (result, device, failed
+        attempts); None when no device was free. Out of attempts, the result is a failure."""
         failures: list[dict[str, Any]] = []
         for attempt in range(self.config.max_attempts):
             try:
                 lease = await self._lease(holder_name(uid[:16]))
             except DeviceError:
-                report.not_run += 1  # left for the next run, which resumes it: not the episode's failure
-                return
+                return None
             try:
                 result = await asyncio.wait_for(
                     self._play(query, k, uid, lease), self.config.episode_timeout_s
                 )
-            except _Retry as retry:
+            except (_Retry, TimeoutError) as exc:
+                reason = exc.reason if isinstance(exc, _Retry) else "episode_timeout"
                 report.retries += 1
-                report.attempt_failures[retry.reason] += 1
-                failures.append({"attempt": attempt, "device": lease.key, "reason": retry.reason})
-                await self._recover(lease)
-                continue
-            except TimeoutError:
-                report.retries += 1
-                report.attempt_failures["episode_timeout"] += 1
-                failures.append({"attempt": attempt, "device": lease.key, "reason": "episode_timeout"})
+                report.attempt_failures[reason] += 1
+                failures.append({"attempt": attempt, "device": lease.key, "reason": reason})
                 await self._recover(lease)
                 continue
             await asyncio.to_thread(self.pool.release, lease)
-            stored = store_episode(
-                self.sessions, uid, round_id, policy_id, query_id, k, lease.key, result, failures
-            )
-            if stored:
-                self._count(result, report)
-            return
+            return result, lease.key, failures
         exhausted: dict[str, Any] = {
             "steps": [],
             "outcome": "failure",
             "reason": "device_retries_exhausted",
             "verdict": None,
         }
-        if store_episode(self.sessions, uid, round_id, policy_id, query_id, k, None, exhausted, failures):
-            self._count(exhausted, report)
+        return exhausted, None, failures
 
     async def _recover(self, lease: Lease) -> None:
         """Report the device, rebuild its environment, and put it back unless retired."""

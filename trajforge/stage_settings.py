@@ -199,6 +199,26 @@ class EvolveSettings(BaseSettings):
         "previous round's hard queries (pass rate at or below curate.guidance_pass_rate), rolled out "
         "with their guidance; 0 turns revisits off.",
     )
+    heldout_per_app: int = Field(
+        6,
+        ge=0,
+        le=10_000,
+        description="Held-out evaluation: queries per app sampled once, apart from every round's queries "
+        "and never trained on; every policy is rolled out on them (`evolve/heldout.py`). 0: none, and no "
+        "promotion gate.",
+    )
+    heldout_rollouts: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Rollouts per held-out query (the first greedy), the same seeds for every policy.",
+    )
+    promote: Literal["gate", "always"] = Field(
+        "gate",
+        description="gate: a trained policy rolls out the next round only if its held-out success is at "
+        "least the current policy's, else the current policy rolls out again (the next round trains a new "
+        "candidate on all the data); always: every trained policy is promoted.",
+    )
     tier_mix: list[dict[str, float]] = Field(
         default_factory=list,
         description="Curriculum (Step-GUI §2.1.3): the shares of the complexity tiers (localization, "

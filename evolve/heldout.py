@@ -1,0 +1,168 @@
+"""Held-out evaluation, and the gate a trained policy passes before it rolls out the next round.
+
+A round's success (`success_rate` in `rounds.json`) is its policy on that round's new queries,
+which differ every round: it moves by several points with its sample alone. The held-out set
+is one fixed set of queries per app (`evolve.heldout_per_app`), sampled once, when a policy is
+first evaluated, from a seed apart from the rounds' and stored with no round (meta `heldout`).
+The query deduper reads stored queries as its history, so no round samples one of them again:
+no policy is trained on them. Every policy is rolled out on the set `evolve.heldout_rollouts`
+times per query (the first greedy) on the loop's farm (sim or web), with the same episode
+seeds, and nothing is stored but the figures, in the policy row's `meta.heldout`, keyed by the
+set and the rollout settings (a policy is evaluated once per set).
+
+The gate (`evolve.promote: gate`): after round N trains its candidate, the candidate is
+evaluated beside round N's policy; it rolls out round N + 1 when its held-out success is at
+least that policy's. Else round N's policy rolls out again, round N + 1's data joins the
+dataset, and round N + 1 trains a new candidate on all of it. Outcomes the farm cannot verify
+(`unknown`) count for neither; a farm that verifies none promotes every candidate, with that
+reason stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import select
+
+from evolve.policies import policy_factory
+from evolve.spine import Spine, open_farm
+from querygen.pipeline import generate_queries, load_history, store_generation
+from rollout.pool import DevicePool
+from rollout.runner import EpisodeRunner, RolloutConfig
+from storage.db import transaction
+from storage.models import App
+from storage.models import Policy as PolicyRow
+from storage.models import Query as QueryRow
+from trajforge.domain import Query
+from trajforge.errors import DeviceError
+
+log = logging.getLogger("trajforge.heldout")
+
+SEED_OFFSET = 1_000_003  # the held-out set's sampling seed is evolve.seed + this: apart from every round's
+LABEL = "heldout"
+
+
+def heldout_queries(spine: Spine) -> list[Query]:
+    """The held-out set: per app, the first `heldout_per_app` stored held-out queries, sampled and
+    stored (beside every query kept so far) when there are fewer."""
+    ev = spine.settings.evolve
+    out: list[Query] = []
+    for spec in spine.apps:
+        have = _stored(spine, spec.name)
+        if len(have) < ev.heldout_per_app:
+            coverage, dedup = load_history(spine.sessions, spec.name)
+            report = generate_queries(
+                spec, ev.heldout_per_app - len(have), seed=ev.seed + SEED_OFFSET + len(have),
+                coverage=coverage, deduper=dedup,
+            )  # fmt: skip
+            store_generation(spine.sessions, spec, report, meta={LABEL: True})
+            have = _stored(spine, spec.name)
+        out.extend(have[: ev.heldout_per_app])
+    return out
+
+
+def _stored(spine: Spine, app: str) -> list[Query]:
+    with spine.sessions() as s:
+        rows = s.scalars(
+            select(QueryRow)
+            .join(App, App.id == QueryRow.app_id)
+            .where(App.name == app, QueryRow.round_id.is_(None), QueryRow.status == "kept")
+            .order_by(QueryRow.id)
+        ).all()
+    return [row.to_domain(app) for row in rows if (row.meta or {}).get(LABEL)]
+
+
+def set_key(spine: Spine, queries: list[Query]) -> str:
+    """What makes two evaluations comparable: the queries, the rollouts, the step budget, the farm."""
+    ev = spine.settings.evolve
+    what = [sorted(q.uid for q in queries), ev.heldout_rollouts, ev.max_steps, ev.backend]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+
+
+def evaluate_policy(spine: Spine, policy_id: int, queries: list[Query]) -> dict[str, Any]:
+    """The policy's held-out figures: episodes, successes, unknown outcomes, success rate (of the
+    decided episodes) and [successes, episodes] per app; computed once per set and stored."""
+    key = set_key(spine, queries)
+    with spine.sessions() as s:
+        row = s.get(PolicyRow, policy_id)
+        assert row is not None
+        cached = (row.meta or {}).get(LABEL)
+    if cached and cached.get("key") == key:
+        return dict(cached)
+    ev = spine.settings.evolve
+    farm = open_farm(spine)
+    config = RolloutConfig(rollouts_per_query=ev.heldout_rollouts, workers=ev.devices, max_steps=ev.max_steps)
+    runner = EpisodeRunner(
+        spine.sessions, DevicePool(spine.sessions), farm, policy_factory(spine, policy_id), config,
+        backend=farm.backend,
+    )  # fmt: skip
+    played = asyncio.run(runner.evaluate(queries, LABEL))
+    outcomes = Counter(outcome for _, _, outcome in played)
+    if outcomes["not_run"]:
+        raise DeviceError(
+            f"{outcomes['not_run']} held-out episodes found no free device within {config.lease_wait_s:g}s; "
+            "rerun (nothing of the evaluation is stored until it is complete)"
+        )
+    per_app: dict[str, list[int]] = {}
+    for query, _, outcome in played:
+        if outcome != "unknown":
+            tally = per_app.setdefault(query.app, [0, 0])
+            tally[0] += outcome == "success"
+            tally[1] += 1
+    decided = outcomes["success"] + outcomes["failure"]
+    figures = {
+        "key": key,
+        "episodes": len(played),
+        "successes": outcomes["success"],
+        "unknown": outcomes["unknown"],
+        "success_rate": outcomes["success"] / decided if decided else None,
+        "per_app": dict(sorted(per_app.items())),
+    }
+    with transaction(spine.sessions) as s:
+        row = s.get(PolicyRow, policy_id)
+        assert row is not None
+        row.meta = {**(row.meta or {}), LABEL: figures}
+    return figures
+
+
+def gate(spine: Spine, incumbent_id: int, candidate_id: int) -> dict[str, Any]:
+    """Whether the candidate rolls out the next round: the decision, its reason and both figures."""
+    ev = spine.settings.evolve
+    if ev.promote == "always":
+        return {"promoted": True, "reason": "promote_always"}
+    if ev.heldout_per_app == 0:
+        return {"promoted": True, "reason": "no_heldout_set"}
+    queries = heldout_queries(spine)
+    current = evaluate_policy(spine, incumbent_id, queries)
+    candidate = evaluate_policy(spine, candidate_id, queries)
+    figures = {"current": current, "candidate": candidate}
+    if candidate["success_rate"] is None:
+        log.warning("the farm verified no held-out episode; promoting the candidate unchecked")
+        return {"promoted": True, "reason": "unverifiable", **figures}
+    if current["success_rate"] is not None and candidate["success_rate"] < current["success_rate"]:
+        return {"promoted": False, "reason": "heldout_regression", **figures}
+    return {"promoted": True, "reason": "heldout_not_worse", **figures}
+
+
+def heldout_line(stats: dict[str, Any]) -> str:
+    """One line of a finished round: its policy on the held-out set, and the gate's decision."""
+    parts = []
+    if own := stats.get("heldout"):
+        parts.append(f"policy {_rate(own)}")
+    if decision := stats.get("promotion"):
+        verdict = "promoted" if decision["promoted"] else "kept the current policy"
+        candidate = f"candidate {_rate(decision['candidate'])} " if "candidate" in decision else ""
+        parts.append(f"{candidate}-> {verdict} ({decision['reason']})")
+    return "; ".join(parts)
+
+
+def _rate(figures: dict[str, Any]) -> str:
+    rate = figures["success_rate"]
+    per_app = ", ".join(f"{app} {won}/{n}" for app, (won, n) in figures["per_app"].items())
+    shown = "unverified" if rate is None else f"{rate:.0%}"
+    return f"{shown} ({figures['successes']}/{figures['episodes'] - figures['unknown']}; {per_app})"
