@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from curation.encoder import round_encoder
+from evolve import spine as spine_module
 from evolve import steps
 from evolve.policies import policy_factory
 from evolve.revisits import latest_guidance, revisit_rates
@@ -53,7 +54,6 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     spine = open_spine(settings)
     with spine.sessions() as s:
         episodes = s.scalar(select(func.count()).select_from(Episode))
-        queries = s.scalar(select(func.count()).select_from(Query))
     assert episodes == 4 * 2 + 4
     again = steps.rollout_shard(settings, 1, steps.round_queries(settings, 1))
     assert again["episodes"] == 0 and again["already_stored"] == 8  # nothing redone
@@ -62,8 +62,17 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     trained = train_next(settings, 1, published["version"])
     assert trained["policy"] == "knn@1" and trained["checkpoint"] == "store:checkpoints/knn/v1/"
     assert train_next(settings, 1, published["version"])["resumed"] is True
+    with pytest.raises(ConfigError, match="round 1 has not trained a policy yet"):
+        steps.start_round(settings, 2)  # trained is not chosen before the gate runs
+    promoted = steps.promote(settings, 1)
+    assert promoted["promoted"] is True and promoted["policy"] == "knn@1"  # the explorer solves nothing
+    assert promoted["current"]["successes"] == 0 and promoted["candidate"]["episodes"] == 4
+    assert steps.promote(settings, 1) == promoted  # decided once
     stats = steps.finish_round(settings, 1, {"dataset_version": published["version"]})
     assert stats["episodes"] == 8 and stats["guided"] == {"success": 4}
+    assert stats["heldout"] == promoted["current"]  # the round's policy on the held-out set, evaluated once
+    with spine.sessions() as s:
+        queries = s.scalar(select(func.count()).select_from(Query))  # the held-out set's too
 
     opened = steps.start_round(settings, 2)
     assert opened["policy"] == "knn@1"
@@ -246,7 +255,7 @@ def test_a_round_runs_on_the_web_backend_and_the_critics_agree_with_its_verifier
 def test_the_web_backend_without_chromium_is_one_clear_error(
     evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(steps, "chromium_available", lambda: False)
+    monkeypatch.setattr(spine_module, "chromium_available", lambda: False)
     settings = evolve_settings.model_copy(
         update={"evolve": evolve_settings.evolve.model_copy(update={"backend": "web"})}
     )

@@ -1,0 +1,88 @@
+"""The held-out set and the promotion gate: one fixed set per app that no round samples again,
+evaluated without storing episodes, and a candidate that does worse on it is not promoted."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from evolve import heldout, steps
+from evolve.policies import register_policy
+from evolve.spine import open_spine
+from storage.db import transaction
+from storage.models import Episode, Policy
+from storage.models import Query as QueryRow
+from trajforge.settings import Settings
+
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
+def _policies(settings: Settings) -> tuple[int, int]:
+    """(the perfect demonstrator, the random explorer)."""
+    with transaction(open_spine(settings).sessions) as s:
+        return register_policy(s, *steps.GUIDED), register_policy(
+            s, *steps.EXPLORER, meta={"max_actions": 12}
+        )
+
+
+def test_the_heldout_set_is_sampled_once_and_no_round_samples_it_again(evolve_settings: Settings) -> None:
+    settings = evolve_settings.model_copy(deep=True)
+    settings.evolve.queries_per_app = 8
+    spine = open_spine(settings)
+    held = heldout.heldout_queries(spine)
+    assert len(held) == len(spine.apps) and heldout.heldout_queries(spine) == held
+    with spine.sessions() as s:
+        rows = s.scalars(select(QueryRow).where(QueryRow.uid.in_([q.uid for q in held]))).all()
+    assert all(r.round_id is None and r.meta["heldout"] is True for r in rows)
+    steps.start_round(settings, 1)
+    rounds = steps.load_queries(spine, steps.round_queries(settings, 1))
+    assert len(rounds) == 8 * len(spine.apps)
+    assert not {q.instruction for q in rounds} & {q.instruction for q in held}
+    assert not {q.uid for q in rounds} & {q.uid for q in held}
+
+
+def test_evaluation_stores_no_episode_and_is_run_once_per_policy(
+    evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spine = open_spine(evolve_settings)
+    steps.register_devices(evolve_settings)
+    demonstrator, _ = _policies(evolve_settings)
+    held = heldout.heldout_queries(spine)
+    figures = heldout.evaluate_policy(spine, demonstrator, held)
+    n = len(held) * evolve_settings.evolve.heldout_rollouts
+    assert figures["episodes"] == figures["successes"] == n and figures["success_rate"] == 1.0
+    assert sum(t for _, t in figures["per_app"].values()) == n
+    with spine.sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Episode)) == 0
+        assert s.get(Policy, demonstrator).meta["heldout"] == figures
+
+    def not_again(*_: object) -> None:
+        raise AssertionError("evaluated twice")
+
+    monkeypatch.setattr(heldout.EpisodeRunner, "evaluate", not_again)
+    assert heldout.evaluate_policy(spine, demonstrator, held) == figures
+
+
+def test_a_candidate_that_does_worse_on_the_heldout_set_is_not_promoted(evolve_settings: Settings) -> None:
+    spine = open_spine(evolve_settings)
+    steps.register_devices(evolve_settings)
+    demonstrator, explorer = _policies(evolve_settings)
+    worse = heldout.gate(spine, incumbent_id=demonstrator, candidate_id=explorer)
+    assert worse["promoted"] is False and worse["reason"] == "heldout_regression"
+    assert worse["candidate"]["success_rate"] < worse["current"]["success_rate"]
+    better = heldout.gate(spine, incumbent_id=explorer, candidate_id=demonstrator)
+    assert better["promoted"] is True and better["reason"] == "heldout_not_worse"
+    line = heldout.heldout_line({"heldout": better["current"], "promotion": worse})
+    assert "kept the current policy (heldout_regression)" in line
+
+
+def test_without_a_verdict_or_with_promote_always_every_candidate_is_promoted(
+    evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spine = open_spine(evolve_settings)
+    demonstrator, explorer = _policies(evolve_settings)
+    unverified = {"episodes": 4, "successes": 0, "unknown": 4, "success_rate": None, "per_app": {}}
+    monkeypatch.setattr(heldout, "evaluate_policy", lambda *_: unverified)
+    assert heldout.gate(spine, demonstrator, explorer)["reason"] == "unverifiable"
+    spine.settings.evolve.promote = "always"
+    assert heldout.gate(spine, demonstrator, explorer) == {"promoted": True, "reason": "promote_always"}
