@@ -54,7 +54,8 @@ def test_evaluation_stores_no_episode_and_is_run_once_per_policy(
     assert sum(t for _, t in figures["per_app"].values()) == n
     with spine.sessions() as s:
         assert s.scalar(select(func.count()).select_from(Episode)) == 0
-        assert s.get(Policy, demonstrator).meta["heldout"] == figures
+        row = s.get(Policy, demonstrator)
+        assert row is not None and row.meta["heldout"] == figures
 
     def not_again(*_: object) -> None:
         raise AssertionError("evaluated twice")
@@ -81,7 +82,13 @@ def test_without_a_verdict_or_with_promote_always_every_candidate_is_promoted(
 ) -> None:
     spine = open_spine(evolve_settings)
     demonstrator, explorer = _policies(evolve_settings)
-    unverified = {"episodes": 4, "successes": 0, "unknown": 4, "success_rate": None, "per_app": {}}
+    unverified: dict[str, object] = {
+        "episodes": 4,
+        "successes": 0,
+        "unknown": 4,
+        "success_rate": None,
+        "per_app": {},
+    }
     monkeypatch.setattr(heldout, "evaluate_policy", lambda *_: unverified)
     assert heldout.gate(spine, demonstrator, explorer)["reason"] == "unverifiable"
     spine.settings.evolve.promote = "always"
