@@ -51,6 +51,7 @@ def _round(settings: Settings, number: int) -> dict[str, float]:
     timed("curate", lambda: steps.curate(settings, number))
     published = timed("publish", lambda: steps.publish_round(settings, number))
     timed("train", lambda: train_next(settings, number, published["version"]))
+    timed("held-out gate", lambda: steps.promote(settings, number))
     steps.finish_round(settings, number, {})
     return times
 
