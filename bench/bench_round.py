@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evolve import steps
+from evolve import heldout, steps
 from evolve.trainer import train_next
 from trajforge.settings import Settings, load_settings
 
@@ -51,7 +51,7 @@ def _round(settings: Settings, number: int) -> dict[str, float]:
     timed("curate", lambda: steps.curate(settings, number))
     published = timed("publish", lambda: steps.publish_round(settings, number))
     timed("train", lambda: train_next(settings, number, published["version"]))
-    timed("held-out gate", lambda: steps.promote(settings, number))
+    timed("held-out gate", lambda: heldout.promote(settings, number))
     steps.finish_round(settings, number, {})
     return times
 

@@ -30,16 +30,17 @@ from typing import Any
 from sqlalchemy import select
 
 from evolve.policies import policy_factory
-from evolve.spine import Spine, open_farm
+from evolve.spine import Spine, open_farm, open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from storage.db import transaction
-from storage.models import App
+from storage.models import App, Round
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
 from trajforge.domain import Query
-from trajforge.errors import DeviceError
+from trajforge.errors import ConfigError, DeviceError
+from trajforge.settings import Settings
 
 log = logging.getLogger("trajforge.heldout")
 
@@ -166,3 +167,32 @@ def _rate(figures: dict[str, Any]) -> str:
     per_app = ", ".join(f"{app} {won}/{n}" for app, (won, n) in figures["per_app"].items())
     shown = "unverified" if rate is None else f"{rate:.0%}"
     return f"{shown} ({figures['successes']}/{figures['episodes'] - figures['unknown']}; {per_app})"
+
+
+def promote(settings: Settings, number: int) -> dict[str, Any]:
+    """Choose round `number + 1`'s policy: the candidate trained after this round when the gate
+    lets it through (`evolve/heldout.py`), else this round's policy again. Decided once."""
+    spine = open_spine(settings)
+    with spine.sessions() as s:
+        rnd = s.scalars(select(Round).where(Round.number == number)).one()
+    stats = dict(rnd.stats or {})
+    if "next_policy_id" in stats:
+        decision = dict(stats.get("promotion") or {"promoted": True, "reason": "decided_before_the_gate"})
+    else:
+        if "candidate_policy_id" not in stats:
+            raise ConfigError(
+                f"round {number} has not trained a candidate policy yet; run `trajforge evolve` to finish it"
+            )
+        candidate = int(stats["candidate_policy_id"])
+        decision = gate(spine, rnd.policy_id, candidate)
+        stats |= {
+            "next_policy_id": candidate if decision["promoted"] else rnd.policy_id,
+            "promotion": decision,
+        }
+        with transaction(spine.sessions) as s:
+            row = s.scalars(select(Round).where(Round.number == number)).one()
+            row.stats = {**(row.stats or {}), **stats}
+    with spine.sessions() as s:
+        chosen = s.get(PolicyRow, stats["next_policy_id"])
+        assert chosen is not None
+    return {**decision, "policy": f"{chosen.name}@{chosen.version}", "policy_id": chosen.id}

@@ -26,7 +26,7 @@ from critics.calibration import calibrate_round
 from critics.csrs import extract_round
 from critics.judge import judge_round, judge_round_llm
 from curation.pipeline import curate_round
-from evolve.heldout import evaluate_policy, gate, heldout_queries
+from evolve.heldout import evaluate_policy, heldout_queries
 from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
 from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
@@ -362,34 +362,6 @@ def round_stats(settings: Settings, number: int) -> dict[str, Any]:
         "samples": {status: n for status, n in samples},
         "revisit_rates": revisit_rates(spine, rnd),
     }
-
-
-def promote(settings: Settings, number: int) -> dict[str, Any]:
-    """Choose round `number + 1`'s policy: the candidate trained after this round when the gate
-    lets it through (`evolve/heldout.py`), else this round's policy again. Decided once."""
-    spine = open_spine(settings)
-    rnd = _round(spine, number)
-    stats = dict(rnd.stats or {})
-    if "next_policy_id" in stats:
-        decision = dict(stats.get("promotion") or {"promoted": True, "reason": "decided_before_the_gate"})
-    else:
-        if "candidate_policy_id" not in stats:
-            raise ConfigError(
-                f"round {number} has not trained a candidate policy yet; run `trajforge evolve` to finish it"
-            )
-        candidate = int(stats["candidate_policy_id"])
-        decision = gate(spine, rnd.policy_id, candidate)
-        stats |= {
-            "next_policy_id": candidate if decision["promoted"] else rnd.policy_id,
-            "promotion": decision,
-        }
-        with transaction(spine.sessions) as s:
-            row = s.scalars(select(Round).where(Round.number == number)).one()
-            row.stats = {**(row.stats or {}), **stats}
-    with spine.sessions() as s:
-        chosen = s.get(PolicyRow, stats["next_policy_id"])
-        assert chosen is not None
-    return {**decision, "policy": f"{chosen.name}@{chosen.version}", "policy_id": chosen.id}
 
 
 def finish_round(settings: Settings, number: int, extra: dict[str, Any]) -> dict[str, Any]:

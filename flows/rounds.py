@@ -17,7 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from curation.encoder import round_encoder
-from evolve import steps
+from evolve import heldout, steps
 from evolve.spine import open_spine
 from evolve.trainer import train_next
 from trajforge.settings import Settings
@@ -108,7 +108,7 @@ def train_task(settings: Settings, number: int, version: int) -> dict[str, Any]:
 
 @io_task("promote-policy", DEVICES, MODEL_CALLS)
 def promote_task(settings: Settings, number: int) -> dict[str, Any]:
-    return steps.promote(settings, number)
+    return heldout.promote(settings, number)
 
 
 @io_task("finish-round", DEVICES, MODEL_CALLS)

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, select
 
 from curation.encoder import round_encoder
+from evolve import heldout, steps
 from evolve import spine as spine_module
-from evolve import steps
 from evolve.policies import policy_factory
 from evolve.revisits import latest_guidance, revisit_rates
 from evolve.rounds_json import rounds_table
@@ -64,10 +64,10 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     assert train_next(settings, 1, published["version"])["resumed"] is True
     with pytest.raises(ConfigError, match="round 1 has not trained a policy yet"):
         steps.start_round(settings, 2)  # trained is not chosen before the gate runs
-    promoted = steps.promote(settings, 1)
+    promoted = heldout.promote(settings, 1)
     assert promoted["promoted"] is True and promoted["policy"] == "knn@1"  # the explorer solves nothing
     assert promoted["current"]["successes"] == 0 and promoted["candidate"]["episodes"] == 4
-    assert steps.promote(settings, 1) == promoted  # decided once
+    assert heldout.promote(settings, 1) == promoted  # decided once
     stats = steps.finish_round(settings, 1, {"dataset_version": published["version"]})
     assert stats["episodes"] == 8 and stats["guided"] == {"success": 4}
     assert stats["heldout"] == promoted["current"]  # the round's policy on the held-out set, evaluated once
