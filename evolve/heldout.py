@@ -171,7 +171,7 @@ def _rate(figures: dict[str, Any]) -> str:
 
 def promote(settings: Settings, number: int) -> dict[str, Any]:
     """Choose round `number + 1`'s policy: the candidate trained after this round when the gate
-    lets it through (`evolve/heldout.py`), else this round's policy again. Decided once."""
+    lets it through (`gate`), else this round's policy again. Decided once."""
     spine = open_spine(settings)
     with spine.sessions() as s:
         rnd = s.scalars(select(Round).where(Round.number == number)).one()

@@ -97,7 +97,7 @@ def command_line(settings: Settings, dataset: Path, output: Path, version: int, 
 
 def train_next(settings: Settings, number: int, dataset_version: int) -> dict[str, Any]:
     """Train on `dataset_version` and register the result as the candidate policy of round
-    `number + 1` (`evolve.steps.promote` decides whether it rolls that round out)."""
+    `number + 1` (`evolve.heldout.promote` decides whether it rolls that round out)."""
     spine = open_spine(settings)
     trainer = settings.trainer
     builtin = trainer.command is None
