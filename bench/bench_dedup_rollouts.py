@@ -19,6 +19,7 @@ the bench first runs `trajforge evolve --rounds 4` in a temporary folder (about 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import tempfile
 from collections import Counter, defaultdict
@@ -29,7 +30,8 @@ from sqlalchemy import select
 
 from bench.bench_loop import run
 from bench.common import table
-from curation.dedup import NEAR_DUPLICATE, Trajectory, dedup, trajectory_embedding
+from curation.dedup import NEAR_DUPLICATE, Trajectory, dedup, embed_frames
+from curation.overlays import GreyThumbs
 from evolve.spine import open_spine
 from storage.features import FeatureStore, Featurizer, PHashFeaturizer, make_featurizer
 from storage.models import Episode, Round, Step
@@ -38,12 +40,12 @@ from trajforge.settings import Settings, load_settings
 Rows = dict[int, list[tuple[str, str, bool, tuple[str, ...]]]]  # round -> (uid, query, success, frames)
 
 
-def audit(rounds: Rows, vectors: dict[str, np.ndarray]) -> Counter[str]:
+def audit(rounds: Rows, vectors: dict[str, np.ndarray], thumbs: dict[str, np.ndarray] | None) -> Counter[str]:
     tally: Counter[str] = Counter()
     for rows in rounds.values():
         shots = {uid: frames for uid, _, _, frames in rows}
         trajs = [
-            Trajectory(uid, group, frames, trajectory_embedding(vectors[f] for f in frames), success)
+            Trajectory(uid, group, frames, embed_frames(frames, vectors, thumbs), success)
             for uid, group, success, frames in rows
         ]
         decisions, report = dedup(trajs, 0.97)
@@ -95,14 +97,16 @@ def report(settings: Settings) -> None:
         raise SystemExit("no trained screen encoder in this store: run `make run` (round 2 trains one)")
     featurizers: list[Featurizer] = [PHashFeaturizer(), encoder]
     hashes = {f for rows in rounds.values() for *_, frames in rows for f in frames}
+    greys = FeatureStore(spine.sessions, GreyThumbs(), spine.frames).vectors(hashes)
     rows = []
-    for featurizer in featurizers:
+    for featurizer, thumbs in itertools.product(featurizers, (None, greys)):
         vectors = FeatureStore(spine.sessions, featurizer, spine.frames).vectors(hashes)
-        t = audit(rounds, vectors)
+        t = audit(rounds, vectors, thumbs)
         near = t[NEAR_DUPLICATE]
         rows.append(
             [
                 featurizer.key,
+                "left out" if thumbs is not None else "kept",
                 f"{t['kept']}/{t['total']} ({t['kept'] / max(t['total'], 1):.0%})",
                 str(t["exact_duplicate"]),
                 str(near),
@@ -112,7 +116,14 @@ def report(settings: Settings) -> None:
     print(
         table(
             f"dedup at 0.97 of rounds {min(rounds)}-{max(rounds)}: {len(hashes)} screenshots",
-            ["features", "kept", "exact dup", "near dup", "near: same screens / subset / other screens"],
+            [
+                "features",
+                "dialog-covered frames",
+                "kept",
+                "exact dup",
+                "near dup",
+                "near: same screens / subset / other screens",
+            ],
             rows,
         )
     )

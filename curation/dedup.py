@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import faiss
 import numpy as np
 
+from curation.overlays import K, settled
 from trajforge.logs import counts
 
 NEAR_DUPLICATE = "near_duplicate"
@@ -76,6 +77,14 @@ def trajectory_embedding(vectors: Iterable[np.ndarray]) -> np.ndarray:
     mean = np.mean(np.stack(list(vectors)), axis=0).astype(np.float32)
     norm = float(np.linalg.norm(mean))
     return mean / norm if norm > 1e-8 else mean
+
+
+def embed_frames(
+    frames: Sequence[K], vectors: Mapping[K, np.ndarray], thumbs: Mapping[K, np.ndarray] | None
+) -> np.ndarray:
+    """A trajectory's embedding from its frames' vectors; with `thumbs` (grey thumbnails, see
+    `curation.overlays`) the frames a dismissed dialog covered are left out first."""
+    return trajectory_embedding(vectors[f] for f in (frames if thumbs is None else settled(frames, thumbs)))
 
 
 def make_index(dim: int, train: np.ndarray, ivf_min_group: int) -> faiss.Index:

@@ -1,8 +1,9 @@
 """How well a featuriser and threshold call duplicates, on labelled trajectory pairs.
 
 A pair is two trajectories (lists of screenshots) and a label: duplicate or not. Each
-trajectory is embedded as dedup embeds it (the mean of its frames' features, see
-`curation.dedup`), and a pair is called a duplicate when the cosine exceeds the threshold.
+trajectory is embedded as dedup embeds it (the mean of its frames' features, leaving out
+frames a dismissed dialog covered; see `curation.dedup` and `curation.overlays`), and a pair
+is called a duplicate when the cosine exceeds the threshold.
 Users tune `curate.dedup_threshold` on their own pairs with `trajforge curate dedup-eval`.
 
 The pairs file is JSON Lines, one pair per line:
@@ -24,7 +25,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from curation.dedup import trajectory_embedding
+from curation.dedup import embed_frames
+from curation.overlays import GreyThumbs
 from trajforge.errors import ConfigError
 
 Frames = Sequence[bytes]
@@ -51,16 +53,15 @@ class Score:
         return 2 * p * r / (p + r) if p + r else 0.0
 
 
-def similarities(embed: Callable[[list[bytes]], np.ndarray], pairs: Sequence[Pair]) -> list[float]:
-    """The cosine of each pair's trajectory embeddings; every distinct image embedded once."""
+def similarities(
+    embed: Callable[[list[bytes]], np.ndarray], pairs: Sequence[Pair], skip_overlays: bool = True
+) -> list[float]:
+    """The cosine of each pair's trajectory embeddings, as dedup embeds them (`skip_overlays`:
+    `curate.dedup_skip_overlays`); every distinct image embedded once."""
     distinct = list(dict.fromkeys(png for p in pairs for png in (*p.a, *p.b)))
     vectors = dict(zip(distinct, embed(distinct), strict=True)) if distinct else {}
-    out = []
-    for p in pairs:
-        a = trajectory_embedding(vectors[png] for png in p.a)
-        b = trajectory_embedding(vectors[png] for png in p.b)
-        out.append(float(a @ b))
-    return out
+    thumbs = dict(zip(distinct, GreyThumbs().embed(distinct), strict=True)) if skip_overlays else None
+    return [float(embed_frames(p.a, vectors, thumbs) @ embed_frames(p.b, vectors, thumbs)) for p in pairs]
 
 
 def score(sims: Sequence[float], labels: Sequence[bool], threshold: float) -> Score:

@@ -22,8 +22,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from curation import balance as balancing
 from curation.corrections import correction_samples, supersede
 from curation.curriculum import ZERO_PASS, CurriculumReport, label_and_hold
-from curation.dedup import Decision, DedupReport, Trajectory, dedup, trajectory_embedding
+from curation.dedup import Decision, DedupReport, Trajectory, dedup, embed_frames
 from curation.guidance import Demonstrator, GuidanceReport, write_guidance
+from curation.overlays import GreyThumbs
 from curation.recovery import RecoveryReport, recovery_samples
 from curation.rollouts import Rollout, by_query, load_rollouts, pass_rate
 from curation.thoughts import StepToThink, ThoughtReport, synthesise
@@ -94,8 +95,9 @@ def curate_round(
 
     features = FeatureStore(sessions, featurizer or make_featurizer(settings, sessions, store), frames)
     report.featurizer = features.featurizer.key
+    thumbs = FeatureStore(sessions, GreyThumbs(), frames) if settings.dedup_skip_overlays else None
     decisions, report.dedup = dedup(
-        _trajectories(sessions, round_id, rollouts, features),
+        _trajectories(sessions, round_id, rollouts, features, thumbs),
         settings.dedup_threshold,
         settings.ivf_min_group,
         settings.dedup_within_outcome,
@@ -147,9 +149,14 @@ def curate_round(
 
 
 def _trajectories(
-    sessions: sessionmaker[Session], round_id: int, rollouts: list[Rollout], features: FeatureStore
+    sessions: sessionmaker[Session],
+    round_id: int,
+    rollouts: list[Rollout],
+    features: FeatureStore,
+    thumbs: FeatureStore | None,
 ) -> list[Trajectory]:
-    """The round's trajectories plus, per query, those earlier rounds retained (the priors)."""
+    """The round's trajectories plus, per query, those earlier rounds retained (the priors);
+    with `thumbs`, embedded without the frames a dismissed dialog covered."""
     frames_of: dict[str, tuple[tuple[str, ...], bool, bool, str]] = {}
     for r in rollouts:
         if r.steps:
@@ -182,9 +189,11 @@ def _trajectories(
             if steps:
                 shots = (*(b for b, _ in steps), steps[-1][1] or steps[-1][0])
                 frames_of[uid] = (shots, outcome == "success", True, query_uid)
-    vectors = features.vectors(h for shots, *_ in frames_of.values() for h in shots)
+    hashes = [h for shots, *_ in frames_of.values() for h in shots]
+    vectors = features.vectors(hashes)
+    greys = thumbs.vectors(hashes) if thumbs is not None else None
     return [
-        Trajectory(uid, group, shots, trajectory_embedding(vectors[h] for h in shots), success, prior)
+        Trajectory(uid, group, shots, embed_frames(shots, vectors, greys), success, prior)
         for uid, (shots, success, prior, group) in frames_of.items()
     ]
 

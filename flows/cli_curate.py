@@ -109,11 +109,12 @@ def dedup_eval(
     labelled = read_pairs(pairs)
     spine = open_spine(full)
     embed = make_featurizer(settings, spine.sessions, spine.store)
-    sims = similarities(embed.embed, labelled)
+    sims = similarities(embed.embed, labelled, settings.dedup_skip_overlays)
     labels = [p.duplicate for p in labelled]
     typer.echo(
         f"{len(labelled)} pairs ({sum(labels)} duplicate, {len(labels) - sum(labels)} distinct; "
         f"set {digest(labelled)}), featurizer {embed.key}"
+        + ("" if settings.dedup_skip_overlays else ", dialog-covered frames kept")
     )
     typer.echo("threshold  precision  recall  F1")
     for threshold in SWEEP[::4]:

@@ -52,6 +52,11 @@ class CurationSettings(BaseSettings):
         description="Compare trajectories only with those of the same outcome (successful with "
         "successful, failed with failed), so failures are not dropped as duplicates of successes.",
     )
+    dedup_skip_overlays: bool = Field(
+        True,
+        description="Leave frames a dismissed dialog covered (the screen beneath dimmed by a scrim) "
+        "out of a trajectory's embedding, so pop-ups do not hide a duplicate (curation/overlays.py).",
+    )
     ivf_min_group: int = Field(
         2048, ge=64, description="Query groups at least this large are searched with an IVF index."
     )
