@@ -2,9 +2,10 @@
 
 The labelled set of `bench_dedup_quality` is built by the simulator; this one reads what a
 run produced. For every round from 2 on (round 1 has no encoder), it dedups the round's
-trajectories per query group and outcome, as curation does (priors left out), once with
-phash and once with the store's latest trained encoder, and audits every near-duplicate
-drop against the trajectory it was found to duplicate:
+trajectories per query group and outcome, as curation does (priors left out), with phash
+and with the store's latest trained encoder, each at its own threshold, and each with the
+frames a dismissed dialog covered kept and left out (`curation.overlays`). It audits every
+near-duplicate drop against the trajectory it was found to duplicate:
 
 - same screens: both show exactly the same set of screenshots (a loop or a repeated tap);
 - subset: one shows only screenshots the other shows too;
@@ -40,7 +41,9 @@ from trajforge.settings import Settings, load_settings
 Rows = dict[int, list[tuple[str, str, bool, tuple[str, ...]]]]  # round -> (uid, query, success, frames)
 
 
-def audit(rounds: Rows, vectors: dict[str, np.ndarray], thumbs: dict[str, np.ndarray] | None) -> Counter[str]:
+def audit(
+    rounds: Rows, vectors: dict[str, np.ndarray], thumbs: dict[str, np.ndarray] | None, threshold: float
+) -> Counter[str]:
     tally: Counter[str] = Counter()
     for rows in rounds.values():
         shots = {uid: frames for uid, _, _, frames in rows}
@@ -48,7 +51,7 @@ def audit(rounds: Rows, vectors: dict[str, np.ndarray], thumbs: dict[str, np.nda
             Trajectory(uid, group, frames, embed_frames(frames, vectors, thumbs), success)
             for uid, group, success, frames in rows
         ]
-        decisions, report = dedup(trajs, 0.97)
+        decisions, report = dedup(trajs, threshold)
         tally["total"] += report.total
         tally["kept"] += report.kept
         for d in decisions:
@@ -101,11 +104,11 @@ def report(settings: Settings) -> None:
     rows = []
     for featurizer, thumbs in itertools.product(featurizers, (None, greys)):
         vectors = FeatureStore(spine.sessions, featurizer, spine.frames).vectors(hashes)
-        t = audit(rounds, vectors, thumbs)
+        t = audit(rounds, vectors, thumbs, featurizer.threshold)
         near = t[NEAR_DUPLICATE]
         rows.append(
             [
-                featurizer.key,
+                f"{featurizer.key} at {featurizer.threshold}",
                 "left out" if thumbs is not None else "kept",
                 f"{t['kept']}/{t['total']} ({t['kept'] / max(t['total'], 1):.0%})",
                 str(t["exact_duplicate"]),
@@ -115,7 +118,8 @@ def report(settings: Settings) -> None:
         )
     print(
         table(
-            f"dedup at 0.97 of rounds {min(rounds)}-{max(rounds)}: {len(hashes)} screenshots",
+            f"dedup of rounds {min(rounds)}-{max(rounds)} at each featuriser's threshold: "
+            f"{len(hashes)} screenshots",
             [
                 "features",
                 "dialog-covered frames",

@@ -13,8 +13,14 @@ between two recordings of the same trajectory on a phone:
 - the status bar: another clock, other icons;
 - small shifts, scale and colour changes (another device, another theme).
 
-So the features keep what identifies a screen (its title, layout, controls) and drop what
-does not. Training runs on CUDA when there is one, else on the CPU threads given.
+So the features keep what identifies a screen (its layout, controls) and drop what does
+not. At 128x256 a screen's title is a few pixels high, and screens that differ only in
+their title (Settings' "System" and "Display") would look alike, so the same network also
+learns a second view: the app bar below the status bar at 384x48 (`AppBar`), its views
+differing by a dialog's scrim, shifts and colour. A frame's vector joins the two, each
+centred on its training mean (`storage.features.ResNetFeaturizer`). Both views are
+standardised per image, which divides a scrim's uniform dimming out. Training runs on CUDA
+when there is one, else on the CPU threads given.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.encoders import SIDECAR, StoredEncoder, latest_encoder, save_encoder
+from storage.features import AppBar, pool_batches, standardised
 from storage.models import Episode, Round, Step
 from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
@@ -51,13 +58,18 @@ class EncoderSpec:
     height: int = 256
     hidden: tuple[int, ...] = (32, 64, 128, 256)
     depths: tuple[int, ...] = (1, 1, 1, 1)
-    batch: int = 64  # screenshots per step (two views each)
+    batch: int = 48  # screenshots per step (two views each), and as many app bars
     temperature: float = 0.2
     lr: float = 2e-3
     steps: int = 300  # curate.encoder_steps
     minutes: float = 5.0  # curate.encoder_minutes: stop early when training reaches this wall time
     seed: int = 0
     rows: int = 1  # the feature map average-pooled into this many horizontal bands (1: pooler output)
+    bar: tuple[float, float] = (0.035, 0.11)  # the app bar's band (fractions of the height); see AppBar
+    bar_width: int = 384  # the band's input pixels: the title legible
+    bar_height: int = 48
+    bar_weight: float = 0.5  # the bar's share beside the screen's in a frame's vector
+    threshold: float = 0.93  # dedup's default cosine with this encoder (bench_dedup_quality's tuning set)
 
     def resnet_config(self) -> Any:
         from transformers import ResNetConfig
@@ -181,12 +193,6 @@ def augment(img: Image.Image, rng: random.Random) -> Image.Image:
 # ---- training ---------------------------------------------------------------------------
 
 
-def to_pixels(img: Image.Image, width: int, height: int) -> np.ndarray:
-    """(3, height, width) float32 in [-1, 1]."""
-    arr = np.asarray(img.convert("RGB").resize((width, height), Image.Resampling.BOX), dtype=np.float32)
-    return (arr / 127.5 - 1.0).transpose(2, 0, 1)
-
-
 def pooled(model: Any, pixels: Any, rows: int) -> Any:
     """The feature map average-pooled into `rows` horizontal bands, flattened: (batch, rows * channels)."""
     import torch.nn.functional as F
@@ -208,10 +214,25 @@ def nt_xent(z: Any, temperature: float) -> Any:
     return F.cross_entropy(logits, target)
 
 
+def bar_augment(img: Image.Image, rng: random.Random) -> Image.Image:
+    """An app bar as another recording shows it: under a dialog's scrim, shifted, recoloured."""
+    if rng.random() < 0.5:
+        dim = rng.uniform(0.35, 0.8)
+        img = img.point(lambda v: int(v * dim))
+    return jitter(img, rng) if rng.random() < 0.8 else img
+
+
+def _bar(spec: EncoderSpec, centres: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))) -> AppBar:
+    top, bottom = spec.bar
+    screen, bar = (tuple(float(x) for x in c) for c in centres)
+    return AppBar(top, bottom, spec.bar_width, spec.bar_height, spec.bar_weight, screen, bar)
+
+
 def train_encoder(
     images: Sequence[bytes], spec: EncoderSpec = EncoderSpec(), device: str | None = None, threads: int = 0
-) -> tuple[Any, TrainReport]:
-    """A `ResNetModel` trained on `images` (PNG bytes); stops at `spec.steps` or `spec.minutes`."""
+) -> tuple[Any, TrainReport, AppBar]:
+    """A `ResNetModel` trained on `images` (PNG bytes), on whole screens and on their app bars (one
+    loss each); stops at `spec.steps` or `spec.minutes`. Also the app bar view with its centres."""
     import torch
     from transformers import ResNetModel
 
@@ -227,13 +248,21 @@ def train_encoder(
     rng = random.Random(spec.seed)
     torch.manual_seed(spec.seed)
     work = (spec.width * 2, spec.height * 2)  # augment at twice the input size, then downsample
-    bases = [
-        Image.open(io.BytesIO(png)).convert("RGB").resize(work, Image.Resampling.BOX) for png in distinct
-    ]
+    opened = [Image.open(io.BytesIO(png)).convert("RGB") for png in distinct]
+    bases = [img.resize(work, Image.Resampling.BOX) for img in opened]
+    crop = _bar(spec).crop
+    bars = list({np.asarray(b).tobytes(): b for b in map(crop, opened)}.values())  # one per title
+    bars = [b.resize((spec.bar_width * 2, spec.bar_height * 2), Image.Resampling.BOX) for b in bars]
     model = ResNetModel(spec.resnet_config())
     torch.nn.Module.to(model, device).train()
     optimiser = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=1e-4)
-    batch = min(spec.batch, len(bases))
+
+    def loss_on(pool: list[Image.Image], aug: Callable[..., Image.Image], size: tuple[int, int]) -> Any:
+        picks = rng.sample(range(len(pool)), min(spec.batch, len(pool)))
+        views = [aug(pool[i], rng) for i in picks] + [aug(pool[i], rng) for i in picks]
+        pixels = torch.from_numpy(np.stack([standardised(v, size) for v in views])).to(device)
+        return nt_xent(pooled(model, pixels, spec.rows), spec.temperature)
+
     losses: list[float] = []
     start = time.perf_counter()
     for step in range(spec.steps):
@@ -244,16 +273,23 @@ def train_encoder(
         warm = min(1.0, (step + 1) / 20)
         for group in optimiser.param_groups:
             group["lr"] = spec.lr * warm * 0.5 * (1 + math.cos(math.pi * done))
-        picks = rng.sample(range(len(bases)), batch)
-        views = [augment(bases[i], rng) for i in picks] + [augment(bases[i], rng) for i in picks]
-        pixels = torch.from_numpy(np.stack([to_pixels(v, spec.width, spec.height) for v in views])).to(device)
-        loss = nt_xent(pooled(model, pixels, spec.rows), spec.temperature)
+        loss = loss_on(bases, augment, (spec.width, spec.height))
+        if len(bars) >= 2:  # an app whose screens share one bar has nothing to tell apart there
+            loss = loss + loss_on(bars, bar_augment, (spec.bar_width, spec.bar_height))
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
         losses.append(float(loss.detach()))
     seconds = time.perf_counter() - start
+    model = model.eval()
+    sample = random.Random(spec.seed).sample(opened, min(len(opened), 512))  # the features' centres
+    screens = pool_batches(
+        model, device, [standardised(i, (spec.width, spec.height)) for i in sample], 64, spec.rows
+    )
+    size = (spec.bar_width, spec.bar_height)
+    titles = pool_batches(model, device, [standardised(crop(i), size) for i in sample], 64, spec.rows)
     head, tail = losses[: max(1, len(losses) // 10)], losses[-max(1, len(losses) // 10) :]
+    batch = min(spec.batch, len(bases))
     report = TrainReport(
         images=len(distinct),
         steps=len(losses),
@@ -261,13 +297,14 @@ def train_encoder(
         loss_first=round(float(np.mean(head)), 4),
         loss_last=round(float(np.mean(tail)), 4),
         device=device,
-        images_per_s=round(2 * batch * len(losses) / max(seconds, 1e-9), 1),
+        images_per_s=round(2 * (batch + min(spec.batch, len(bars))) * len(losses) / max(seconds, 1e-9), 1),
     )
-    return model.eval().cpu(), report
+    return model.cpu(), report, _bar(spec, (screens.mean(axis=0), titles.mean(axis=0)))
 
 
-def write_checkpoint(model: Any, spec: EncoderSpec, report: TrainReport, folder: Path) -> None:
-    """A checkpoint `ResNetFeaturizer.load` reads: transformers' files plus the input size."""
+def write_checkpoint(model: Any, spec: EncoderSpec, report: TrainReport, bar: AppBar, folder: Path) -> None:
+    """A checkpoint `ResNetFeaturizer.load` reads: transformers' files plus the input size, the app
+    bar view and the default dedup threshold."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -276,6 +313,8 @@ def write_checkpoint(model: Any, spec: EncoderSpec, report: TrainReport, folder:
         "width": spec.width,
         "height": spec.height,
         "rows": spec.rows,
+        "bar": asdict(bar),
+        "threshold": spec.threshold,
         "spec": asdict(spec),
         "training": asdict(report),
     }
@@ -305,9 +344,9 @@ def train_store_encoder(
     """Train the screen encoder on the store's screenshots (through `round_id`) and store it."""
     spec = EncoderSpec(steps=settings.encoder_steps, minutes=settings.encoder_minutes)
     hashes = store_screenshots(sessions, round_id, settings.encoder_max_images)
-    model, report = train_encoder([frames(h) for h in hashes], spec, device, settings.threads)
+    model, report, bar = train_encoder([frames(h) for h in hashes], spec, device, settings.threads)
     with tempfile.TemporaryDirectory(prefix="trajforge-encoder-") as folder:
-        write_checkpoint(model, spec, report, Path(folder))
+        write_checkpoint(model, spec, report, bar, Path(folder))
         facts = json.loads((Path(folder) / SIDECAR).read_text())  # the row records what the sidecar says
         return save_encoder(sessions, store, Path(folder), round_id, facts), report
 

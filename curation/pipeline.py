@@ -29,7 +29,7 @@ from curation.recovery import RecoveryReport, recovery_samples
 from curation.rollouts import Rollout, by_query, load_rollouts, pass_rate
 from curation.thoughts import StepToThink, ThoughtReport, synthesise
 from storage.db import record_exclusions, transaction
-from storage.features import CacheStats, FeatureStore, Featurizer, make_featurizer
+from storage.features import CacheStats, FeatureStore, Featurizer, dedup_threshold, make_featurizer
 from storage.models import Episode, Exclusion, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
@@ -48,6 +48,7 @@ class CurationReport:
     dedup: DedupReport = field(default_factory=DedupReport)
     cache: CacheStats = field(default_factory=CacheStats)
     featurizer: str = ""  # the cache key of the screenshot features dedup used
+    threshold: float = 0.0  # the cosine above which dedup called a duplicate
     guidance: GuidanceReport = field(default_factory=GuidanceReport)
     thoughts: ThoughtReport = field(default_factory=ThoughtReport)
     recovery: RecoveryReport = field(default_factory=RecoveryReport)
@@ -62,7 +63,8 @@ class CurationReport:
         return "\n".join(
             [
                 self.dedup.render(),
-                f"features ({self.featurizer}): {self.cache.requested} screenshots, "
+                f"features ({self.featurizer}, threshold {self.threshold}): "
+                f"{self.cache.requested} screenshots, "
                 f"{self.cache.unique} distinct, "
                 f"{self.cache.cached} from cache, {self.cache.computed} computed "
                 f"({self.cache.avoided:.0%} of inference avoided)",
@@ -93,12 +95,13 @@ def curate_round(
     groups = by_query(rollouts)
     frames = frame_reader(store)
 
-    features = FeatureStore(sessions, featurizer or make_featurizer(settings, sessions, store), frames)
-    report.featurizer = features.featurizer.key
+    featurizer = featurizer or make_featurizer(settings, sessions, store)
+    features = FeatureStore(sessions, featurizer, frames)
+    report.featurizer, report.threshold = featurizer.key, dedup_threshold(settings, featurizer)
     thumbs = FeatureStore(sessions, GreyThumbs(), frames) if settings.dedup_skip_overlays else None
     decisions, report.dedup = dedup(
         _trajectories(sessions, round_id, rollouts, features, thumbs),
-        settings.dedup_threshold,
+        report.threshold,
         settings.ivf_min_group,
         settings.dedup_within_outcome,
     )

@@ -100,7 +100,7 @@ def dedup_eval(
     """
     from curation.dedup_eval import SWEEP, choose, digest, read_pairs, score, similarities
     from evolve.spine import open_spine
-    from storage.features import make_featurizer
+    from storage.features import dedup_threshold, make_featurizer
 
     full = cli_settings(config)
     settings = full.curate
@@ -120,10 +120,11 @@ def dedup_eval(
     for threshold in SWEEP[::4]:
         s = score(sims, labels, threshold)
         typer.echo(f"{threshold:<9.3f}  {s.precision:<9.2f}  {s.recall:<6.2f}  {s.f1:.2f}")
-    now = score(sims, labels, settings.dedup_threshold)
+    now = score(sims, labels, dedup_threshold(settings, embed))
     best = choose(sims, labels)
+    source = "the featuriser's own" if settings.dedup_threshold is None else "curate.dedup_threshold"
     typer.echo(
-        f"configured curate.dedup_threshold {now.threshold}: precision {now.precision:.2f} "
+        f"threshold in use {now.threshold} ({source}): precision {now.precision:.2f} "
         f"recall {now.recall:.2f} F1 {now.f1:.2f}"
     )
     typer.echo(

@@ -41,7 +41,11 @@ def checkpoint_sha256(folder: Path) -> str:
     h = hashlib.sha256()
     for name in WEIGHTS:
         h.update(name.encode() + b"\0" + hashlib.sha256((folder / name).read_bytes()).digest())
-    h.update(json.dumps({k: sidecar.get(k) for k in ("width", "height", "rows")}, sort_keys=True).encode())
+    h.update(
+        json.dumps(
+            {k: sidecar.get(k) for k in ("width", "height", "rows", "bar", "threshold")}, sort_keys=True
+        ).encode()
+    )
     return h.hexdigest()
 
 

@@ -3,8 +3,9 @@
 AgentCPM-GUI §3.4 embeds each screenshot with ResNet-50 and averages a trajectory's
 screenshots. `ResNetFeaturizer` does that with transformers' `ResNetModel` (batched
 inference): by default with the screen encoder the engine trained on the store's own
-screenshots (`curation.encoder`, `storage.encoders`), or from a local checkpoint such
-as an ImageNet ResNet-50 (`curate.resnet_weights`). Until an encoder is trained the
+screenshots (`curation.encoder`, `storage.encoders`; it sees each screen whole and its
+app bar, see `AppBar`), or from a local checkpoint such as an ImageNet ResNet-50
+(`curate.resnet_weights`). Until an encoder is trained the
 engine uses a weights-free feature and logs why: a DCT perceptual hash (`phash`), or a
 grey thumbnail (`thumb`). Every vector is float32 and L2-normalised, so an inner product
 is a cosine.
@@ -44,13 +45,20 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 _IN_CHUNK = 500  # hashes per IN (...) lookup
 
 
-class Featurizer(Protocol):
+class Vectoriser(Protocol):
     key: str  # names the model and its configuration; the cache namespace
     dim: int
 
     def embed(self, images: list[bytes]) -> np.ndarray:
-        """(len(images), dim) float32, rows L2-normalised."""
+        """(len(images), dim) float32."""
         ...
+
+
+class Featurizer(Vectoriser, Protocol):
+    """Rows L2-normalised; `threshold` is the trajectory cosine above which dedup calls a
+    duplicate when `curate.dedup_threshold` is not set."""
+
+    threshold: float
 
 
 def _normalise(rows: np.ndarray) -> np.ndarray:
@@ -70,7 +78,7 @@ def _grey(png: bytes, size: tuple[int, int]) -> np.ndarray:
 class ThumbFeaturizer:
     """A 16x32 grey thumbnail (portrait, like a phone), centred: robust to small shifts."""
 
-    key, dim = "thumb:16x32:1", 16 * 32
+    key, dim, threshold = "thumb:16x32:1", 16 * 32, 0.97
 
     def embed(self, images: list[bytes]) -> np.ndarray:
         rows = np.stack([_grey(png, (16, 32)).ravel() for png in images]) if images else np.zeros((0, 512))
@@ -87,7 +95,7 @@ def _dct_matrix(n: int) -> np.ndarray:
 class PHashFeaturizer:
     """The classic 64-bit DCT perceptual hash as a ±1 vector: cosine = 1 - 2·hamming/64."""
 
-    key, dim = "phash:64:1", 64
+    key, dim, threshold = "phash:64:1", 64, 0.97
     _dct = _dct_matrix(32)
 
     def embed(self, images: list[bytes]) -> np.ndarray:
@@ -98,10 +106,58 @@ class PHashFeaturizer:
         return _normalise(np.array(rows, dtype=np.float32).reshape(len(images), 64))
 
 
+@dataclass(frozen=True)
+class AppBar:
+    """A trained encoder's second view of each screen: the app bar (the band below the status bar,
+    where a screen's title is), at a resolution where the title is legible. Screen and bar
+    features are each centred on their training mean and normalised, then joined with the bar
+    weighted by `weight`, so two screens that differ only in their title do not look alike."""
+
+    top: float  # the band, as fractions of the screen's height
+    bottom: float
+    width: int  # the band's input pixels
+    height: int
+    weight: float
+    centre_screen: tuple[float, ...]
+    centre_bar: tuple[float, ...]
+
+    @classmethod
+    def from_json(cls, facts: dict[str, Any]) -> AppBar:
+        top, bottom, weight = (float(facts[k]) for k in ("top", "bottom", "weight"))
+        screen, bar = (tuple(float(x) for x in facts[k]) for k in ("centre_screen", "centre_bar"))
+        return cls(top, bottom, int(facts["width"]), int(facts["height"]), weight, screen, bar)
+
+    def crop(self, img: Image.Image) -> Image.Image:
+        w, h = img.size
+        return img.crop((0, int(h * self.top), w, max(int(h * self.top) + 1, int(h * self.bottom))))
+
+
+def standardised(img: Image.Image, size: tuple[int, int]) -> np.ndarray:
+    """(3, height, width) float32, zero mean and unit variance per image: a scrim that dims the
+    whole input (a dialog's, under its box) scales every pixel alike and is divided out."""
+    arr = np.asarray(img.convert("RGB").resize(size, Image.Resampling.BOX), dtype=np.float32) / 255.0
+    return ((arr - arr.mean()) / (arr.std() + 1e-3)).transpose(2, 0, 1)
+
+
+def pool_batches(model: Any, device: str, arrays: list[np.ndarray], batch_size: int, rows: int) -> np.ndarray:
+    """The feature map of each input average-pooled into `rows` bands: (len(arrays), rows * channels)."""
+    import torch
+    import torch.nn.functional as F
+
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(arrays), batch_size):
+            batch = torch.from_numpy(np.stack(arrays[start : start + batch_size])).to(device)
+            grid = model(pixel_values=batch).last_hidden_state
+            out.append(F.adaptive_avg_pool2d(grid, (rows, 1)).flatten(1).cpu().numpy())
+    return np.concatenate(out)
+
+
 class ResNetFeaturizer:
     """Pooled ResNet features. An ImageNet checkpoint sees the whole screen squashed to 224x224
     with ImageNet normalisation, its feature map averaged; a trained screen encoder sees its own
-    input size and averages its map into horizontal bands (both in its sidecar)."""
+    input size and averages its map into horizontal bands, and one trained with an `AppBar` sees
+    the standardised screen and app bar too (all in its sidecar)."""
 
     def __init__(
         self,
@@ -112,15 +168,18 @@ class ResNetFeaturizer:
         size: tuple[int, int] = (224, 224),
         imagenet: bool = True,
         rows: int = 1,
+        bar: AppBar | None = None,
+        threshold: float = 0.97,
     ) -> None:
         import torch
 
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model = model.eval().to(self.device)
         self.batch_size = batch_size
-        self.size, self.imagenet, self.rows = size, imagenet, rows
-        self.dim = int(model.config.hidden_sizes[-1]) * rows
+        self.size, self.imagenet, self.rows, self.bar = size, imagenet, rows, bar
+        self.dim = int(model.config.hidden_sizes[-1]) * rows * (2 if bar else 1)
         self.key = f"resnet:{identity}"[:128]
+        self.threshold = threshold
         if threads:
             torch.set_num_threads(threads)
 
@@ -144,8 +203,17 @@ class ResNetFeaturizer:
         if trained is None:
             return cls(model, identity, batch_size, threads)
         size = (int(trained["width"]), int(trained["height"]))
+        bar = trained.get("bar")
         return cls(
-            model, identity, batch_size, threads, size, imagenet=False, rows=int(trained.get("rows", 1))
+            model,
+            identity,
+            batch_size,
+            threads,
+            size,
+            imagenet=False,
+            rows=int(trained.get("rows", 1)),
+            bar=AppBar.from_json(bar) if bar else None,
+            threshold=float(trained.get("threshold", 0.97)),
         )
 
     @classmethod
@@ -166,16 +234,20 @@ class ResNetFeaturizer:
         return arr.transpose(2, 0, 1)
 
     def embed(self, images: list[bytes]) -> np.ndarray:
-        import torch
-        import torch.nn.functional as F
-
-        out = []
-        with torch.inference_mode():
-            for start in range(0, len(images), self.batch_size):
-                batch = np.stack([self.pixels(png) for png in images[start : start + self.batch_size]])
-                grid = self.model(pixel_values=torch.from_numpy(batch).to(self.device)).last_hidden_state
-                out.append(F.adaptive_avg_pool2d(grid, (self.rows, 1)).reshape(len(batch), -1).cpu().numpy())
-        return _normalise(np.concatenate(out) if out else np.zeros((0, self.dim), dtype=np.float32))
+        if not images:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self.bar is None:
+            pixels = [self.pixels(png) for png in images]
+            return _normalise(pool_batches(self.model, self.device, pixels, self.batch_size, self.rows))
+        bar = self.bar
+        opened = [Image.open(io.BytesIO(png)).convert("RGB") for png in images]
+        screens = [standardised(img, self.size) for img in opened]
+        bars = [standardised(bar.crop(img), (bar.width, bar.height)) for img in opened]
+        screen = pool_batches(self.model, self.device, screens, self.batch_size, self.rows)
+        band = pool_batches(self.model, self.device, bars, self.batch_size, self.rows)
+        screen = _normalise(screen - np.asarray(bar.centre_screen, dtype=np.float32))
+        band = _normalise(band - np.asarray(bar.centre_bar, dtype=np.float32))
+        return _normalise(np.concatenate([screen, bar.weight * band], axis=1))
 
 
 def make_featurizer(
@@ -204,6 +276,11 @@ def make_featurizer(
     return featurizer
 
 
+def dedup_threshold(settings: CurationSettings, featurizer: Featurizer) -> float:
+    """`curate.dedup_threshold` when set, else the featuriser's own."""
+    return featurizer.threshold if settings.dedup_threshold is None else settings.dedup_threshold
+
+
 @dataclass
 class CacheStats:
     requested: int = 0  # screenshot references asked for
@@ -226,7 +303,7 @@ class FeatureStore:
     def __init__(
         self,
         sessions: sessionmaker[Session],
-        featurizer: Featurizer,
+        featurizer: Vectoriser,
         frames: Callable[[str], bytes],
         batch: int = 256,
     ) -> None:

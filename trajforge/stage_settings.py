@@ -44,8 +44,13 @@ class CurationSettings(BaseSettings):
     )
     batch_size: int = Field(32, ge=1, le=1024, description="Screenshots per ResNet forward pass.")
     threads: int = Field(0, ge=0, le=256, description="torch CPU threads for featurisation; 0: torch's own.")
-    dedup_threshold: float = Field(
-        0.97, gt=0, le=1, description="Cosine similarity above which a trajectory duplicates a kept one."
+    dedup_threshold: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Cosine similarity above which a trajectory duplicates a kept one. Unset: the "
+        "featuriser's own (0.97 for phash, thumb and a resnet_weights checkpoint; a trained screen "
+        "encoder's is in its checkpoint). `trajforge curate dedup-eval` chooses one on your pairs.",
     )
     dedup_within_outcome: bool = Field(
         True,

@@ -111,27 +111,27 @@ def draw(device: SimDevice) -> Image.Image:
     img = Image.new("RGB", (w, h), "#ffffff")
     d = ImageDraw.Draw(img)
     px = lambda v: round(v * k)  # noqa: E731
-    # status bar: fixed clock and battery, so frames do not change with the wall clock
-    d.rectangle((0, 0, w, px(90)), fill="#1f1f1f")
-    d.text((px(36), px(22)), "12:00", fill="white", font=_font(px(40)))
-    d.rectangle((w - px(130), px(30), w - px(50), px(62)), outline="white", width=px(3))
-    d.rectangle((w - px(126), px(34), w - px(70), px(58)), fill="white")
     state = device.state
     if state.loading:
         d.text((w // 2 - px(120), h // 2), "Loading…", fill="#555", font=_font(px(56)))
     elif device.app is None:
         _launcher(d, device.elements(), px)
     else:
-        title = device.render_key()[4]
-        d.rectangle((0, px(90), w, px(250)), fill="#f3f3f7")
-        d.text((px(40), px(140)), "←", fill="#222", font=_font(px(56)))
-        d.text((px(130), px(138)), title, fill="#111", font=_font(px(56)))
         top, bottom = device.viewport
         for e in device.layout():
             if e.bounds[3] > top and e.bounds[1] < bottom:
                 _element(d, e, px)
         d.rectangle((0, bottom, w, h), fill="#ffffff")  # rows scrolled under the nav bar are cut
+        # the app bar after the rows: rows scrolled above the viewport slide under it, as on a phone
+        d.rectangle((0, px(90), w, top), fill="#f3f3f7")
+        d.text((px(40), px(140)), "←", fill="#222", font=_font(px(56)))
+        d.text((px(130), px(138)), device.render_key()[4], fill="#111", font=_font(px(56)))
         d.rectangle((0, top - px(1), w, top), fill="#dddddd")
+    # status bar: fixed clock and battery, so frames do not change with the wall clock
+    d.rectangle((0, 0, w, px(90)), fill="#1f1f1f")
+    d.text((px(36), px(22)), "12:00", fill="white", font=_font(px(40)))
+    d.rectangle((w - px(130), px(30), w - px(50), px(62)), outline="white", width=px(3))
+    d.rectangle((w - px(126), px(34), w - px(70), px(58)), fill="white")
     d.rectangle((0, h - px(140), w, h), fill="#000000")
     for i, glyph in enumerate(("◁", "○", "□")):
         d.text((w * (i + 1) // 4 - px(20), h - px(100)), glyph, fill="white", font=_font(px(56)))

@@ -48,7 +48,7 @@ def test_dedup_eval_prints_precision_recall_per_threshold_and_the_chosen_one(tmp
     out = done.stdout
     assert "3 pairs (1 duplicate, 2 distinct" in out and "featurizer phash:64:1" in out
     assert "threshold  precision  recall  F1" in out
-    assert "configured curate.dedup_threshold 0.97: precision 1.00 recall 1.00" in out
+    assert "threshold in use 0.97 (the featuriser's own): precision 1.00 recall 1.00" in out
     chosen = out.strip().splitlines()[-1]
     assert (
         chosen.startswith("chosen: ") and "recall 1.00" in chosen and "set curate.dedup_threshold" in chosen

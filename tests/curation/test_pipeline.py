@@ -43,7 +43,7 @@ def _counts(sessions) -> dict[str, int]:
 
 
 def test_dedup_drops_carry_the_retained_duplicate_and_its_similarity(curated) -> None:
-    settings, sessions, report = curated
+    _, sessions, report = curated
     assert report.dedup.total == 16 and 0 < report.dedup.kept < 16
     with sessions() as s:
         drops = s.scalars(select(Exclusion).where(Exclusion.stage == "dedup")).all()
@@ -51,7 +51,7 @@ def test_dedup_drops_carry_the_retained_duplicate_and_its_similarity(curated) ->
         dropped = {d.item_key for d in drops}
         for d in drops:
             assert d.detail["duplicate_of"] not in dropped  # compared with a retained trajectory
-            assert d.detail["similarity"] > settings.curate.dedup_threshold
+            assert d.detail["similarity"] > report.threshold
             mine, theirs = (
                 s.scalars(select(Episode).where(Episode.uid == uid)).one()
                 for uid in (d.item_key, d.detail["duplicate_of"])
