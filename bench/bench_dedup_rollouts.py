@@ -42,13 +42,17 @@ Rows = dict[int, list[tuple[str, str, bool, tuple[str, ...]]]]  # round -> (uid,
 
 
 def audit(
-    rounds: Rows, vectors: dict[str, np.ndarray], thumbs: dict[str, np.ndarray] | None, threshold: float
+    rounds: Rows,
+    vectors: dict[str, np.ndarray],
+    thumbs: dict[str, np.ndarray] | None,
+    threshold: float,
+    collapse: float,
 ) -> Counter[str]:
     tally: Counter[str] = Counter()
     for rows in rounds.values():
         shots = {uid: frames for uid, _, _, frames in rows}
         trajs = [
-            Trajectory(uid, group, frames, embed_frames(frames, vectors, thumbs), success)
+            Trajectory(uid, group, frames, embed_frames(frames, vectors, thumbs, collapse), success)
             for uid, group, success, frames in rows
         ]
         decisions, report = dedup(trajs, threshold)
@@ -104,7 +108,7 @@ def report(settings: Settings) -> None:
     rows = []
     for featurizer, thumbs in itertools.product(featurizers, (None, greys)):
         vectors = FeatureStore(spine.sessions, featurizer, spine.frames).vectors(hashes)
-        t = audit(rounds, vectors, thumbs, featurizer.threshold)
+        t = audit(rounds, vectors, thumbs, featurizer.threshold, settings.curate.dedup_collapse)
         near = t[NEAR_DUPLICATE]
         rows.append(
             [

@@ -79,12 +79,25 @@ def trajectory_embedding(vectors: Iterable[np.ndarray]) -> np.ndarray:
     return mean / norm if norm > 1e-8 else mean
 
 
+COLLAPSE = 0.95  # curate.dedup_collapse
+
+
 def embed_frames(
-    frames: Sequence[K], vectors: Mapping[K, np.ndarray], thumbs: Mapping[K, np.ndarray] | None
+    frames: Sequence[K],
+    vectors: Mapping[K, np.ndarray],
+    thumbs: Mapping[K, np.ndarray] | None,
+    collapse: float = COLLAPSE,
 ) -> np.ndarray:
-    """A trajectory's embedding from its frames' vectors; with `thumbs` (grey thumbnails, see
-    `curation.overlays`) the frames a dismissed dialog covered are left out first."""
-    return trajectory_embedding(vectors[f] for f in (frames if thumbs is None else settled(frames, thumbs)))
+    """A trajectory's embedding from its frames' vectors. With `thumbs` (grey thumbnails, see
+    `curation.overlays`) the frames a dismissed dialog covered are left out first. Then a run
+    of consecutive frames whose vectors' cosine exceeds `collapse` counts once: scrolling,
+    typing or waiting on one screen does not make another trajectory (1 keeps every frame)."""
+    kept = list(frames if thumbs is None else settled(frames, thumbs))
+    runs = kept[:1]
+    for f in kept[1:]:
+        if float(vectors[f] @ vectors[runs[-1]]) <= collapse:
+            runs.append(f)
+    return trajectory_embedding(vectors[f] for f in runs)
 
 
 def make_index(dim: int, train: np.ndarray, ivf_min_group: int) -> faiss.Index:

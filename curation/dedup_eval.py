@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from curation.dedup import embed_frames
+from curation.dedup import COLLAPSE, embed_frames
 from curation.overlays import GreyThumbs
 from trajforge.errors import ConfigError
 
@@ -54,14 +54,21 @@ class Score:
 
 
 def similarities(
-    embed: Callable[[list[bytes]], np.ndarray], pairs: Sequence[Pair], skip_overlays: bool = True
+    embed: Callable[[list[bytes]], np.ndarray],
+    pairs: Sequence[Pair],
+    skip_overlays: bool = True,
+    collapse: float = COLLAPSE,
 ) -> list[float]:
     """The cosine of each pair's trajectory embeddings, as dedup embeds them (`skip_overlays`:
-    `curate.dedup_skip_overlays`); every distinct image embedded once."""
+    `curate.dedup_skip_overlays`, `collapse`: `curate.dedup_collapse`); every distinct image
+    embedded once."""
     distinct = list(dict.fromkeys(png for p in pairs for png in (*p.a, *p.b)))
     vectors = dict(zip(distinct, embed(distinct), strict=True)) if distinct else {}
     thumbs = dict(zip(distinct, GreyThumbs().embed(distinct), strict=True)) if skip_overlays else None
-    return [float(embed_frames(p.a, vectors, thumbs) @ embed_frames(p.b, vectors, thumbs)) for p in pairs]
+    return [
+        float(embed_frames(p.a, vectors, thumbs, collapse) @ embed_frames(p.b, vectors, thumbs, collapse))
+        for p in pairs
+    ]
 
 
 def score(sims: Sequence[float], labels: Sequence[bool], threshold: float) -> Score:

@@ -68,8 +68,8 @@ class EncoderSpec:
     bar: tuple[float, float] = (0.035, 0.11)  # the app bar's band (fractions of the height); see AppBar
     bar_width: int = 384  # the band's input pixels: the title legible
     bar_height: int = 48
-    bar_weight: float = 0.5  # the bar's share beside the screen's in a frame's vector
-    threshold: float = 0.93  # dedup's default cosine with this encoder (bench_dedup_quality's tuning set)
+    bar_weight: float = 5.0  # the bar's share beside the screen's in a frame's vector
+    threshold: float = 0.995  # dedup's default cosine with this encoder (bench_dedup_quality's tuning set)
 
     def resnet_config(self) -> Any:
         from transformers import ResNetConfig

@@ -100,7 +100,7 @@ def curate_round(
     report.featurizer, report.threshold = featurizer.key, dedup_threshold(settings, featurizer)
     thumbs = FeatureStore(sessions, GreyThumbs(), frames) if settings.dedup_skip_overlays else None
     decisions, report.dedup = dedup(
-        _trajectories(sessions, round_id, rollouts, features, thumbs),
+        _trajectories(sessions, round_id, rollouts, features, thumbs, settings.dedup_collapse),
         report.threshold,
         settings.ivf_min_group,
         settings.dedup_within_outcome,
@@ -157,6 +157,7 @@ def _trajectories(
     rollouts: list[Rollout],
     features: FeatureStore,
     thumbs: FeatureStore | None,
+    collapse: float,
 ) -> list[Trajectory]:
     """The round's trajectories plus, per query, those earlier rounds retained (the priors);
     with `thumbs`, embedded without the frames a dismissed dialog covered."""
@@ -196,7 +197,7 @@ def _trajectories(
     vectors = features.vectors(hashes)
     greys = thumbs.vectors(hashes) if thumbs is not None else None
     return [
-        Trajectory(uid, group, shots, embed_frames(shots, vectors, greys), success, prior)
+        Trajectory(uid, group, shots, embed_frames(shots, vectors, greys, collapse), success, prior)
         for uid, (shots, success, prior, group) in frames_of.items()
     ]
 

@@ -109,7 +109,7 @@ def dedup_eval(
     labelled = read_pairs(pairs)
     spine = open_spine(full)
     embed = make_featurizer(settings, spine.sessions, spine.store)
-    sims = similarities(embed.embed, labelled, settings.dedup_skip_overlays)
+    sims = similarities(embed.embed, labelled, settings.dedup_skip_overlays, settings.dedup_collapse)
     labels = [p.duplicate for p in labelled]
     typer.echo(
         f"{len(labelled)} pairs ({sum(labels)} duplicate, {len(labels) - sum(labels)} distinct; "

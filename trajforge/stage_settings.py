@@ -57,6 +57,13 @@ class CurationSettings(BaseSettings):
         description="Compare trajectories only with those of the same outcome (successful with "
         "successful, failed with failed), so failures are not dropped as duplicates of successes.",
     )
+    dedup_collapse: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="Consecutive frames whose features' cosine exceeds this count once in a "
+        "trajectory's embedding (scrolling or typing on one screen); 1 counts every frame.",
+    )
     dedup_skip_overlays: bool = Field(
         True,
         description="Leave frames a dismissed dialog covered (the screen beneath dimmed by a scrim) "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from curation.dedup import Trajectory, dedup, dedup_group, make_index
+from curation.dedup import Trajectory, dedup, dedup_group, embed_frames, make_index
 
 
 def unit(*xs: float) -> np.ndarray:
@@ -86,3 +86,16 @@ def test_large_groups_use_ivf_and_decide_like_the_exact_index() -> None:
     ivf = dedup_group(rows, 0.95, ivf_min_group=2048)
     assert sum(d.kept for d in flat) == 40
     assert [d.kept for d in ivf] == [d.kept for d in flat]
+
+
+def test_a_run_of_frames_on_one_screen_counts_once_in_the_embedding() -> None:
+    rng = np.random.default_rng(0)
+    a, b, c = (v / np.linalg.norm(v) for v in rng.normal(size=(3, 16)).astype(np.float32))
+    scrolled = (a + 0.05 * b) / np.linalg.norm(a + 0.05 * b)  # screen a, scrolled: cosine > 0.95
+    vectors = {"a": a, "a2": scrolled, "b": b, "c": c}
+    direct = embed_frames(["a", "b", "c"], vectors, None)
+    dwelt = embed_frames(["a", "a2", "a", "b", "c"], vectors, None)
+    assert float(direct @ dwelt) > 0.9999
+    assert float(direct @ embed_frames(["a", "a2", "a", "b", "c"], vectors, None, collapse=1.0)) < 0.97
+    looped = embed_frames(["a", "b", "a", "c"], vectors, None)  # a revisit is not a run: it counts
+    assert float(direct @ looped) < 0.99
