@@ -43,7 +43,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.encoders import SIDECAR, StoredEncoder, latest_encoder, save_encoder
-from storage.features import AppBar, pool_batches, standardised
+from storage.features import AppBar, screen_and_bar, standardised
 from storage.models import Episode, Round, Step
 from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
@@ -283,11 +283,9 @@ def train_encoder(
     seconds = time.perf_counter() - start
     model = model.eval()
     sample = random.Random(spec.seed).sample(opened, min(len(opened), 512))  # the features' centres
-    screens = pool_batches(
-        model, device, [standardised(i, (spec.width, spec.height)) for i in sample], 64, spec.rows
+    screens, titles = screen_and_bar(
+        model, device, sample, (spec.width, spec.height), _bar(spec), 64, spec.rows
     )
-    size = (spec.bar_width, spec.bar_height)
-    titles = pool_batches(model, device, [standardised(crop(i), size) for i in sample], 64, spec.rows)
     head, tail = losses[: max(1, len(losses) // 10)], losses[-max(1, len(losses) // 10) :]
     batch = min(spec.batch, len(bases))
     report = TrainReport(

@@ -15,12 +15,12 @@ same screen beneath it.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
-from PIL import Image
+
+from storage.features import grey
 
 K = TypeVar("K", bound=Hashable)
 
@@ -43,8 +43,7 @@ class GreyThumbs:
 
 
 def thumb(png: bytes) -> np.ndarray:
-    img = Image.open(io.BytesIO(png)).convert("L").resize(THUMB, Image.Resampling.BOX)
-    return np.asarray(img, dtype=np.float32) / 255.0
+    return grey(png, THUMB)
 
 
 def overlay_of(front: np.ndarray, back: np.ndarray) -> bool:

@@ -70,7 +70,7 @@ def _normalise(rows: np.ndarray) -> np.ndarray:
     return rows / norms
 
 
-def _grey(png: bytes, size: tuple[int, int]) -> np.ndarray:
+def grey(png: bytes, size: tuple[int, int]) -> np.ndarray:
     img = Image.open(io.BytesIO(png)).convert("L").resize(size, Image.Resampling.BOX)
     return np.asarray(img, dtype=np.float32) / 255.0
 
@@ -81,7 +81,7 @@ class ThumbFeaturizer:
     key, dim, threshold = "thumb:16x32:1", 16 * 32, 0.97
 
     def embed(self, images: list[bytes]) -> np.ndarray:
-        rows = np.stack([_grey(png, (16, 32)).ravel() for png in images]) if images else np.zeros((0, 512))
+        rows = np.stack([grey(png, (16, 32)).ravel() for png in images]) if images else np.zeros((0, 512))
         return _normalise(rows - rows.mean(axis=1, keepdims=True))
 
 
@@ -101,7 +101,7 @@ class PHashFeaturizer:
     def embed(self, images: list[bytes]) -> np.ndarray:
         rows = []
         for png in images:
-            low = (self._dct @ _grey(png, (32, 32)) @ self._dct.T)[:8, :8].ravel()
+            low = (self._dct @ grey(png, (32, 32)) @ self._dct.T)[:8, :8].ravel()
             rows.append(np.where(low > np.median(low[1:]), 1.0, -1.0))
         return _normalise(np.array(rows, dtype=np.float32).reshape(len(images), 64))
 
@@ -137,6 +137,21 @@ def standardised(img: Image.Image, size: tuple[int, int]) -> np.ndarray:
     whole input (a dialog's, under its box) scales every pixel alike and is divided out."""
     arr = np.asarray(img.convert("RGB").resize(size, Image.Resampling.BOX), dtype=np.float32) / 255.0
     return ((arr - arr.mean()) / (arr.std() + 1e-3)).transpose(2, 0, 1)
+
+
+def screen_and_bar(
+    model: Any,
+    device: str,
+    opened: list[Image.Image],
+    size: tuple[int, int],
+    bar: AppBar,
+    batch: int,
+    rows: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Uncentred pooled features of each screen (standardised at `size`) and of its app bar."""
+    screens = [standardised(img, size) for img in opened]
+    bars = [standardised(bar.crop(img), (bar.width, bar.height)) for img in opened]
+    return pool_batches(model, device, screens, batch, rows), pool_batches(model, device, bars, batch, rows)
 
 
 def pool_batches(model: Any, device: str, arrays: list[np.ndarray], batch_size: int, rows: int) -> np.ndarray:
@@ -241,10 +256,9 @@ class ResNetFeaturizer:
             return _normalise(pool_batches(self.model, self.device, pixels, self.batch_size, self.rows))
         bar = self.bar
         opened = [Image.open(io.BytesIO(png)).convert("RGB") for png in images]
-        screens = [standardised(img, self.size) for img in opened]
-        bars = [standardised(bar.crop(img), (bar.width, bar.height)) for img in opened]
-        screen = pool_batches(self.model, self.device, screens, self.batch_size, self.rows)
-        band = pool_batches(self.model, self.device, bars, self.batch_size, self.rows)
+        screen, band = screen_and_bar(
+            self.model, self.device, opened, self.size, bar, self.batch_size, self.rows
+        )
         screen = _normalise(screen - np.asarray(bar.centre_screen, dtype=np.float32))
         band = _normalise(band - np.asarray(bar.centre_bar, dtype=np.float32))
         return _normalise(np.concatenate([screen, bar.weight * band], axis=1))
