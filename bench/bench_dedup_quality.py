@@ -28,8 +28,9 @@ Methods:
 It prints training time and throughput (views/s through forward and backward) on the
 CPU, and on CUDA too when a GPU is present.
 
-Usage: python -m bench.bench_dedup_quality [--queries 6 --train-minutes 5 --seed 3 --tune-seed 5]
-       [--threshold T] [--write-pairs DIR]
+Usage: python -m bench.bench_dedup_quality [--queries 6 --train-minutes 8 --seed 3 --tune-seed 5]
+       [--encoder-seeds 0,1,2] [--threshold T] [--write-pairs DIR]
+`--encoder-seeds` trains one encoder per seed on the same screenshots: the spread of training.
 `--write-pairs DIR` also writes the labelled set as screenshots and DIR/pairs.jsonl, the file
 `trajforge curate dedup-eval --pairs` reads, so another featuriser or threshold can be measured
 on the same pairs without simulating them again.
@@ -138,9 +139,11 @@ def training_screens(per_app: int, seed: int = 11) -> Frames:
     return list(screens)
 
 
-def trained_encoder(screens: Frames, minutes: float, device: str) -> tuple[ResNetFeaturizer, str]:
+def trained_encoder(
+    screens: Frames, minutes: float, device: str, seed: int = 0
+) -> tuple[ResNetFeaturizer, str]:
     """The default encoder trained on `screens`, loaded the way dedup loads it; and its training line."""
-    spec = EncoderSpec(minutes=minutes)
+    spec = EncoderSpec(minutes=minutes, seed=seed)
     model, report, bar = train_encoder(screens, spec, device=device, threads=2 if device == "cpu" else 0)
     with tempfile.TemporaryDirectory() as folder:
         write_checkpoint(model, spec, report, bar, pathlib.Path(folder))
@@ -184,7 +187,10 @@ def main() -> None:
     )
     parser.add_argument("--train-queries", type=int, default=30, help="queries per app to train on")
     parser.add_argument(
-        "--train-minutes", type=float, default=5.0, help="encoder training budget (curate.encoder_minutes)"
+        "--train-minutes", type=float, default=8.0, help="encoder training cap (curate.encoder_minutes)"
+    )
+    parser.add_argument(
+        "--encoder-seeds", default="0", help="train one encoder per seed, comma-separated: the spread"
     )
     parser.add_argument("--seed", type=int, default=3, help="the labelled set's query seed")
     parser.add_argument("--tune-seed", type=int, default=5, help="the tuning set's query seed")
@@ -193,8 +199,11 @@ def main() -> None:
     import torch
 
     screens = training_screens(args.train_queries)
-    encoder, trained = trained_encoder(screens, args.train_minutes, "cpu")
-    print(f"training on CPU (2 threads): {trained}")
+    encoders = {}
+    for seed in (int(s) for s in args.encoder_seeds.split(",")):
+        encoders[seed], trained = trained_encoder(screens, args.train_minutes, "cpu", seed)
+        print(f"training on CPU (2 threads), seed {seed}: {trained}")
+    first, encoder = next(iter(encoders.items()))
     if torch.cuda.is_available():
         print(f"training on CUDA: {trained_encoder(screens, args.train_minutes, 'cuda')[1]}")
     trajs, pairs = labelled_set(args.queries, args.seed)
@@ -212,8 +221,9 @@ def main() -> None:
     resnet = ResNetFeaturizer.random(ResNetConfig(), batch_size=32)  # ResNet-50 shape, random weights
     Method = tuple[Callable[[Frames], np.ndarray], float, bool]  # embed, own threshold, skip overlays
     methods: dict[str, Method] = {
-        "resnet (trained, ours)": (encoder.embed, encoder.threshold, True),
+        f"resnet (trained, ours), seed {first}": (encoder.embed, encoder.threshold, True),
         "  same, dialog frames kept": (encoder.embed, encoder.threshold, False),
+        **{f"  same, seed {seed}": (e.embed, e.threshold, True) for seed, e in list(encoders.items())[1:]},
         "resnet-50 (random init)": (resnet.embed, resnet.threshold, True),
         "thumb (ours)": (ThumbFeaturizer().embed, ThumbFeaturizer.threshold, True),
         "phash (ours)": (PHashFeaturizer().embed, PHashFeaturizer.threshold, True),

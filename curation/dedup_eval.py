@@ -30,7 +30,9 @@ from curation.overlays import GreyThumbs
 from trajforge.errors import ConfigError
 
 Frames = Sequence[bytes]
-SWEEP = tuple(round(float(t), 3) for t in np.arange(0.80, 0.999, 0.005))
+# thresholds tried: every 0.005 up to 0.99, then every 0.001, where a trained encoder's pairs sit
+SWEEP = tuple(round(float(t), 3) for t in (*np.arange(0.80, 0.99, 0.005), *np.arange(0.99, 0.9995, 0.001)))
+SHOWN = (0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.993, 0.995, 0.997, 0.998, 0.999)  # dedup-eval's rows
 
 
 @dataclass(frozen=True)

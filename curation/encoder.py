@@ -43,7 +43,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.encoders import SIDECAR, StoredEncoder, latest_encoder, save_encoder
-from storage.features import AppBar, screen_and_bar, standardised
+from storage.features import AppBar, pooled, screen_and_bar, standardised
 from storage.models import Episode, Round, Step
 from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
@@ -61,15 +61,16 @@ class EncoderSpec:
     batch: int = 48  # screenshots per step (two views each), and as many app bars
     temperature: float = 0.2
     lr: float = 2e-3
-    steps: int = 300  # curate.encoder_steps
-    minutes: float = 5.0  # curate.encoder_minutes: stop early when training reaches this wall time
+    steps: int = 200  # curate.encoder_steps
+    minutes: float = 8.0  # curate.encoder_minutes: stop early when training reaches this wall time
     seed: int = 0
     rows: int = 1  # the feature map average-pooled into this many horizontal bands (1: pooler output)
     bar: tuple[float, float] = (0.035, 0.11)  # the app bar's band (fractions of the height); see AppBar
     bar_width: int = 384  # the band's input pixels: the title legible
     bar_height: int = 48
-    bar_weight: float = 5.0  # the bar's share beside the screen's in a frame's vector
-    threshold: float = 0.995  # dedup's default cosine with this encoder (bench_dedup_quality's tuning set)
+    bar_weight: float = 8.0  # the bar's share beside the screen's in a frame's vector
+    bar_cells: int = 6  # the bar's features pooled into this many cells left to right (see AppBar)
+    threshold: float = 0.998  # dedup's default cosine with this encoder (bench_dedup_quality's tuning set)
 
     def resnet_config(self) -> Any:
         from transformers import ResNetConfig
@@ -193,14 +194,6 @@ def augment(img: Image.Image, rng: random.Random) -> Image.Image:
 # ---- training ---------------------------------------------------------------------------
 
 
-def pooled(model: Any, pixels: Any, rows: int) -> Any:
-    """The feature map average-pooled into `rows` horizontal bands, flattened: (batch, rows * channels)."""
-    import torch.nn.functional as F
-
-    grid = model(pixel_values=pixels).last_hidden_state
-    return F.adaptive_avg_pool2d(grid, (rows, 1)).flatten(1)
-
-
 def nt_xent(z: Any, temperature: float) -> Any:
     """SimCLR's loss over 2N views where view i and view i+N come from one screenshot."""
     import torch
@@ -225,7 +218,7 @@ def bar_augment(img: Image.Image, rng: random.Random) -> Image.Image:
 def _bar(spec: EncoderSpec, centres: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))) -> AppBar:
     top, bottom = spec.bar
     screen, bar = (tuple(float(x) for x in c) for c in centres)
-    return AppBar(top, bottom, spec.bar_width, spec.bar_height, spec.bar_weight, screen, bar)
+    return AppBar(top, bottom, spec.bar_width, spec.bar_height, spec.bar_weight, screen, bar, spec.bar_cells)
 
 
 def train_encoder(
@@ -257,11 +250,13 @@ def train_encoder(
     torch.nn.Module.to(model, device).train()
     optimiser = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=1e-4)
 
-    def loss_on(pool: list[Image.Image], aug: Callable[..., Image.Image], size: tuple[int, int]) -> Any:
+    def loss_on(
+        pool: list[Image.Image], aug: Callable[..., Image.Image], size: tuple[int, int], grid: tuple[int, int]
+    ) -> Any:
         picks = rng.sample(range(len(pool)), min(spec.batch, len(pool)))
         views = [aug(pool[i], rng) for i in picks] + [aug(pool[i], rng) for i in picks]
         pixels = torch.from_numpy(np.stack([standardised(v, size) for v in views])).to(device)
-        return nt_xent(pooled(model, pixels, spec.rows), spec.temperature)
+        return nt_xent(pooled(model, pixels, grid), spec.temperature)
 
     losses: list[float] = []
     start = time.perf_counter()
@@ -273,9 +268,9 @@ def train_encoder(
         warm = min(1.0, (step + 1) / 20)
         for group in optimiser.param_groups:
             group["lr"] = spec.lr * warm * 0.5 * (1 + math.cos(math.pi * done))
-        loss = loss_on(bases, augment, (spec.width, spec.height))
+        loss = loss_on(bases, augment, (spec.width, spec.height), (spec.rows, 1))
         if len(bars) >= 2:  # an app whose screens share one bar has nothing to tell apart there
-            loss = loss + loss_on(bars, bar_augment, (spec.bar_width, spec.bar_height))
+            loss = loss + loss_on(bars, bar_augment, (spec.bar_width, spec.bar_height), (1, spec.bar_cells))
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()

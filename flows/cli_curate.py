@@ -98,7 +98,7 @@ def dedup_eval(
 
     Set the chosen threshold as curate.dedup_threshold.
     """
-    from curation.dedup_eval import SWEEP, choose, digest, read_pairs, score, similarities
+    from curation.dedup_eval import SHOWN, choose, digest, read_pairs, score, similarities
     from evolve.spine import open_spine
     from storage.features import dedup_threshold, make_featurizer
 
@@ -117,7 +117,7 @@ def dedup_eval(
         + ("" if settings.dedup_skip_overlays else ", dialog-covered frames kept")
     )
     typer.echo("threshold  precision  recall  F1")
-    for threshold in SWEEP[::4]:
+    for threshold in SHOWN:
         s = score(sims, labels, threshold)
         typer.echo(f"{threshold:<9.3f}  {s.precision:<9.2f}  {s.recall:<6.2f}  {s.f1:.2f}")
     now = score(sims, labels, dedup_threshold(settings, embed))

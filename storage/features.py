@@ -120,12 +120,14 @@ class AppBar:
     weight: float
     centre_screen: tuple[float, ...]
     centre_bar: tuple[float, ...]
+    cells: int = 1  # the band's feature map pooled into this many cells left to right: a title's word order
 
     @classmethod
     def from_json(cls, facts: dict[str, Any]) -> AppBar:
         top, bottom, weight = (float(facts[k]) for k in ("top", "bottom", "weight"))
         screen, bar = (tuple(float(x) for x in facts[k]) for k in ("centre_screen", "centre_bar"))
-        return cls(top, bottom, int(facts["width"]), int(facts["height"]), weight, screen, bar)
+        size = int(facts["width"]), int(facts["height"])
+        return cls(top, bottom, *size, weight, screen, bar, int(facts.get("cells", 1)))
 
     def crop(self, img: Image.Image) -> Image.Image:
         w, h = img.size
@@ -151,20 +153,30 @@ def screen_and_bar(
     """Uncentred pooled features of each screen (standardised at `size`) and of its app bar."""
     screens = [standardised(img, size) for img in opened]
     bars = [standardised(bar.crop(img), (bar.width, bar.height)) for img in opened]
-    return pool_batches(model, device, screens, batch, rows), pool_batches(model, device, bars, batch, rows)
+    return (
+        pool_batches(model, device, screens, batch, (rows, 1)),
+        pool_batches(model, device, bars, batch, (1, bar.cells)),
+    )
 
 
-def pool_batches(model: Any, device: str, arrays: list[np.ndarray], batch_size: int, rows: int) -> np.ndarray:
-    """The feature map of each input average-pooled into `rows` bands: (len(arrays), rows * channels)."""
-    import torch
+def pooled(model: Any, pixels: Any, grid: tuple[int, int]) -> Any:
+    """The feature map average-pooled into a (rows, columns) grid, flattened: (batch, cells * channels)."""
     import torch.nn.functional as F
+
+    return F.adaptive_avg_pool2d(model(pixel_values=pixels).last_hidden_state, grid).flatten(1)
+
+
+def pool_batches(
+    model: Any, device: str, arrays: list[np.ndarray], batch_size: int, grid: tuple[int, int]
+) -> np.ndarray:
+    """`pooled` features of each input, in batches: (len(arrays), cells * channels)."""
+    import torch
 
     out = []
     with torch.inference_mode():
         for start in range(0, len(arrays), batch_size):
             batch = torch.from_numpy(np.stack(arrays[start : start + batch_size])).to(device)
-            grid = model(pixel_values=batch).last_hidden_state
-            out.append(F.adaptive_avg_pool2d(grid, (rows, 1)).flatten(1).cpu().numpy())
+            out.append(pooled(model, batch, grid).cpu().numpy())
     return np.concatenate(out)
 
 
@@ -192,7 +204,7 @@ class ResNetFeaturizer:
         self.model = model.eval().to(self.device)
         self.batch_size = batch_size
         self.size, self.imagenet, self.rows, self.bar = size, imagenet, rows, bar
-        self.dim = int(model.config.hidden_sizes[-1]) * rows * (2 if bar else 1)
+        self.dim = int(model.config.hidden_sizes[-1]) * (rows + (bar.cells if bar else 0))
         self.key = f"resnet:{identity}"[:128]
         self.threshold = threshold
         if threads:
@@ -253,7 +265,7 @@ class ResNetFeaturizer:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self.bar is None:
             pixels = [self.pixels(png) for png in images]
-            return _normalise(pool_batches(self.model, self.device, pixels, self.batch_size, self.rows))
+            return _normalise(pool_batches(self.model, self.device, pixels, self.batch_size, (self.rows, 1)))
         bar = self.bar
         opened = [Image.open(io.BytesIO(png)).convert("RGB") for png in images]
         screen, band = screen_and_bar(

@@ -36,9 +36,9 @@ class CurationSettings(BaseSettings):
         "e.g. an ImageNet ResNet-50; overrides the trained encoder.",
     )
     encoder_minutes: float = Field(
-        5.0, gt=0, le=600, description="Wall-time budget of training the screen encoder."
+        8.0, gt=0, le=600, description="Wall-time budget of training the screen encoder."
     )
-    encoder_steps: int = Field(300, ge=1, description="Training steps of the screen encoder (at most).")
+    encoder_steps: int = Field(200, ge=1, description="Training steps of the screen encoder (at most).")
     encoder_max_images: int = Field(
         3000, ge=8, description="Distinct screenshots the encoder trains on (a seeded sample beyond this)."
     )

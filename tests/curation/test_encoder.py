@@ -33,7 +33,16 @@ from trajforge.domain import StepView
 from trajforge.errors import ConfigError
 
 SMALL = EncoderSpec(
-    width=32, height=64, hidden=(8, 16), depths=(1, 1), batch=8, steps=12, rows=2, bar_width=64, bar_height=8
+    width=32,
+    height=64,
+    hidden=(8, 16),
+    depths=(1, 1),
+    batch=8,
+    steps=30,
+    rows=2,
+    bar_width=64,
+    bar_height=8,
+    bar_cells=3,
 )
 
 
@@ -58,13 +67,13 @@ def test_training_lowers_the_loss_and_the_checkpoint_loads_as_a_featurizer(repla
     assert report.images == len(screens) and report.steps == SMALL.steps and report.device == "cpu"
     assert report.loss_last < report.loss_first
     assert (bar.width, bar.height, bar.weight) == (64, 8, SMALL.bar_weight)
-    assert len(bar.centre_screen) == len(bar.centre_bar) == 2 * 16  # rows x channels
+    assert len(bar.centre_screen) == 2 * 16 and len(bar.centre_bar) == 3 * 16  # rows or cells x channels
     write_checkpoint(model, SMALL, report, bar, tmp_path)
     featurizer = ResNetFeaturizer.load(str(tmp_path))
     assert (featurizer.size, featurizer.rows, featurizer.imagenet) == ((32, 64), 2, False)
     assert featurizer.bar == bar and featurizer.threshold == SMALL.threshold
     vectors = featurizer.embed(screens[:5])
-    assert vectors.shape == (5, 2 * 2 * 16) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    assert vectors.shape == (5, (2 + 3) * 16) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
     # the screen and its app bar are each centred on the training screens' mean, then weighted
     screen, title = vectors[:, :32], vectors[:, 32:]
     share = np.linalg.norm(title, axis=1) / np.linalg.norm(screen, axis=1)
@@ -107,7 +116,7 @@ def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trai
         f"{stored.prefix}/{name}" for name in ("config.json", "model.safetensors", "trajforge_encoder.json")
     ]
     featurizer = make_featurizer(settings.curate, sessions, store)
-    assert featurizer.key == f"resnet:{stored.sha256[:24]}" and featurizer.dim == 64
+    assert featurizer.key == f"resnet:{stored.sha256[:24]}" and featurizer.dim == (2 + 3) * 16
     with sessions() as s:
         hashes = list(s.scalars(select(Step.screenshot)))
     features = FeatureStore(sessions, featurizer, frames)
