@@ -243,9 +243,9 @@ def train_encoder(
     work = (spec.width * 2, spec.height * 2)  # augment at twice the input size, then downsample
     opened = [Image.open(io.BytesIO(png)).convert("RGB") for png in distinct]
     bases = [img.resize(work, Image.Resampling.BOX) for img in opened]
-    crop = _bar(spec).crop
-    bars = list({np.asarray(b).tobytes(): b for b in map(crop, opened)}.values())  # one per title
-    bars = [b.resize((spec.bar_width * 2, spec.bar_height * 2), Image.Resampling.BOX) for b in bars]
+    view = _bar(spec)  # the app bar's band and pooling, as inference crops and pools it
+    bars = list({np.asarray(b).tobytes(): b for b in map(view.crop, opened)}.values())  # one per title
+    bars = [b.resize((view.width * 2, view.height * 2), Image.Resampling.BOX) for b in bars]
     model = ResNetModel(spec.resnet_config())
     torch.nn.Module.to(model, device).train()
     optimiser = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=1e-4)
@@ -270,7 +270,7 @@ def train_encoder(
             group["lr"] = spec.lr * warm * 0.5 * (1 + math.cos(math.pi * done))
         loss = loss_on(bases, augment, (spec.width, spec.height), (spec.rows, 1))
         if len(bars) >= 2:  # an app whose screens share one bar has nothing to tell apart there
-            loss = loss + loss_on(bars, bar_augment, (spec.bar_width, spec.bar_height), (1, spec.bar_cells))
+            loss = loss + loss_on(bars, bar_augment, (view.width, view.height), view.grid)
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
@@ -278,9 +278,7 @@ def train_encoder(
     seconds = time.perf_counter() - start
     model = model.eval()
     sample = random.Random(spec.seed).sample(opened, min(len(opened), 512))  # the features' centres
-    screens, titles = screen_and_bar(
-        model, device, sample, (spec.width, spec.height), _bar(spec), 64, spec.rows
-    )
+    screens, titles = screen_and_bar(model, device, sample, (spec.width, spec.height), view, 64, spec.rows)
     head, tail = losses[: max(1, len(losses) // 10)], losses[-max(1, len(losses) // 10) :]
     batch = min(spec.batch, len(bases))
     report = TrainReport(

@@ -129,6 +129,11 @@ class AppBar:
         size = int(facts["width"]), int(facts["height"])
         return cls(top, bottom, *size, weight, screen, bar, int(facts.get("cells", 1)))
 
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The band's pooling grid, for training and inference alike: one row of `cells`."""
+        return (1, self.cells)
+
     def crop(self, img: Image.Image) -> Image.Image:
         w, h = img.size
         return img.crop((0, int(h * self.top), w, max(int(h * self.top) + 1, int(h * self.bottom))))
@@ -155,7 +160,7 @@ def screen_and_bar(
     bars = [standardised(bar.crop(img), (bar.width, bar.height)) for img in opened]
     return (
         pool_batches(model, device, screens, batch, (rows, 1)),
-        pool_batches(model, device, bars, batch, (1, bar.cells)),
+        pool_batches(model, device, bars, batch, bar.grid),
     )
 
 
