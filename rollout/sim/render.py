@@ -13,6 +13,7 @@ import re
 import threading
 from collections import OrderedDict
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,11 @@ from trajforge.errors import ConfigError
 from trajforge.world.device import SimDevice
 from trajforge.world.model import Element
 
-# CJK-capable fonts first (Debian fonts-wqy-microhei / fonts-noto-cjk); then DejaVu; then
-# Pillow's bundled font, which draws CJK as boxes but keeps rendering deterministic.
+# CJK-capable fonts first: WenQuanYi Micro Hei as the Python dependency `paperang-p2-fonts-cjk`
+# ships it (byte for byte Debian's fonts-wqy-microhei 0.2.0-beta, so screens render the same with
+# or without the system package, and a fresh machine needs no apt-get); then Debian's own CJK fonts;
+# then DejaVu; then Pillow's bundled font, which draws CJK as boxes but keeps rendering deterministic.
+PACKAGED_CJK_FONT = ("paperang_p2_fonts_cjk", "fonts/wqy-microhei.ttc")
 CJK_FONTS = (
     "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
     "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
@@ -35,8 +39,18 @@ Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
 _CJK = re.compile(r"[\u3000-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]")
 
 
+def packaged_cjk_font() -> str | None:
+    """The CJK font installed with trajforge's Python dependencies, or None if it is missing."""
+    package, resource = PACKAGED_CJK_FONT
+    try:
+        path = Path(str(files(package) / resource))
+    except ModuleNotFoundError:
+        return None
+    return str(path) if path.is_file() else None
+
+
 def cjk_font_path() -> str | None:
-    return next((p for p in CJK_FONTS if Path(p).is_file()), None)
+    return packaged_cjk_font() or next((p for p in CJK_FONTS if Path(p).is_file()), None)
 
 
 def font_path() -> str | None:
@@ -56,7 +70,8 @@ def require_fonts(apps: list[AppSpec]) -> None:
     if needing:
         raise ConfigError(
             f"apps {', '.join(needing)} show CJK text but no CJK font is installed, so their screens "
-            "would render as boxes; install one (apt-get install fonts-wqy-microhei) or leave those apps out"
+            "would render as boxes; reinstall trajforge's dependencies (pip install -e .), which bring one, "
+            "or apt-get install fonts-wqy-microhei, or leave those apps out"
         )
 
 

@@ -12,12 +12,16 @@ worker thread of this environment.
 from __future__ import annotations
 
 import logging
+import os
 import struct
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
+from xml.sax.saxutils import escape
 
+from rollout.sim.render import packaged_cjk_font
 from rollout.web.server import WebAppServer
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
@@ -68,6 +72,26 @@ _LINK_AT_JS = (
 )
 
 
+def chromium_env() -> dict[str, str]:
+    """Chromium's environment: fontconfig sees the system fonts plus the CJK font that comes with
+    trajforge's Python dependencies, so pages with Chinese text render on a machine without a
+    system CJK font package."""
+    font = packaged_cjk_font()
+    if font is None:
+        return dict(os.environ)
+    conf = Path(tempfile.gettempdir()) / f"trajforge-fonts-{os.getuid()}.conf"
+    text = (
+        '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>\n'
+        '  <include ignore_missing="yes">/etc/fonts/fonts.conf</include>\n'
+        f"  <dir>{escape(str(Path(font).parent))}</dir>\n</fontconfig>\n"
+    )
+    if not conf.is_file() or conf.read_text() != text:
+        partial = conf.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(text)
+        partial.replace(conf)
+    return {**os.environ, "FONTCONFIG_FILE": str(conf)}
+
+
 def chromium_available() -> bool:
     try:
         import playwright  # noqa: F401
@@ -113,7 +137,9 @@ class WebEnv:
         from playwright.sync_api import sync_playwright
 
         self._pw = sync_playwright().start()
-        self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        self._browser = self._pw.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, env=chromium_env()
+        )
         self._context = self._browser.new_context(**self._pw.devices[DEVICE])
         self._page = self._context.new_page()
         self._page.set_default_timeout(self.timeout_ms)

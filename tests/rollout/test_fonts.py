@@ -18,6 +18,7 @@ from trajforge.errors import ConfigError
 @pytest.fixture
 def no_cjk_font(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(render, "CJK_FONTS", ("/nonexistent/wqy-microhei.ttc",))
+    monkeypatch.setattr(render, "PACKAGED_CJK_FONT", ("paperang_p2_fonts_cjk", "no/such/font.ttc"))
 
 
 @pytest.mark.parametrize("farm", [SimFarm, WebFarm])
@@ -28,7 +29,8 @@ def test_apps_with_cjk_text_are_refused_without_a_cjk_font(no_cjk_font: None, fa
         farm(apps=[ascii_only, load_app("ridehail")])
     assert str(info.value) == (
         "apps ridehail show CJK text but no CJK font is installed, so their screens would render as "
-        "boxes; install one (apt-get install fonts-wqy-microhei) or leave those apps out"
+        "boxes; reinstall trajforge's dependencies (pip install -e .), which bring one, or apt-get install "
+        "fonts-wqy-microhei, or leave those apps out"
     )
 
 
@@ -39,13 +41,27 @@ def test_rollout_stops_before_any_episode(no_cjk_font: None) -> None:
 
 def test_check_reports_the_font(monkeypatch: pytest.MonkeyPatch) -> None:
     if render.cjk_font_path() is None:
-        pytest.fail("no CJK font here: apt-get install fonts-wqy-microhei (.ci/run installs it)")
+        pytest.fail("no CJK font here: the dependency paperang-p2-fonts-cjk brings one (pip install -e .)")
     found = CliRunner().invoke(app, ["check"])
     assert found.exit_code == 0 and f"fonts: CJK {render.cjk_font_path()}: ok" in found.output
     monkeypatch.setattr(render, "CJK_FONTS", ())
+    monkeypatch.setattr(render, "PACKAGED_CJK_FONT", ("no_such_font_package", "x.ttc"))
     missing = CliRunner().invoke(app, ["check"])
     assert missing.exit_code == 1
     assert (
-        "fonts: no CJK font, so screens with Chinese text cannot be rendered; apt-get install"
+        "fonts: no CJK font, so screens with Chinese text cannot be rendered; reinstall"
         in missing.output
     )
+
+
+def test_the_font_comes_with_the_python_dependencies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without any system CJK font (no apt-get) still draws Chinese glyphs, not boxes."""
+    from PIL import ImageFont
+
+    monkeypatch.setattr(render, "CJK_FONTS", ("/nonexistent/wqy-microhei.ttc",))
+    path = render.cjk_font_path()
+    assert path is not None and path == render.packaged_cjk_font()
+    font = ImageFont.truetype(path, 32)
+    glyphs = {bytes(font.getmask(ch)) for ch in "打车外卖设置"}
+    assert len(glyphs) == 6  # a missing glyph draws one and the same box for every character
+    SimFarm(apps=[load_app("ridehail")])  # accepted, with no system font
