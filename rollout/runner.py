@@ -23,13 +23,13 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from rollout.env import Environment
-from rollout.policies.base import Policy
+from rollout.policies.base import Policy, observed
 from rollout.pool import DevicePool, Lease, holder_name
 from rollout.records import store_episode
 from storage.db import transaction
 from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
 from storage.models import Query as QueryRow
-from trajforge.actions import ActionKind, Screen, get_codec
+from trajforge.actions import ActionKind, get_codec
 from trajforge.domain import Query
 from trajforge.errors import DeviceCrashed, DeviceError, DeviceHung, LLMError, ParseError
 from trajforge.logs import counts
@@ -315,7 +315,7 @@ class EpisodeRunner:
             codec = get_codec(out.format)
             action, error = None, None
             try:
-                action = codec.parse(out.text, Screen(obs.width, obs.height))
+                action = codec.parse(out.text, observed(obs))
             except ParseError as exc:
                 error = exc.reason
             after = await self._device(env.step, action) if action is not None else obs

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from trajforge.actions import Screen
 from trajforge.domain import Observation, Query
+
+
+def observed(observation: Observation) -> Screen:
+    """The screen an observation shows. A policy formats its action for this screen, because the
+    runner parses it for this screen: a web page or a device need not be the default 1080x2400."""
+    return Screen(observation.width, observation.height)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from rollout.policies.base import PolicyOutput
+from rollout.policies.base import PolicyOutput, observed
 from rollout.policies.knn_memory import Memory, train_from_export
 from rollout.policies.knn_text import (
     CONTROLS,
@@ -53,7 +53,7 @@ from rollout.policies.knn_text import (
 )
 from rollout.policies.oracle import box_overlap, element_bounds, element_center, point_inside
 from storage.features import ThumbFeaturizer
-from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen, get_codec
+from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.domain import Observation, Query
 
 NAME = "knn"
@@ -100,12 +100,11 @@ class KnnPolicy:
         frames: Callable[[str], bytes],
         version: int = 1,
         fmt: str = "qwen",
-        screen: Screen = DEFAULT_SCREEN,
         vectors: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.name, self.version = NAME, version
         self.memory, self.frames = memory, frames
-        self.codec, self.screen = get_codec(fmt), screen
+        self.codec = get_codec(fmt)
         self.featurizer = ThumbFeaturizer()
         self._vectors = vectors if vectors is not None else {}
         self._instr = [set(words(i)) for i in memory.instructions]
@@ -135,7 +134,7 @@ class KnnPolicy:
 
     async def act(self, observation: Observation) -> PolicyOutput:
         action = self.decide(observation)
-        return PolicyOutput(self.codec.format(action, self.screen), self.codec.name)
+        return PolicyOutput(self.codec.format(action, observed(observation)), self.codec.name)
 
     def decide(self, obs: Observation) -> Action:
         """The best-voted action, discounted by how often it was already taken on this very screen."""
@@ -154,7 +153,7 @@ class KnnPolicy:
         action = Action.model_validate_json(choice) if choice else Action(kind=ActionKind.PRESS, key="back")
         hit: list[dict[str, Any]] = []
         if action.kind == ActionKind.CLICK and action.point is not None:  # a named control is tapped once
-            at = Screen(obs.width, obs.height).to_px(action.point)
+            at = observed(obs).to_px(action.point)
             hit = [e for e in obs.elements or [] if point_inside(at, element_bounds(e))]
             self._spent |= {label(e) for e in hit if self._said(e)}
             self._tapped |= {_widget(e) for e in hit}
@@ -198,7 +197,7 @@ class KnnPolicy:
                 vote *= 1.0 if why == THEIRS else AGAIN_VOTE
             votes[key] = votes.get(key, 0.0) + vote
         top = max(votes.values())
-        here = Screen(obs.width, obs.height)
+        here = observed(obs)
         named_here = [  # what the task names on this screen and we have not tapped yet; none while
             (share, e)  # a text field we just tapped waits for its text
             for e in obs.elements or []
@@ -234,7 +233,7 @@ class KnnPolicy:
         bbox = self.memory.bboxes[i]
         if action.kind != ActionKind.CLICK or bbox is None or not obs.elements:
             return action, ""
-        here = Screen(obs.width, obs.height)
+        here = observed(obs)
         (x1, y1), (x2, y2) = here.to_px((bbox[0], bbox[1])), here.to_px((bbox[2], bbox[3]))
         box = (x1, y1, x2, y2)
         hit = max(obs.elements, key=lambda e: box_overlap(element_bounds(e), box))

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rollout.policies.base import PolicyOutput
-from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen, get_codec
+from rollout.policies.base import PolicyOutput, observed
+from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.domain import Observation, Query
 
 SCROLL_PROBES = 6  # swipes up before searching the other way, then giving up on the screen
@@ -63,12 +63,10 @@ class NoisyOracle:
         noise: OracleNoise | None = None,
         fmt: str = "qwen",
         version: int = 0,
-        screen: Screen = DEFAULT_SCREEN,
     ) -> None:
         self.name, self.version = "noisy-oracle", version
         self.noise = noise or OracleNoise()
         self.codec = get_codec(fmt)
-        self.screen = screen
         self._plan: deque[dict[str, Any]] = deque()
         self._queued: deque[Action] = deque()
         self._rng = random.Random(0)
@@ -84,7 +82,7 @@ class NoisyOracle:
 
     async def act(self, observation: Observation) -> PolicyOutput:
         action = self._next(observation)
-        text = self.codec.format(action, self.screen)
+        text = self.codec.format(action, observed(observation))
         if self._rng.random() < self.noise.malformed:
             self._queued.appendleft(action)  # it meant this; it will say it properly next step
             text = text[: max(1, len(text) // 2)]
@@ -117,7 +115,7 @@ class NoisyOracle:
             _, top, _, bottom = element_bounds(target)
             y += rng.choice((-1, 1)) * (bottom - top)
             y = max(0, min(obs.height - 1, y))
-        tap = Action(kind=ActionKind.CLICK, point=self.screen.from_px(x, y))
+        tap = Action(kind=ActionKind.CLICK, point=observed(obs).from_px(x, y))
         if target.get("kind") == "input":
             self._queued.extend(
                 [
@@ -152,12 +150,9 @@ class NoisyOracle:
 class RandomExplorer:
     """Taps random clickable elements, sometimes scrolls or goes back; stops after `max_actions`."""
 
-    def __init__(
-        self, fmt: str = "qwen", max_actions: int = 15, version: int = 0, screen: Screen = DEFAULT_SCREEN
-    ) -> None:
+    def __init__(self, fmt: str = "qwen", max_actions: int = 15, version: int = 0) -> None:
         self.name, self.version = "random-explorer", version
         self.codec = get_codec(fmt)
-        self.screen = screen
         self.max_actions = max_actions
         self._rng = random.Random(0)
         self._taken = 0
@@ -178,5 +173,5 @@ class RandomExplorer:
             action = Action(kind=ActionKind.SWIPE, point=(500, 600), direction=rng.choice(["up", "down"]))
         else:
             x, y = element_center(rng.choice(clickable))
-            action = Action(kind=ActionKind.CLICK, point=self.screen.from_px(x, y))
-        return PolicyOutput(self.codec.format(action, self.screen), self.codec.name)
+            action = Action(kind=ActionKind.CLICK, point=observed(observation).from_px(x, y))
+        return PolicyOutput(self.codec.format(action, observed(observation)), self.codec.name)

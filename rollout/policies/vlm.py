@@ -14,8 +14,8 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
-from rollout.policies.base import PolicyOutput
-from trajforge.actions import CODECS, Screen
+from rollout.policies.base import PolicyOutput, observed
+from trajforge.actions import CODECS
 from trajforge.actions.space import system_prompt
 from trajforge.domain import Observation, Query
 from trajforge.gateway import LLMGateway, image_part, text_part
@@ -72,7 +72,7 @@ class VLMPolicy:
         assert self._query is not None, "start() the policy before act()"
         self._images.append(observation.screenshot)
         system = system_prompt(
-            self.config.format, Screen(observation.width, observation.height), self.config.system_template
+            self.config.format, observed(observation), self.config.system_template
         )
         history = self._history[-self.config.history_steps :] if self.config.history_steps else []
         user = _TEMPLATES.get_template("user_turn.j2").render(

@@ -72,13 +72,14 @@ _LINK_AT_JS = (
 )
 
 
-def chromium_env() -> dict[str, str]:
+def chromium_env() -> dict[str, str | float | bool]:
     """Chromium's environment: fontconfig sees the system fonts plus the CJK font that comes with
     trajforge's Python dependencies, so pages with Chinese text render on a machine without a
     system CJK font package."""
+    env: dict[str, str | float | bool] = dict(os.environ)
     font = packaged_cjk_font()
     if font is None:
-        return dict(os.environ)
+        return env
     conf = Path(tempfile.gettempdir()) / f"trajforge-fonts-{os.getuid()}.conf"
     text = (
         '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>\n'
@@ -89,7 +90,8 @@ def chromium_env() -> dict[str, str]:
         partial = conf.with_suffix(f".{os.getpid()}.partial")
         partial.write_text(text)
         partial.replace(conf)
-    return {**os.environ, "FONTCONFIG_FILE": str(conf)}
+    env["FONTCONFIG_FILE"] = str(conf)
+    return env
 
 
 def chromium_available() -> bool:
