@@ -205,19 +205,8 @@ def load_settings(config_file: Path | None = None) -> Settings:
     root = home.home if home.home.is_absolute() else Path.cwd() / home.home
     store: StoreSettings = parts["store"]  # type: ignore[assignment]
     if store.path is not None and not store.path.is_absolute():
-        store = store.model_copy(update={"path": Path.cwd() / store.path})
-    return Settings(
-        home=root,
-        db=parts["db"],
-        store=store,
-        s3=parts["s3"],
-        llm=parts["llm"],
-        curate=parts["curate"],
-        annotate=parts["annotate"],
-        evolve=parts["evolve"],
-        trainer=parts["trainer"],
-        apps=apps,
-    )
+        parts["store"] = store.model_copy(update={"path": Path.cwd() / store.path})
+    return Settings(home=root, apps=apps, **parts)  # every section, so none is validated and then lost
 
 
 def _app_refs(value: Any, config_file: Path | None) -> list[str]:

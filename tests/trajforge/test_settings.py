@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+import yaml
 
 from storage.exports import FORMATS
 from trajforge.actions import CODECS
@@ -152,3 +153,29 @@ def test_every_codec_and_export_format_is_accepted_by_the_trainer_settings(tmp_p
     for codec in CODECS:  # androidworld and uitars15 included
         cfg.write_text(f"trainer:\n  action_format: {codec}\n  format: rl-verl\n")
         assert load_settings(cfg).trainer.action_format == codec
+
+
+def test_every_section_of_a_run_config_reaches_the_settings(tmp_path: Path) -> None:
+    """Each section is validated and then kept: `critics:` used to load as the defaults."""
+    from trajforge.settings import _SECTIONS
+
+    values = {
+        "db": ("echo", True),
+        "store": ("backend", "s3"),
+        "s3": ("endpoint", "minio.example:9000"),
+        "llm": ("model", "qwen2.5-vl-7b"),
+        "curate": ("featurizer", "phash"),
+        "critics": ("outcome", "critic"),
+        "annotate": ("project_by", "purpose"),
+        "evolve": ("rounds", 2),
+        "trainer": ("action_format", "uitars"),
+    }
+    assert set(values) == set(_SECTIONS)  # a new section gets a line here
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({name: {key: value} for name, (key, value) in values.items()}))
+    settings = load_settings(cfg)
+    for name, (key, value) in values.items():
+        assert getattr(getattr(settings, name), key) == value, name
+    cfg.write_text("critics:\n  outcome: critic\n  tau_c: 0.9\n")
+    critics = load_settings(cfg).critics
+    assert (critics.outcome, critics.tau_c) == ("critic", 0.9)
