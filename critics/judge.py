@@ -16,7 +16,13 @@ from typing import Any
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.heuristic import HeuristicStepCritic, TextualTrajectoryCritic, VisualTrajectoryCritic, consensus
+from critics.heuristic import (
+    ChannelVerdict,
+    HeuristicStepCritic,
+    TextualTrajectoryCritic,
+    VisualTrajectoryCritic,
+    consensus,
+)
 from critics.llm import LLMJudgment, LLMStepCritic, LLMTrajectoryCritic
 from storage.anchors import CONSENSUS, backend_of, success_references
 from storage.db import insert_ignore, record_exclusions, transaction
@@ -169,7 +175,13 @@ async def judge_round_llm(
         )
         summaries = [j.summary or history[i] for i, j in enumerate(verdict_steps)]
         verdicts = await asyncio.gather(*(c.judge(query, views, summaries) for c in channels))
-        agreed = all(v.label == "correct" for v in verdicts)
+        # an answer that did not parse abstains, as an offline channel does; none parsed: undecided
+        agreed = consensus(
+            [
+                ChannelVerdict(c.name, None if v.label is None else v.label == "correct", v.parse_error or "")
+                for c, v in zip(channels, verdicts, strict=True)
+            ]
+        )
         rows = [
             _row(step_critic.name, step_critic.version, "step", st.id, j)
             for st, j in zip(steps, verdict_steps, strict=True)
@@ -183,8 +195,8 @@ async def judge_round_llm(
                 "critic_version": step_critic.version,
                 "target": "episode",
                 "target_id": episode.id,
-                "label": "correct" if agreed else "incorrect",
-                "summary": "",
+                "label": _label(agreed, "undecided"),
+                "summary": CONSENSUS_SUMMARY[_label(agreed, "undecided")],
                 "analysis": "",
                 "raw_output": "",
                 "parse_error": None,
@@ -193,7 +205,7 @@ async def judge_round_llm(
             }
         )
         report.episodes += 1
-        report.correct += agreed
+        report.correct += bool(agreed)
         report.steps.update(j.label or "unparsed" for j in verdict_steps)
         return rows
 

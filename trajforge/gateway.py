@@ -238,8 +238,6 @@ class LLMGateway:
             started = time.monotonic()
             response, attempts = await self._with_retries(params, stage)
         latency_ms = int((time.monotonic() - started) * 1000)
-        if not getattr(response, "choices", None):
-            raise LLMError(f"{stage}: endpoint returned no choices for model {model!r}", status=200)
         text = response.choices[0].message.content or ""
         prompt = response.usage.prompt_tokens if response.usage else 0
         completion = response.usage.completion_tokens if response.usage else 0
@@ -273,15 +271,23 @@ class LLMGateway:
 
     async def _with_retries(self, params: dict[str, Any], stage: str) -> tuple[Any, int]:
         attempt = 0
+        retry_after: float | None
+        final: type[LLMError]
+        status: int | None
         while True:
             attempt += 1
             try:
-                return await self._client.chat.completions.create(**params), attempt
+                response = await self._client.chat.completions.create(**params)
+                if getattr(response, "choices", None):
+                    return response, attempt
+                # a 200 with no choices (an overloaded server's empty answer): a fault, retried
+                error: Exception = LLMError(f"endpoint returned no choices for model {params['model']!r}")
+                retry_after, final, status = None, LLMError, 200
             except openai.RateLimitError as exc:
-                error: Exception = exc
+                error = exc
                 retry_after = _retry_after(exc.response)
-                final: type[LLMError] = LLMRateLimited
-                status: int | None = exc.status_code
+                final = LLMRateLimited
+                status = exc.status_code
             except openai.APITimeoutError as exc:
                 error, retry_after, final, status = exc, None, LLMTimeout, None
             except openai.APIStatusError as exc:

@@ -71,9 +71,7 @@ class VLMPolicy:
     async def act(self, observation: Observation) -> PolicyOutput:
         assert self._query is not None, "start() the policy before act()"
         self._images.append(observation.screenshot)
-        system = system_prompt(
-            self.config.format, observed(observation), self.config.system_template
-        )
+        system = system_prompt(self.config.format, observed(observation), self.config.system_template)
         history = self._history[-self.config.history_steps :] if self.config.history_steps else []
         user = _TEMPLATES.get_template("user_turn.j2").render(
             instruction=self._query.instruction,

@@ -91,3 +91,32 @@ def test_calibration_queues_unparsed_verdicts_for_review(judged_round) -> None:
     report = calibrate_round(sessions, 1)
     assert len(report["review_queue"]) == 4 and all(r["unparsed"] for r in report["review_queue"])
     assert "llm_textual:1:m" in report["channels"] and report["channels"]["consensus_and:4"]["n"] == 4
+
+
+def _consensus_labels(sessions) -> list[str]:
+    with sessions() as s:
+        return [
+            j.label for j in s.scalars(select(Judgment).where(Judgment.critic == "llm_consensus_and")).all()
+        ]
+
+
+def test_the_model_consensus_abstains_when_no_channel_parsed(judged_round) -> None:
+    sessions, store = judged_round
+    with ScriptedLLM(default=Reply(content="no idea")) as llm:  # every model verdict unparseable
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m"))
+        report = asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
+    assert _consensus_labels(sessions) == ["undecided"] * 4 and report.correct == 0
+
+
+def test_an_unparsed_channel_does_not_vote_against_the_one_that_parsed(judged_round) -> None:
+    sessions, store = judged_round
+
+    def one_channel_rambles(rec: Recorded) -> Reply:
+        if "multimodal channel" in rec.text:
+            return Reply(content="looks about right to me")
+        return responder(rec)
+
+    with ScriptedLLM(responder=one_channel_rambles) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m"))
+        report = asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
+    assert _consensus_labels(sessions) == ["correct"] * 4 and report.correct == 4

@@ -48,10 +48,7 @@ def test_check_reports_the_font(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(render, "PACKAGED_CJK_FONT", ("no_such_font_package", "x.ttc"))
     missing = CliRunner().invoke(app, ["check"])
     assert missing.exit_code == 1
-    assert (
-        "fonts: no CJK font, so screens with Chinese text cannot be rendered; reinstall"
-        in missing.output
-    )
+    assert "fonts: no CJK font, so screens with Chinese text cannot be rendered; reinstall" in missing.output
 
 
 def test_the_font_comes_with_the_python_dependencies(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -203,3 +203,15 @@ async def test_in_flight_failure_reaches_every_waiter(scripted_llm: ScriptedLLM)
     outcomes = await asyncio.gather(*(gw.chat(USER, stage="s") for _ in range(3)), return_exceptions=True)
     assert all(isinstance(o, LLMError) for o in outcomes)
     assert len(scripted_llm.requests) == 1
+
+
+async def test_a_200_with_no_choices_is_retried_like_a_server_fault(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.enqueue(Reply(no_choices=True), Reply(no_choices=True), Reply(content="answered"))
+    gw = gateway(scripted_llm)
+    result = await gw.chat(USER, stage="policy")
+    assert (result.text, result.attempts, gw.usage["policy"].retries) == ("answered", 3, 2)
+    scripted_llm.default = Reply(no_choices=True)
+    with pytest.raises(LLMError, match=r"policy: LLMError after 3 attempts .*: endpoint returned no choices"):
+        await gateway(scripted_llm, max_retries=2).chat(
+            [{"role": "user", "content": "again"}], stage="policy"
+        )
