@@ -225,8 +225,8 @@ def check(config: ConfigOpt = None) -> None:
     font = cjk_font_path()
     if font is None:
         typer.echo(
-            "fonts: no CJK font, so screens with Chinese text cannot be rendered; reinstall "
-            "trajforge's dependencies (pip install -e .), which bring one, or apt-get install fonts-wqy-microhei",
+            "fonts: no CJK font, so screens with Chinese text cannot be rendered; reinstall trajforge's "
+            "dependencies (pip install -e .), which bring one, or apt-get install fonts-wqy-microhei",
             err=True,
         )
         raise typer.Exit(1)
