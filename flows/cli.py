@@ -235,7 +235,10 @@ def check(config: ConfigOpt = None) -> None:
 
 @app.command("config")
 def show_config(config: ConfigOpt = None) -> None:
-    """Print the effective settings, secrets masked."""
+    """Print the effective settings, secrets masked; exit 1 if the database URL cannot be used
+    (malformed, or a database trajforge does not support). `check` also connects."""
+    from storage.db import create_db_engine
+
     settings = cli_settings(config)
     dump = settings.model_dump(mode="json")
     dump["db"]["url"] = redact_url(settings.db_url)
@@ -245,6 +248,7 @@ def show_config(config: ConfigOpt = None) -> None:
                 typer.echo(f"{name}.{key} = {value}")
         else:
             typer.echo(f"{name} = {section}")
+    create_db_engine(settings.db_url).dispose()  # a ConfigError names the problem and the fix
 
 
 @app.command("run")
@@ -283,13 +287,18 @@ def evolve_cmd(
     policy. Rerun after a crash: finished work is not redone."""
     import time
 
+    from evolve.spine import open_spine
+
     settings = cli_settings(config)
     target = rounds or settings.evolve.rounds
+    # Reach the database and the object store first: a bad URL or an unreachable server is one line
+    # here, not a failed flow run's tracebacks and a round line that looks finished.
+    spine = open_spine(settings)  # migrates, so it connects
+    spine.store  # noqa: B018 (reaching it is the check)
     prefect_env(settings, verbose)
     from curation.curriculum import curriculum_line
     from evolve.heldout import heldout_line
     from evolve.report import write_report
-    from evolve.spine import open_spine
     from flows.rounds import evolve_round_flow
 
     typer.echo(
@@ -311,7 +320,6 @@ def evolve_cmd(
             typer.echo(f"  curriculum: {curriculum_line(result['curriculum'])}")
         if line := heldout_line(result):
             typer.echo(f"  held-out: {line}")
-    spine = open_spine(settings)
     index = write_report(spine.sessions, spine.store, report_dir or settings.home / "report")
     typer.echo(f"report: {index.resolve().as_uri()}")
 

@@ -36,7 +36,7 @@ def create_db_engine(
     """
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
         raise ConfigError(
             f"database URL {redact_url(url)!r} is malformed; set TRAJFORGE_DB_URL like "
             "postgresql+psycopg://user:pw@host:5432/db or sqlite:///path/to.db"

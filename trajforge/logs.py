@@ -7,10 +7,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@", re.I)
+# The password runs to the last @ before the host (one written with an unencoded @ still ends there).
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^/\s]*)@", re.I)
+# libpq and SQLAlchemy also take a password as a query parameter: ...?password=...
+_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:password|passwd|pwd|sslpassword)=)[^&#\s]*")
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
 _AUTH_HEADER = re.compile(
     r"(?i)(['\"]?(?:authorization|api[-_]key|x-api-key|secret[-_]key|access[-_]key)['\"]?\s*[:=]\s*['\"]?)(?:bearer\s+)?[^'\",\s}]+"
@@ -18,16 +19,15 @@ _AUTH_HEADER = re.compile(
 
 
 def redact_url(url: str) -> str:
-    """A database or service URL with its password replaced by ***."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return redact(url)
+    """A database or service URL with its password replaced by ***, in every form SQLAlchemy takes
+    (user:password@, an unencoded @ in it, ?password=), parseable or not."""
+    return redact(url)
 
 
 def redact(text: str) -> str:
     """Mask every password, bearer token and auth header value found in free text."""
     text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    text = _QUERY_PASSWORD.sub(r"\1***", text)
     text = _AUTH_HEADER.sub(r"\1***", text)
     return _BEARER.sub(r"\1***", text)
 

@@ -131,3 +131,39 @@ def test_a_damaged_sqlite_file(published: Path, tmp_path: Path) -> None:
         one_line_error(
             cli(*args, cwd=tmp_path), "is damaged or not a SQLite database (file is not a database)"
         )
+
+
+BAD_DB_URLS = {
+    "garbage": ("garbage", "database URL 'garbage' is malformed"),
+    "unsupported": ("mysql://x@h/db", "'mysql' is not supported"),
+    "bad_port": ("postgresql://u:hunter2@127.0.0.1:abc/db", "postgresql://u:***@127.0.0.1:abc/db' is malformed"),
+    "refused": (
+        "postgresql+psycopg://u:hunter2@127.0.0.1:1/db",
+        "cannot connect to database postgresql+psycopg://u:***@",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DB_URLS))
+def test_evolve_with_a_database_it_cannot_use_is_one_line(tmp_path: Path, case: str) -> None:
+    url, expected = BAD_DB_URLS[case]
+    done = cli("evolve", "--rounds", "1", env={"TRAJFORGE_DB_URL": url}, cwd=tmp_path)
+    line = one_line_error(done, expected)
+    assert "hunter2" not in line and done.stdout == ""  # no round line, no password
+
+
+def test_evolve_with_an_unreachable_object_store_is_one_line(tmp_path: Path) -> None:
+    env = {"TRAJFORGE_STORE_BACKEND": "s3", "TRAJFORGE_S3_ENDPOINT": "127.0.0.1:1"}
+    done = cli("evolve", "--rounds", "1", env=env, cwd=tmp_path)
+    one_line_error(done, "cannot reach S3 endpoint 127.0.0.1:1")
+    assert "already done" not in done.stdout and "round 1/1" not in done.stdout
+
+
+@pytest.mark.parametrize("case", ["garbage", "unsupported", "bad_port"])
+def test_config_with_a_database_url_it_cannot_use_exits_1(tmp_path: Path, case: str) -> None:
+    url, expected = BAD_DB_URLS[case]
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"db:\n  url: '{url}'\n")
+    done = cli("config", "--config", str(cfg), cwd=tmp_path)
+    one_line_error(done, expected)
+    assert "db.url = " in done.stdout

@@ -110,6 +110,14 @@ def test_secret_values_not_echoed_in_errors(tmp_path: Path) -> None:
         ("Bearer sk-abc123 sent", "Bearer *** sent"),
         ("api_key=sk-live-1 ok", "api_key=*** ok"),
         ("sqlite:////tmp/x.db", "sqlite:////tmp/x.db"),
+        ("postgresql://u@h/db?password=hunter2", "postgresql://u@h/db?password=***"),
+        (
+            "postgresql://u@h/db?sslmode=require&PASSWORD=x&a=1",
+            "postgresql://u@h/db?sslmode=require&PASSWORD=***&a=1",
+        ),
+        ("postgresql://u:p@ss@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u:p%40ss@h/db", "postgresql://u:***@h/db"),
+        ("cannot reach postgresql://u:pw@h/db: refused", "cannot reach postgresql://u:***@h/db: refused"),
     ],
 )
 def test_redact(text: str, expected: str) -> None:
@@ -118,6 +126,7 @@ def test_redact(text: str, expected: str) -> None:
 
 def test_redact_url_and_log_filter(caplog: pytest.LogCaptureFixture) -> None:
     assert redact_url("postgresql://u:p@h/d") == "postgresql://u:***@h/d"
+    assert redact_url("postgresql://u:p@h:abc/d?password=q") == "postgresql://u:***@h:abc/d?password=***"
     logger = logging.getLogger("trajforge.test_redaction")
     logger.addFilter(RedactingFilter())
     with caplog.at_level(logging.INFO, logger="trajforge.test_redaction"):
