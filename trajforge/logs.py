@@ -7,7 +7,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-
 # The password runs to the last @ before the host (one written with an unencoded @ still ends there).
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^/\s]*)@", re.I)
 # libpq and SQLAlchemy also take a password as a query parameter: ...?password=...

@@ -136,7 +136,10 @@ def test_a_damaged_sqlite_file(published: Path, tmp_path: Path) -> None:
 BAD_DB_URLS = {
     "garbage": ("garbage", "database URL 'garbage' is malformed"),
     "unsupported": ("mysql://x@h/db", "'mysql' is not supported"),
-    "bad_port": ("postgresql://u:hunter2@127.0.0.1:abc/db", "postgresql://u:***@127.0.0.1:abc/db' is malformed"),
+    "bad_port": (
+        "postgresql://u:hunter2@127.0.0.1:abc/db",
+        "postgresql://u:***@127.0.0.1:abc/db' is malformed",
+    ),
     "refused": (
         "postgresql+psycopg://u:hunter2@127.0.0.1:1/db",
         "cannot connect to database postgresql+psycopg://u:***@",
