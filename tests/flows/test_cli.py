@@ -375,3 +375,22 @@ def test_critics_run_is_idempotent_and_calibrate_reports(tmp_path: Path) -> None
     lines = report.stdout.splitlines()
     assert lines[0] == "round 1 calibration" and any(line.startswith("consensus_and:4") for line in lines)
     assert any(line.startswith("step labels in failure episodes") for line in lines)
+
+
+@pytest.mark.parametrize("src", sorted(SAMPLES))
+def test_convert_a_line_that_is_not_utf8_is_one_error_in_its_place(src: str) -> None:
+    good = SAMPLES[src][0].replace("\n", " ").encode()
+    stdin = good + b"\n" + b"\xff\xfe" + good + b"\n" + b"\x00\n" + good + b"\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    result = subprocess.run(
+        [TRAJFORGE, "actions", "convert", "--from", src, "--to", "canonical"],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    out = result.stdout.decode().splitlines()
+    assert result.returncode == 1 and result.stderr == b"", result.stderr.decode()[-400:]
+    assert len(out) == 4 and out[0] == out[3] and not out[0].startswith("error: ")
+    assert out[1].startswith("error: ") or out[1] == out[0]  # qwen finds its call after the junk
+    assert out[2].startswith("error: ")

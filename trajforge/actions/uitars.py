@@ -42,7 +42,7 @@ def _action_part(text: str) -> tuple[int, str] | None:
         try:
             if isinstance(ast.parse(call, mode="eval").body, ast.Call):
                 return start, call
-        except SyntaxError:
+        except (SyntaxError, ValueError):  # ValueError: null bytes, or bytes that were not UTF-8
             continue
     return found[0] if found else None
 
@@ -65,6 +65,10 @@ class UITarsCodec:
             tree = ast.parse(call_text, mode="eval").body
         except SyntaxError as exc:
             raise ParseError("invalid_call", f"not a function call: {exc.msg}", text) from exc
+        except UnicodeEncodeError as exc:  # bytes that were not UTF-8, read as lone surrogates
+            raise ParseError("invalid_call", "not a function call: the text is not valid UTF-8", text) from exc
+        except ValueError as exc:  # a null byte
+            raise ParseError("invalid_call", f"not a function call: {exc}", text) from exc
         if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name) or tree.args:
             raise ParseError("invalid_call", "expected name(key='value', ...)", text)
         args: dict[str, Any] = {}
