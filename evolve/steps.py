@@ -96,6 +96,12 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
             )
             s.add(row)
             s.flush()
+        elif not _loop_round(row):
+            made_by = (row.stats or {}).get("made_by", "another command (trajforge run or rollout)")
+            raise ConfigError(
+                f"round {number} was made by {made_by}, not by the loop, so evolve cannot take it as its own "
+                "round; evolve in a fresh TRAJFORGE_HOME (or another database)"
+            )
         elif row.config_hash != wanted and row.status != "done":
             raise ConfigError(
                 f"round {number} was started with another evolve config (hash {row.config_hash[:12]}); "
@@ -108,7 +114,17 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
             "round_id": row.id,
             "policy": f"{policy.name}@{policy.version}",
             "done": row.status == "done",
+            "stats": dict(row.stats or {}) if row.status == "done" else {},
         }
+
+
+def _loop_round(row: Round) -> bool:
+    """Whether a stored round is one of the loop's: `trajforge rollout` marks its own rounds, and
+    a finished round of the loop has chosen its next policy."""
+    stats = row.stats or {}
+    if "made_by" in stats:
+        return False
+    return row.status != "done" or "next_policy_id" in stats
 
 
 def round_queries(settings: Settings, number: int) -> list[str]:

@@ -132,6 +132,7 @@ def run_rollout(
                 number=(s.scalar(select(func.max(Round.number))) or 0) + 1,
                 policy_id=policy_id,
                 config_hash=same,
+                stats={"made_by": f"trajforge rollout --app {spec.name}"},  # not a round of the loop
             )
             s.add(rnd)
             s.flush()

@@ -173,12 +173,7 @@ def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     """Round N with the policy of round N: every stage in order; a finished round is not redone."""
     opened = start_round_task(settings, number)
     if opened["done"]:
-        return {
-            "round": number,
-            "policy": opened["policy"],
-            "skipped": True,
-            **steps.round_stats(settings, number),
-        }
+        return {**opened["stats"], "round": number, "policy": opened["policy"], "skipped": True}
     runner = task_runner(settings)
     generate_queries_flow(settings, number)
     rolled = rollout_round_flow.with_options(task_runner=runner)(settings, number)

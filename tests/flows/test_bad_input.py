@@ -170,3 +170,11 @@ def test_config_with_a_database_url_it_cannot_use_exits_1(tmp_path: Path, case: 
     done = cli("config", "--config", str(cfg), cwd=tmp_path)
     one_line_error(done, expected)
     assert "db.url = " in done.stdout
+
+
+def test_evolve_does_not_take_a_rollout_round_as_its_own(tmp_path: Path) -> None:
+    done = cli("rollout", "--app", "takeout", "--queries", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    refused = cli("evolve", "--rounds", "1", cwd=tmp_path)
+    one_line_error(refused, "round 1 was made by trajforge rollout --app takeout, not by the loop")
+    assert "already done" not in refused.stdout

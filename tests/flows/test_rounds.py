@@ -38,7 +38,9 @@ def test_evolve_rounds_then_rerun_and_report(
     assert first["dataset_version"] == 1 and len(first["manifest_sha256"]) == 64
     second = rounds.evolve_round_flow(settings, 2)
     assert second["policy"] == "knn@1" and second["dataset_version"] == 2
-    assert rounds.evolve_round_flow(settings, 2)["skipped"] is True  # a finished round is not redone
+    again = rounds.evolve_round_flow(settings, 2)
+    assert again["skipped"] is True  # a finished round is not redone, and says what it made
+    assert (again["dataset_version"], again["next_policy"]) == (2, second["next_policy"])
     spine = open_spine(settings)
     assert [v.version for v in list_versions(spine.sessions, "trajforge")] == [1, 2]
 

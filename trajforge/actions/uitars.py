@@ -66,7 +66,9 @@ class UITarsCodec:
         except SyntaxError as exc:
             raise ParseError("invalid_call", f"not a function call: {exc.msg}", text) from exc
         except UnicodeEncodeError as exc:  # bytes that were not UTF-8, read as lone surrogates
-            raise ParseError("invalid_call", "not a function call: the text is not valid UTF-8", text) from exc
+            raise ParseError(
+                "invalid_call", "not a function call: the text is not valid UTF-8", text
+            ) from exc
         except ValueError as exc:  # a null byte
             raise ParseError("invalid_call", f"not a function call: {exc}", text) from exc
         if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name) or tree.args:
