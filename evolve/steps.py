@@ -97,11 +97,7 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
             s.add(row)
             s.flush()
         elif not _loop_round(row):
-            made_by = (row.stats or {}).get("made_by", "another command (trajforge run or rollout)")
-            raise ConfigError(
-                f"round {number} was made by {made_by}, not by the loop, so evolve cannot take it as its own "
-                "round; evolve in a fresh TRAJFORGE_HOME (or another database)"
-            )
+            raise _foreign(row)
         elif row.config_hash != wanted and row.status != "done":
             raise ConfigError(
                 f"round {number} was started with another evolve config (hash {row.config_hash[:12]}); "
@@ -116,6 +112,26 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
             "done": row.status == "done",
             "stats": dict(row.stats or {}) if row.status == "done" else {},
         }
+
+
+def check_loop_rounds(settings: Settings) -> None:
+    """Before the loop runs: every stored round is one of the loop's.
+
+    Raises:
+        ConfigError: names the first round another command made.
+    """
+    with open_spine(settings).sessions() as s:
+        for row in s.scalars(select(Round).order_by(Round.number)):
+            if not _loop_round(row):
+                raise _foreign(row)
+
+
+def _foreign(row: Round) -> ConfigError:
+    made_by = (row.stats or {}).get("made_by", "another command (trajforge run or rollout)")
+    return ConfigError(
+        f"round {row.number} was made by {made_by}, not by the loop, so evolve cannot take it as its own "
+        "round; evolve in a fresh TRAJFORGE_HOME (or another database)"
+    )
 
 
 def _loop_round(row: Round) -> bool:

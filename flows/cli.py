@@ -288,6 +288,7 @@ def evolve_cmd(
     import time
 
     from evolve.spine import open_spine
+    from evolve.steps import check_loop_rounds
 
     settings = cli_settings(config)
     target = rounds or settings.evolve.rounds
@@ -295,6 +296,7 @@ def evolve_cmd(
     # here, not a failed flow run's tracebacks and a round line that looks finished.
     spine = open_spine(settings)  # migrates, so it connects
     spine.store  # noqa: B018 (reaching it is the check)
+    check_loop_rounds(settings)
     prefect_env(settings, verbose)
     from curation.curriculum import curriculum_line
     from evolve.heldout import heldout_line
