@@ -33,7 +33,7 @@ from storage.exports import FORMATS, export
 from storage.models import Policy, Round, Sample
 from storage.objectstore import LocalObjectStore, put_blob
 from storage.publish import PublishConfig, publish
-from storage.rounds import CURATED, JUDGED
+from storage.rounds import CURATED, EXTRACTED, JUDGED
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.world.device import SimDevice
 
@@ -65,7 +65,8 @@ def seed(url: str, store_root: Path, rows: int) -> None:
         policy = Policy(name="synthetic", version=0)
         s.add(policy)
         s.flush()
-        ready = {"stages": {JUDGED: "synthetic", CURATED: "synthetic"}}  # publish checks the rounds are
+        # publish checks the rounds are judged, extracted and curated
+        ready = {"stages": {JUDGED: "synthetic", EXTRACTED: "synthetic", CURATED: "synthetic"}}
         rounds = [
             Round(number=n + 1, policy_id=policy.id, stats=ready) for n in range(max(1, rows // PER_ROUND))
         ]

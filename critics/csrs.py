@@ -26,6 +26,7 @@ from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, round_step_judgments, step_view, stored_step_verdicts
 from storage.models import Exclusion, HumanAnnotation, Sample
 from storage.outcomes import decide_outcomes
+from storage.rounds import EXTRACTED, mark_stage
 from storage.samples import CATEGORIES, OUTCOME_STAGE, SampleDraft, store_drafts
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
@@ -290,6 +291,7 @@ def extract_round(
     report.undecided = Counter(reason for _, reason, _ in undecided)
     if superseded:
         report.dropped[SUPERSEDED] = superseded
+    mark_stage(sessions, round_id, EXTRACTED)
     return report
 
 

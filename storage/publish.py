@@ -30,7 +30,15 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.datasets import MANIFEST_FORMAT, SCHEMA, canonical, require_images
+from storage.datasets import (
+    MANIFEST_FORMAT,
+    SCHEMA,
+    VersionRef,
+    canonical,
+    list_versions,
+    manifest,
+    require_images,
+)
 from storage.db import insert_ignore, transaction
 from storage.keys import manifest_key, sha256_hex, shard_key
 from storage.models import (
@@ -46,7 +54,7 @@ from storage.models import (
 from storage.objectstore import ObjectStore
 from storage.rounds import numbers, ready_rounds
 from storage.shards import PublishConfig, chunks, selected_rows, shard_bytes
-from trajforge.errors import DatasetError, SealedVersion, VersionConflict
+from trajforge.errors import DatasetError, ObjectNotFound, SealedVersion, VersionConflict
 
 log = logging.getLogger("trajforge.publish")
 
@@ -62,9 +70,20 @@ class PublishReport:
     splits: dict[str, int]
     resumed: bool = False
     shards_repaired: int = 0  # stored shards that no longer matched their hash, rewritten
+    unchanged: bool = False  # the latest version already holds these rows: nothing was sealed
 
     def render(self) -> str:
         reuse = self.shards_reused / self.shards if self.shards else 0.0
+        if self.unchanged:
+            return (
+                f"{self.dataset} v{self.version} unchanged: it already holds these {self.rows} rows under "
+                "this configuration, so no new version was sealed"
+                + (
+                    f"; {self.shards_repaired} corrupt stored shards rewritten"
+                    if self.shards_repaired
+                    else ""
+                )
+            )
         return (
             f"{self.dataset} v{self.version} sealed: {self.rows} rows in {self.shards} shards "
             f"({self.shards_reused} reused from earlier versions, {reuse:.0%}); "
@@ -125,17 +144,13 @@ def publish(
                 f"nothing to publish: rounds {numbers(rounds)} have no {'/'.join(config.statuses)} samples"
             )
         require_images(store, images)
+        latest = _latest_sealed(sessions, store, name)
+        if latest is not None and _same_rows(latest[1], config, shards):
+            repaired = _write_shards(store, staging, shards)  # a damaged one is still mended
+            return _unchanged(*latest, len(shards), repaired)
         version_id, number, parent, resumed = _claim(sessions, name, config, description)
         known = _known_shards(sessions)
-        repaired = 0
-        for sh in shards:
-            data = (staging / sh["sha256"]).read_bytes()
-            if store.exists(sh["key"]):
-                if sha256_hex(store.get(sh["key"])) == sh["sha256"]:
-                    continue
-                log.warning("shard %s no longer matches its hash in the store; rewriting it", sh["key"])
-                repaired += 1
-            store.put(sh["key"], data, "application/vnd.apache.parquet")
+        repaired = _write_shards(store, staging, shards)
     splits: Counter[str] = Counter()
     categories: Counter[str] = Counter()
     for sh in shards:
@@ -203,6 +218,64 @@ def publish(
     reused = sum(1 for sh in shards if sh["sha256"] in known)
     return PublishReport(
         name, number, digest, sum(splits.values()), len(shards), reused, dict(splits), resumed, repaired
+    )
+
+
+def _write_shards(store: ObjectStore, staging: Path, shards: list[dict[str, Any]]) -> int:
+    """Put every staged shard the store lacks; one stored under its key that no longer matches its
+    hash (truncated, overwritten) is rewritten. Returns how many were rewritten."""
+    repaired = 0
+    for sh in shards:
+        if store.exists(sh["key"]):
+            if sha256_hex(store.get(sh["key"])) == sh["sha256"]:
+                continue
+            log.warning("shard %s no longer matches its hash in the store; rewriting it", sh["key"])
+            repaired += 1
+        store.put(sh["key"], (staging / sh["sha256"]).read_bytes(), "application/vnd.apache.parquet")
+    return repaired
+
+
+def _latest_sealed(
+    sessions: sessionmaker[Session], store: ObjectStore, name: str
+) -> tuple[VersionRef, dict[str, Any]] | None:
+    """The dataset's latest sealed version and its manifest, checked in the store; None if none.
+
+    Raises:
+        DatasetError: that manifest is missing or damaged; a new version would silently build
+            on a version nobody can read back.
+    """
+    sealed = [r for r in list_versions(sessions, name) if r.status == "sealed"]
+    if not sealed:
+        return None
+    latest = sealed[-1]
+    try:
+        return latest, manifest(sessions, store, name, latest.version)
+    except (ObjectNotFound, DatasetError) as exc:
+        problem = "is missing from" if isinstance(exc, ObjectNotFound) else "does not match its hash in"
+        raise DatasetError(
+            f"dataset {name} v{latest.version}: its manifest {latest.manifest_key} {problem} the object "
+            "store, so the next version cannot build on it; restore the object store from a backup "
+            f"(`trajforge datasets verify {latest.version}` checks it), then publish again"
+        ) from exc
+
+
+def _same_rows(latest: dict[str, Any], config: PublishConfig, shards: list[dict[str, Any]]) -> bool:
+    """Whether a new version would hold exactly the latest one's shards, under the same configuration."""
+    same_shards = {sh["sha256"] for sh in latest["shards"]} == {sh["sha256"] for sh in shards}
+    return same_shards and latest["config_hash"] == config.config_hash
+
+
+def _unchanged(ref: VersionRef, latest: dict[str, Any], shards: int, repaired: int) -> PublishReport:
+    return PublishReport(
+        ref.name,
+        ref.version,
+        str(ref.manifest_sha256),
+        int(latest["rows"]),
+        shards,
+        shards,
+        dict(latest["splits"]),
+        shards_repaired=repaired,
+        unchanged=True,
     )
 
 

@@ -16,9 +16,14 @@ from storage.models import Round
 from trajforge.errors import DatasetError
 
 JUDGED = "judged"
+EXTRACTED = "extracted"
 CURATED = "curated"
-# what each missing mark asks the user to run
-FIXES = {JUDGED: "trajforge critics run --round {n}", CURATED: "trajforge curate --round {n}"}
+# what each missing mark asks the user to run, in the order the stages run
+FIXES = {
+    JUDGED: "trajforge critics run --round {n}",
+    EXTRACTED: "trajforge critics extract --round {n}",
+    CURATED: "trajforge curate --round {n}",
+}
 
 
 def mark_stage(sessions: sessionmaker[Session], round_id: int, stage: str) -> None:
@@ -48,7 +53,8 @@ def numbers(rounds: list[int]) -> str:
 
 
 def ready_rounds(sessions: sessionmaker[Session], rounds: tuple[int, ...] | None) -> list[int]:
-    """The round numbers to publish (None: every round); each must exist and be judged and curated.
+    """The round numbers to publish (None: every round); each must exist and be judged, extracted and
+    curated.
 
     Raises:
         DatasetError: names the round and the command that makes it ready.
@@ -64,7 +70,7 @@ def ready_rounds(sessions: sessionmaker[Session], rounds: tuple[int, ...] | None
             "pick existing rounds with --rounds"
         )
     for n in wanted:
-        for stage in (JUDGED, CURATED):
+        for stage in FIXES:
             if stage not in stages[n]:
                 raise DatasetError(
                     f"round {n} is not {stage} yet; run `{FIXES[stage].format(n=n)}` first, "

@@ -17,7 +17,7 @@ from trajforge.errors import ConfigError, StorageError
 
 def test_upgrade_is_idempotent_and_matches_models(engine: Engine) -> None:
     upgrade(engine)  # second time: nothing to do
-    assert current_revision(engine) == "0010"
+    assert current_revision(engine) == "0011"
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
         tables = set(inspect(conn).get_table_names())
@@ -111,3 +111,25 @@ def test_unreachable_database_is_storage_error_with_redacted_password() -> None:
         upgrade(engine)
     assert "cannot connect to database postgresql+psycopg://u:***@127.0.0.1:1/db" in str(info.value)
     assert "hunter2" not in str(info.value)
+
+
+def test_rounds_extracted_before_the_mark_existed_get_it(tmp_path) -> None:
+    """Migration 0011: publish now asks for the `extracted` mark; older rounds with samples have it."""
+    from storage.models import Policy, Round, Sample
+
+    eng = create_db_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    upgrade(eng, "0010")
+    sessions = sessionmaker(eng)
+    with transaction(sessions) as s:
+        policy = Policy(name="p", version=0)
+        s.add(policy)
+        s.flush()
+        marks = {"stages": {"judged": "2026-11-01T00:00:00", "curated": "2026-11-01T00:10:00"}}
+        old, empty = Round(number=1, policy_id=policy.id, stats=marks), Round(number=2, policy_id=policy.id)
+        s.add_all([old, empty])
+        s.flush()
+        s.add(Sample(uid="s1", round_id=old.id, category="action_prediction", payload={}))
+    upgrade(eng)
+    with sessions() as s:
+        stages = {r.number: (r.stats or {}).get("stages", {}) for r in s.scalars(select(Round))}
+    assert stages[1]["extracted"] == "2026-11-01T00:00:00" and "extracted" not in stages[2]

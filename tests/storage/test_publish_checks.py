@@ -10,13 +10,13 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from evolve.smoke import run_smoke_round
-from storage.datasets import manifest, verify
+from storage.datasets import list_versions, manifest, verify
 from storage.db import session_factory, transaction
-from storage.keys import blob_key
+from storage.keys import blob_key, manifest_key
 from storage.models import DatasetVersion, Round
 from storage.objectstore import LocalObjectStore, open_object_store
 from storage.publish import PublishConfig, publish
-from storage.rounds import CURATED, JUDGED, mark_stage
+from storage.rounds import CURATED, EXTRACTED, JUDGED, mark_stage
 from tests.support.spine import new_round
 from trajforge.errors import DatasetError
 from trajforge.settings import load_settings
@@ -52,6 +52,7 @@ def test_unknown_unjudged_and_uncurated_rounds_are_refused(spine) -> None:
         publish(sessions, store, "gui", PublishConfig(rounds=(1, 7)))
     for stage, fix in (
         ("curated", "trajforge curate --round 1"),
+        ("extracted", "trajforge critics extract --round 1"),
         ("judged", "trajforge critics run --round 1"),
     ):
         with transaction(sessions) as s:
@@ -69,8 +70,8 @@ def test_rounds_without_samples_are_refused(spine) -> None:
     round_id, _ = new_round(
         sessions, policy="lost-policy", number=2
     )  # judged and curated, but every episode was lost
-    mark_stage(sessions, round_id, JUDGED)
-    mark_stage(sessions, round_id, CURATED)
+    for stage in (JUDGED, EXTRACTED, CURATED):
+        mark_stage(sessions, round_id, stage)
     with pytest.raises(DatasetError, match="nothing to publish: rounds 2 have no kept samples"):
         publish(sessions, store, "gui", PublishConfig(rounds=(2,)))
     _nothing_written(sessions, store)
@@ -102,10 +103,46 @@ def test_a_damaged_stored_shard_is_rewritten_not_reused(spine) -> None:
     path = Path(root) / shard["key"]
     path.write_bytes(path.read_bytes()[:100])  # truncated on disk
     assert any("differs from the manifest" in p for p in verify(sessions, store, "gui", 1))
-    second = publish(sessions, store, "gui")  # the same rows: every shard is reused
-    assert (
-        second.version == 2
-        and second.shards_repaired == 1
-        and "1 corrupt stored shards rewritten" in (second.render())
-    )
-    assert verify(sessions, store, "gui", 2) == [] and verify(sessions, store, "gui", 1) == []
+    second = publish(sessions, store, "gui")  # the same rows: v1 holds them, and its shard is mended
+    assert (second.version, second.unchanged, second.shards_repaired) == (1, True, 1)
+    assert "1 corrupt stored shards rewritten" in second.render()
+    assert verify(sessions, store, "gui", 1) == []
+    third = publish(sessions, store, "gui", PublishConfig(val_fraction=0.3))  # other rows: a new version
+    assert (third.version, third.unchanged, third.shards_repaired) == (2, False, 0)
+    assert verify(sessions, store, "gui", 2) == []
+
+
+def test_a_curated_round_that_was_never_extracted_is_refused(spine) -> None:
+    """A round judged and curated, but whose samples were never extracted, is not sealed: the next
+    version would silently hold none of its rows."""
+    sessions, store, _ = spine
+    publish(sessions, store, "gui")
+    round_id, _ = new_round(sessions, policy="another-policy", number=2)
+    mark_stage(sessions, round_id, JUDGED)
+    mark_stage(sessions, round_id, CURATED)
+    with pytest.raises(
+        DatasetError, match=r"round 2 is not extracted yet; run `trajforge critics extract --round 2` first"
+    ):
+        publish(sessions, store, "gui")
+    assert [v.version for v in list_versions(sessions, "gui")] == [1]
+
+
+def test_publishing_the_same_rows_again_seals_nothing(spine) -> None:
+    sessions, store, _ = spine
+    first = publish(sessions, store, "gui")
+    again = publish(sessions, store, "gui")
+    assert (again.version, again.unchanged, again.manifest_sha256) == (1, True, first.manifest_sha256)
+    assert again.render().startswith("gui v1 unchanged: it already holds these")
+    assert [v.version for v in list_versions(sessions, "gui")] == [1]
+
+
+def test_a_missing_manifest_refuses_the_next_version(spine) -> None:
+    sessions, store, root = spine
+    publish(sessions, store, "gui")
+    key = manifest_key("gui", 1)
+    (Path(root) / key).unlink()
+    with pytest.raises(
+        DatasetError, match=rf"dataset gui v1: its manifest {key} is missing from the object store"
+    ):
+        publish(sessions, store, "gui", PublishConfig(val_fraction=0.3))
+    assert [v.version for v in list_versions(sessions, "gui")] == [1]
