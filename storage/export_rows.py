@@ -31,6 +31,7 @@ class ExportReport:
     max_image_tokens: int = 0  # Qwen2.5-VL visual tokens of the row with the most
     max_prompt_chars: int = 0  # system + user text of the longest row
     files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the export did that a user should know
 
     def render(self) -> str:
         rows = counts(self.rows)
@@ -39,7 +40,7 @@ class ExportReport:
             f"{self.images} images; skipped: {counts(self.skipped)}; converted: {counts(self.converted)}; "
             f"repeated for weight: {self.repeated}; longest prompt: {self.max_image_tokens} image tokens "
             f"+ {self.max_prompt_chars} characters (verl: data.max_prompt_length >= "
-            f"{self.prompt_length_hint()})"
+            f"{self.prompt_length_hint()})" + "".join(f"\nnote: {n}" for n in self.notes)
         )
 
     def measure(self, rendered: Rendered, row: dict[str, Any], sizes: dict[str, tuple[int, int]]) -> None:

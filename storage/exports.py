@@ -26,6 +26,7 @@ stream shard by shard, so memory is bounded by the shard size. `out` is a direct
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -275,6 +276,37 @@ def _export_sft(
         (writer.root / "dataset_info.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
 
 
+# The share of train's queries moved to val when the version's val split has no action rows.
+VAL_FROM_TRAIN = 0.05
+
+
+def _val_from_train(train: pl.LazyFrame, report: ExportReport) -> dict[str, pl.LazyFrame]:
+    """verl's trainer needs a val file with rows (its recipe passes data.val_files): when the
+    version's val split holds no action rows, whole queries move from train to val (the
+    lowest-hashed 5%, at least one), so no query is in both. One query alone stays in train."""
+    query = pl.col("extra_info").struct.field("query")
+    queries = sorted(train.select(query.unique()).collect().to_series().to_list(), key=_stable_hash)
+    if len(queries) < 2:
+        report.notes.append("no val.parquet: the val split has no action rows and train has one query")
+        return {"train": train}
+    moved = queries[: max(1, int(len(queries) * VAL_FROM_TRAIN))]
+    in_val = query.is_in(moved)
+    val = train.filter(in_val).with_columns(
+        pl.col("extra_info").struct.with_fields(pl.lit("val").alias("split"))
+    )
+    report.rows["train"] -= int(train.filter(in_val).select(pl.len()).collect().item())
+    report.rows["val"] = int(val.select(pl.len()).collect().item())
+    report.notes.append(
+        f"val.parquet: the val split had no action rows, so {len(moved)} of {len(queries)} train queries "
+        f"({report.rows['val']} rows) moved to val"
+    )
+    return {"train": train.filter(~in_val), "val": val}
+
+
+def _stable_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _export_parquet(
     man: dict[str, Any],
     store: ObjectStore,
@@ -313,6 +345,9 @@ def _export_parquet(
             parts.setdefault(split, []).append(path)
             report.rows[split] += len(out)
     if fmt == "rl-verl":
-        for split, paths in parts.items():
-            pl.scan_parquet(paths).sink_parquet(writer.root / f"{split}.parquet")
+        frames = {split: pl.scan_parquet(paths) for split, paths in parts.items()}
+        if "val" not in frames and "train" in frames:
+            frames = _val_from_train(frames["train"], report)
+        for split, frame in frames.items():
+            frame.sink_parquet(writer.root / f"{split}.parquet")
         shutil.rmtree(folder)

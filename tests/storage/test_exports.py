@@ -172,3 +172,21 @@ def test_unknown_formats_are_one_clear_error(version, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown action format"):
         export(sessions, store, "gui", 1, "hf", str(out), "androidworld2")
     assert not out.exists()  # nothing written half-way
+
+
+def test_verl_val_comes_from_whole_train_queries_when_val_has_no_action_rows(version, tmp_path: Path) -> None:
+    """verl's recipe passes data.val_files: a version whose val split holds no action rows still
+    gets a val.parquet, of whole queries taken out of train."""
+    from storage.publish import PublishConfig, publish
+
+    _, sessions, store, _ = version
+    v2 = publish(sessions, store, "gui", PublishConfig(chunk_rows=32, val_fraction=0.0))
+    assert v2.splits.keys() == {"train"}
+    report = export(sessions, store, "gui", v2.version, "rl-verl", str(tmp_path / "verl"), "qwen")
+    assert sorted(p.name for p in (tmp_path / "verl").iterdir()) == ["train.parquet", "val.parquet"]
+    train, val = (pl.read_parquet(tmp_path / "verl" / f"{s}.parquet") for s in ("train", "val"))
+    queries = {s: set(f["extra_info"].struct.field("query")) for s, f in (("train", train), ("val", val))}
+    assert queries["val"] and not queries["train"] & queries["val"]
+    assert set(val["extra_info"].struct.field("split")) == {"val"}
+    assert (len(train), len(val)) == (report.rows["train"], report.rows["val"])
+    assert "note: val.parquet: the val split had no action rows, so 1 of" in report.render()
