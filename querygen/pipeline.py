@@ -19,7 +19,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from querygen.complexity import TIERS, complexity, quotas
 from querygen.dedup import QueryDeduper
-from querygen.sampling import Coverage, SampledPath, difficulty, finishing_screens, sample_path
+from querygen.sampling import (
+    UNSAMPLED_HINTS,
+    Coverage,
+    SampledPath,
+    difficulty,
+    finishing_screens,
+    sample_path,
+)
 from querygen.synthesis import Draft, llm_draft, template_draft
 from querygen.validation import InterfaceValidator
 from storage.apps import register_app
@@ -53,7 +60,9 @@ class GenerationReport:
     requested: int
     kept: list[Query] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
-    dead_end_samples: int = 0
+    unsampled: Counter[str] = field(default_factory=Counter)  # random walks that gave no path, by why
+    repeated_drops: int = 0  # samples that met a candidate already dropped, for the same reason
+    _dropped_keys: set[tuple[str, str]] = field(default_factory=set, repr=False)
     exhausted: bool = False
     already_known: int = 0  # kept by earlier runs (from load_history)
     coverage: Coverage = field(default_factory=Coverage)
@@ -67,6 +76,14 @@ class GenerationReport:
 
     def reasons(self) -> Counter[str]:
         return Counter(d.reason for d in self.dropped)
+
+    def drop(self, uid: str, reason: str, detail: dict[str, Any]) -> None:
+        """Keep a dropped candidate once per reason, as `exclusion` keeps it; a resample is counted."""
+        if (uid, reason) in self._dropped_keys:
+            self.repeated_drops += 1
+            return
+        self._dropped_keys.add((uid, reason))
+        self.dropped.append(Dropped(uid, reason, detail))
 
     def render(self, spec: AppSpec) -> str:
         kept = len(self.kept)
@@ -91,6 +108,16 @@ class GenerationReport:
                 else ""
             ),
         ]
+        if self.unsampled:
+            lines.append(
+                "no path: "
+                + ", ".join(f"{r}={n}" for r, n in sorted(self.unsampled.items()))
+                + " random walks"
+            )
+            if not kept:  # nothing came of the app at all: say what to change
+                lines += [f"  {r}: {UNSAMPLED_HINTS[r]}" for r in sorted(self.unsampled)]
+        if self.repeated_drops:
+            lines.append(f"resampled: {self.repeated_drops} samples met a candidate already dropped")
         if self.exhausted:
             lines.append(
                 f"stopped early: no new task in the last {EXHAUSTED_AFTER} candidates "
@@ -145,8 +172,8 @@ async def agenerate_queries(
         while len(paths) < min(batch, n - len(report.kept)) and tries < n * MAX_TRIES_PER_QUERY:
             tries += 1
             path = sample_path(spec, rng, report.coverage, initial, finishing)
-            if path is None:
-                report.dead_end_samples += 1
+            if isinstance(path, str):
+                report.unsampled[path] += 1
                 continue
             report.coverage.add(path)
             paths.append(path)
@@ -181,22 +208,20 @@ def _admit(
         **({"raw": draft.raw} if draft.raw else {}),
     }
     if draft.reason is not None:
-        report.dropped.append(Dropped(uid, draft.reason, {**detail, "why": draft.detail}))
+        report.drop(uid, draft.reason, {**detail, "why": draft.detail})
         return
     duplicate = dedup.find(draft.instruction, draft.goal)  # cheap, so before the replay
     if duplicate is not None:
-        report.dropped.append(
-            Dropped(
-                uid,
-                duplicate.reason,
-                {**detail, "duplicate_of": duplicate.of, "similarity": duplicate.similarity},
-            )
+        report.drop(
+            uid,
+            duplicate.reason,
+            {**detail, "duplicate_of": duplicate.of, "similarity": duplicate.similarity},
         )
         return
     check = validator.check(draft)
     if not check.ok:
         assert check.reason is not None
-        report.dropped.append(Dropped(uid, check.reason, {**detail, "why": check.detail}))
+        report.drop(uid, check.reason, {**detail, "why": check.detail})
         return
     path = [m.to_json() for m in draft.path.moves]
     query = Query(
@@ -226,13 +251,13 @@ def _fill_from_spares(dedup: QueryDeduper, report: GenerationReport, n: int) -> 
         duplicate = dedup.find(draft.instruction, draft.goal)  # spares can repeat each other
         if duplicate is not None:
             detail |= {"duplicate_of": duplicate.of, "similarity": duplicate.similarity}
-            report.dropped.append(Dropped(query.uid, duplicate.reason, detail))
+            report.drop(query.uid, duplicate.reason, detail)
         elif len(report.kept) < n:
             dedup.add(query.uid, draft.instruction, draft.goal)
             report.kept.append(query)
             report.spilled += 1
         else:
-            report.dropped.append(Dropped(query.uid, TIER_FULL, detail))
+            report.drop(query.uid, TIER_FULL, detail)
     report.spares = []
 
 

@@ -17,8 +17,18 @@ from trajforge.world.model import Move
 from trajforge.world.verify import Goal
 
 Difficulty = Literal["easy", "medium", "hard"]
-MIN_ACTIONS, MAX_ACTIONS = 3, 12
+MAX_ACTIONS = 12
 STOP_AT_TERMINAL = 0.5  # chance to stop at a terminal screen that still offers moves
+# Why a random walk gave no path (counted per reason in the generation report).
+DEAD_END = "dead_end"  # a screen with no move left that is not terminal
+TOO_SHORT = "path_shorter_than_min_actions"  # every way on ends before the spec's `min_actions`
+TOO_LONG = "path_longer_than_max_actions"
+UNSAMPLED_HINTS = {
+    DEAD_END: "a non-terminal screen with no move left; give it a goto or mark it terminal",
+    TOO_SHORT: "the spec's tasks are shorter than its min_actions (default 3, opening the app included); "
+    "set `min_actions:` lower in the spec to allow them",
+    TOO_LONG: f"no terminal screen within {MAX_ACTIONS} actions; mark a nearer screen terminal",
+}
 
 
 @dataclass(frozen=True)
@@ -87,8 +97,8 @@ def sample_path(
     coverage: Coverage,
     initial: dict[str, str],
     finishing: set[str] | None = None,
-) -> SampledPath | None:
-    """One random walk to a terminal screen, or None if it dead-ends or runs too long."""
+) -> SampledPath | str:
+    """One random walk to a terminal screen, or why there is none (DEAD_END, TOO_SHORT, TOO_LONG)."""
     finishing = finishing if finishing is not None else finishing_screens(spec)
     screen, moves, state = spec.start, [], {}
     done: set[tuple[str, str]] = set()
@@ -97,11 +107,11 @@ def sample_path(
     cost = 1  # opening the app
     while cost < MAX_ACTIONS:
         options = _options(spec, screen, done, visited, finishing)
-        terminal = spec.screens[screen].terminal and cost >= MIN_ACTIONS
-        if terminal and (not options or rng.random() < STOP_AT_TERMINAL):
+        at_terminal = spec.screens[screen].terminal
+        if at_terminal and cost >= spec.min_actions and (not options or rng.random() < STOP_AT_TERMINAL):
             break
         if not options:
-            return None
+            return TOO_SHORT if at_terminal else DEAD_END
         weights = [coverage.weight(m, t) for m, t in options]
         move, target = rng.choices(options, weights=weights, k=1)[0]
         widget = spec.widget(move.screen, move.widget)
@@ -123,11 +133,14 @@ def sample_path(
         screen = target
         visited.add(screen)
     else:
-        return None
+        return TOO_LONG
     path = SampledPath(spec.name, tuple(moves), state, screen)
-    if not spec.screens[screen].terminal or not MIN_ACTIONS <= path_cost(spec, path) <= MAX_ACTIONS:
-        return None
-    return path
+    if not spec.screens[screen].terminal:
+        return DEAD_END
+    cost = path_cost(spec, path)
+    if cost < spec.min_actions:
+        return TOO_SHORT
+    return TOO_LONG if cost > MAX_ACTIONS else path
 
 
 def path_cost(spec: AppSpec, path: SampledPath) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from querygen.sampling import MAX_ACTIONS, MIN_ACTIONS
+from querygen.sampling import MAX_ACTIONS
 from querygen.synthesis import Draft
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
@@ -37,11 +37,11 @@ class InterfaceValidator:
             actions = replay(self.device, self.spec.name, list(draft.path.moves))
         except OracleError as exc:
             return Validation(False, f"validation_{exc.reason}", str(exc))
-        if not MIN_ACTIONS <= len(actions) <= MAX_ACTIONS:
+        if not self.spec.min_actions <= len(actions) <= MAX_ACTIONS:
             return Validation(
                 False,
                 "path_length_out_of_range",
-                f"{len(actions)} actions; keep paths {MIN_ACTIONS}-{MAX_ACTIONS}",
+                f"{len(actions)} actions; keep paths {self.spec.min_actions}-{MAX_ACTIONS}",
                 actions,
             )
         result = verify(draft.goal, self.device)

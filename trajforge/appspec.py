@@ -83,6 +83,9 @@ class Screen(BaseModel):
     )
 
 
+MIN_TASK_ACTIONS = 3  # the default shortest task: open the app and two more actions
+
+
 class AppSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -100,6 +103,13 @@ class AppSpec(BaseModel):
         description="Slot values on a fresh device (toggles default to their first value).",
     )
     screens: dict[str, Screen]
+    min_actions: int = Field(
+        MIN_TASK_ACTIONS,
+        ge=1,
+        le=12,
+        description="The fewest actions a sampled task takes, opening the app included: lower it for "
+        "an app whose tasks are one or two taps (1 allows any).",
+    )
 
     @field_validator("slots", mode="before")
     @classmethod
@@ -380,5 +390,8 @@ def load_apps(refs: Sequence[str] = ()) -> list[AppSpec]:
 
 def spec_sha256(spec: AppSpec) -> str:
     """The spec's identity: the hash of its canonical JSON."""
-    body = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
+    dump = spec.model_dump(mode="json", by_alias=True)
+    if dump["min_actions"] == MIN_TASK_ACTIONS:  # specs from before the field keep their identity
+        del dump["min_actions"]
+    body = json.dumps(dump, sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
