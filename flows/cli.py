@@ -90,7 +90,7 @@ def db_upgrade(config: ConfigOpt = None) -> None:
 @apps_app.command("validate")
 def apps_validate(paths: Annotated[list[Path], typer.Argument(help="App spec YAML files.")]) -> None:
     """Check app specs; print every problem (file, element, fix) and exit 1 if any. Writes nothing."""
-    from trajforge.appspec import load_spec
+    from trajforge.appspec import intent_warnings, load_spec
     from trajforge.errors import SpecError
 
     failed = False
@@ -102,6 +102,8 @@ def apps_validate(paths: Annotated[list[Path], typer.Argument(help="App spec YAM
             for problem in exc.problems:
                 typer.echo(f"error: {problem}", err=True)
             continue
+        for warning in intent_warnings(spec):
+            typer.echo(f"warning: app spec {path}: {warning}", err=True)
         typer.echo(f"{path}: ok ({spec.name}: {len(spec.screens)} screens, {len(spec.edges())} edges)")
     if failed:
         raise typer.Exit(1)

@@ -249,6 +249,18 @@ def test_apps_validate_reports_every_problem_and_writes_nothing(tmp_path: Path) 
         "fix it or add the screen",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.yaml"]  # nothing written
+    unchecked = tmp_path / "fav.yaml"
+    unchecked.write_text(
+        "name: fav\ntitle: Fav\nstart: home\nslots: {shop: [A, B], fav: ['no', 'yes']}\nscreens:\n"
+        "  home: {title: Home, description: x, widgets: [{id: shops, kind: list, slot: shop, goto: shop}]}\n"
+        "  shop: {title: Shop, description: y, terminal: true, intents: ['收藏{shop}'],\n"
+        "         widgets: [{id: star, kind: toggle, slot: fav, label: 收藏}]}\n"
+    )
+    warned = cli("apps", "validate", str(unchecked), cwd=tmp_path)
+    assert warned.returncode == 0 and warned.stdout.strip().endswith("ok (fav: 2 screens, 1 edges)")
+    assert warned.stderr.startswith(
+        f"warning: app spec {unchecked}: screens.shop.intents: '收藏{{shop}}' names"
+    )
 
 
 def test_queries_generate_stores_and_summarises(tmp_path: Path) -> None:

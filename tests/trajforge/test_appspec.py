@@ -179,3 +179,21 @@ def test_the_run_apps_default_to_the_builtins_and_refuse_a_name_defined_twice(tm
     )
     assert spec_sha256(load_spec(PANTRY)) == spec_sha256(load_app(str(PANTRY)))
     assert spec_sha256(load_spec(PANTRY)) != spec_sha256(load_spec(impostor))
+
+
+def test_an_intent_that_names_a_control_but_not_its_slot_is_warned() -> None:
+    from trajforge.appspec import intent_warnings
+
+    def favourite(data: dict) -> None:
+        data["slots"]["favourite"] = ["no", "yes"]
+        data["screens"]["done"]["widgets"].append(
+            {"id": "fav", "kind": "toggle", "slot": "favourite", "label": "收藏"}
+        )
+        data["screens"]["done"]["intents"] = ["收藏{dish}", "Order {dish}, 收藏 set to {favourite}"]
+
+    spec = parse_spec(spec_with(favourite), "fav.yaml")
+    assert intent_warnings(spec) == [
+        "screens.done.intents: '收藏{dish}' names '收藏' (screens.done.fav) but not its slot favourite, "
+        "so the goal does not check it and a run that never taps it passes; reference {favourite} in the intent"
+    ]
+    assert intent_warnings(parse_spec(BASE, "mini.yaml")) == []
