@@ -230,27 +230,30 @@ def _reachable(spec: AppSpec) -> set[str]:
 
 
 def _find_cycle(spec: AppSpec) -> list[str]:
+    """A cycle of goto edges as screen ids (first repeated at the end), or [] for a DAG.
+
+    Depth-first with an explicit stack: a chain of thousands of screens needs no recursion.
+    """
     graph: dict[str, list[str]] = {
         sid: [w.goto for w in s.widgets if w.goto] for sid, s in spec.screens.items()
     }
-    state: dict[str, int] = {}  # 1 on the stack, 2 done
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        stack.append(node)
-        for nxt in graph[node]:
-            if state.get(nxt) == 1:
-                return [*stack[stack.index(nxt) :], nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        stack.pop()
-        state[node] = 2
-        return []
-
-    for sid in graph:
-        if sid not in state and (found := visit(sid)):
-            return found
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+    for root in graph:
+        if root in state:
+            continue
+        path, nexts = [root], [iter(graph[root])]
+        state[root] = 1
+        while path:
+            nxt = next(nexts[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                nexts.pop()
+            elif state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            elif nxt not in state and nxt in graph:
+                state[nxt] = 1
+                path.append(nxt)
+                nexts.append(iter(graph[nxt]))
     return []
 
 

@@ -215,3 +215,27 @@ def test_env_protocol_stores_frames_once(tmp_path: Path) -> None:
     env.reset(task)  # the launcher again: same frame, stored once
     assert len(list(store.list("blobs/"))) == 4
     env.close()
+
+
+def test_the_layout_cache_never_changes_what_the_device_shows() -> None:
+    """A random walk of taps, scrolls, typing and back on every app: with the layout cache and
+    without it, every element tree is the same."""
+    import random
+
+    cached, fresh = SimDevice(APPS), SimDevice(APPS)
+    fresh.layout_cache = 0
+    rng = random.Random(3)
+    for _ in range(400):
+        assert cached.elements() == fresh.elements() and cached.max_scroll() == fresh.max_scroll()
+        roll = rng.random()
+        if roll < 0.6 and cached.elements():
+            x, y = rng.choice(cached.elements()).center
+            action = Action(kind=K.CLICK, point=cached.size.from_px(x, y))
+        elif roll < 0.75:
+            action = Action(kind=K.SWIPE, point=(500, 600), direction=rng.choice(["up", "down"]))
+        elif roll < 0.85:
+            action = Action(kind=K.TYPE, text=rng.choice(["milk", "五道口", "x"]))
+        else:
+            action = Action(kind=K.PRESS, key=rng.choice(["back", "home", "enter"]))
+        assert cached.act(action) == fresh.act(action)
+    assert cached._layouts  # the walk did use the cache

@@ -197,3 +197,24 @@ def test_an_intent_that_names_a_control_but_not_its_slot_is_warned() -> None:
         "so the goal does not check it and a run that never taps it passes; reference {favourite} in the intent"
     ]
     assert intent_warnings(parse_spec(BASE, "mini.yaml")) == []
+
+
+def test_a_chain_of_thousands_of_screens_validates() -> None:
+    """The cycle check walks without recursion: a 3,000-screen chain is a DAG, not a crash."""
+    n = 3000
+    screens = {
+        f"s{i}": {
+            "title": f"S{i}",
+            "description": "one of many",
+            "terminal": i == n - 1,
+            "widgets": [{"id": "next", "kind": "button", "label": "Next", "goto": f"s{i + 1}"}]
+            if i < n - 1
+            else [],
+        }
+        for i in range(n)
+    }
+    spec = parse_spec({"name": "chain", "title": "Chain", "start": "s0", "screens": screens}, "chain.yaml")
+    assert len(spec.edges()) == n - 1
+    screens["s2999"]["widgets"] = [{"id": "back", "kind": "button", "label": "Back", "goto": "s1500"}]
+    with pytest.raises(SpecError, match=r"goto edges form a cycle s1500 -> s1501 -> .* -> s2999 -> s1500"):
+        parse_spec({"name": "chain", "title": "Chain", "start": "s0", "screens": screens}, "chain.yaml")

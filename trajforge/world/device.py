@@ -44,6 +44,9 @@ class SimDevice:
         self.scale = screen.width / 1080
         self.faults = faults or FaultConfig()
         self._rng = random.Random(self.faults.seed)
+        self._layouts: dict[tuple[Any, ...], tuple[Element, ...]] = {}
+        # laid-out states kept (a replay scrolls back through the same ones); 0: none (benchmarks)
+        self.layout_cache = 256
         self.state = SimState()
         self.reset()
 
@@ -73,12 +76,36 @@ class SimDevice:
         return (self._px(STATUS_H + APPBAR_H), self.size.height - self._px(NAV_H))
 
     def layout(self) -> list[Element]:
-        """Every element of the current screen, visible or scrolled away."""
+        """Every element of the current screen, visible or scrolled away.
+
+        Cached by everything it depends on: a long list (hundreds of slot values) is laid out
+        once per state, not at every hit test of a replay that scrolls through it.
+        """
         s = self.state
         if s.loading:
             return []
         if self.app is None:
             return self._launcher()
+        key = (
+            s.app,
+            s.screen,
+            s.scroll,
+            s.focus,
+            tuple(sorted(self.slot_values().items())),
+            tuple(sorted(s.typed.items())),
+        )
+        cached = self._layouts.get(key)
+        if cached is None:
+            cached = self._layout()
+            if self.layout_cache:
+                if len(self._layouts) >= self.layout_cache:
+                    self._layouts.pop(next(iter(self._layouts)))
+                self._layouts[key] = cached
+        return list(cached)
+
+    def _layout(self) -> tuple[Element, ...]:
+        s = self.state
+        assert self.app is not None
         screen = self.app.screens[s.screen]
         values = self.slot_values()
         top, _ = self.viewport
@@ -102,7 +129,7 @@ class SimDevice:
                 boxes.append((self._px(MARGIN), y, self.size.width - self._px(MARGIN), y + h))
                 y += h + self._px(GAP)
             out.extend(self._elements(w, values, boxes))
-        return out
+        return tuple(out)
 
     def _elements(
         self, w: Widget, values: dict[str, str], boxes: list[tuple[int, int, int, int]]
