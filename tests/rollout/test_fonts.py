@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -10,6 +12,7 @@ import rollout.sim.render as render
 from flows.cli import app
 from rollout.sim.farm import SimFarm
 from rollout.web.farm import WebFarm
+from tests.conftest import service_missing
 from tests.trajforge.test_appspec import BASE
 from trajforge.appspec import load_app, parse_spec
 from trajforge.errors import ConfigError
@@ -62,3 +65,44 @@ def test_the_font_comes_with_the_python_dependencies(monkeypatch: pytest.MonkeyP
     glyphs = {bytes(font.getmask(ch)) for ch in "打车外卖设置"}
     assert len(glyphs) == 6  # a missing glyph draws one and the same box for every character
     SimFarm(apps=[load_app("ridehail")])  # accepted, with no system font
+
+
+def _glyph_shots(env: dict) -> list[bytes]:
+    """Screenshots of two different Chinese words, drawn by Chromium with `env`."""
+    from playwright.sync_api import sync_playwright
+
+    from rollout.web.env import CHROMIUM, CHROMIUM_ARGS
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, env=env)
+        page = browser.new_page()
+        page.set_content(
+            '<div id="a" style="font:40px sans-serif">打车</div><div id="b" style="font:40px sans-serif">外卖</div>'
+        )
+        shots = [page.locator(f"#{i}").screenshot() for i in ("a", "b")]
+        browser.close()
+    return shots
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_chromium_draws_chinese_with_the_font_the_dependencies_bring(tmp_path: Path) -> None:
+    """The web backend's Chromium sees the packaged font through its own fontconfig file, so a
+    machine without a system CJK font (as .ci/run leaves it) still shows Chinese, not boxes."""
+    import os
+    import subprocess
+
+    from rollout.web.env import chromium_available, chromium_env
+
+    if not chromium_available():
+        service_missing("Chromium or Playwright missing (apt-get install chromium; pip install playwright)")
+    with_font = _glyph_shots(chromium_env())
+    assert with_font[0] != with_font[1]  # two words, two drawings
+    system_cjk = subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True).stdout.strip()
+    if not system_cjk:  # without the packaged font, this machine would draw the same boxes twice
+        bare = tmp_path / "fonts.conf"
+        bare.write_text(
+            '<?xml version="1.0"?>\n<fontconfig><include ignore_missing="yes">/etc/fonts/fonts.conf</include></fontconfig>\n'
+        )
+        boxes = _glyph_shots({**os.environ, "FONTCONFIG_FILE": str(bare)})
+        assert boxes[0] == boxes[1]
