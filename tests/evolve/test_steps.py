@@ -32,6 +32,7 @@ def run_round_one(settings: Settings) -> dict:
         "round_id": 1,
         "policy": "random-explorer@0",
         "done": False,
+        "stats": {},
     }
     uids = steps.round_queries(settings, 1)
     assert len(uids) == 4 and steps.round_queries(settings, 1) == uids  # stored, not sampled again
