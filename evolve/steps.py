@@ -27,6 +27,7 @@ from critics.csrs import extract_round
 from critics.judge import judge_round, judge_round_llm
 from curation.pipeline import curate_round
 from evolve.heldout import evaluate_policy, heldout_queries
+from evolve.ownership import foreign_round, loop_round
 from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
 from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
@@ -96,8 +97,8 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
             )
             s.add(row)
             s.flush()
-        elif not _loop_round(row):
-            raise _foreign(row)
+        elif not loop_round(row):
+            raise foreign_round(row)
         elif row.config_hash != wanted and row.status != "done":
             raise ConfigError(
                 f"round {number} was started with another evolve config (hash {row.config_hash[:12]}); "
@@ -112,35 +113,6 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
             "done": row.status == "done",
             "stats": dict(row.stats or {}) if row.status == "done" else {},
         }
-
-
-def check_loop_rounds(settings: Settings) -> None:
-    """Before the loop runs: every stored round is one of the loop's.
-
-    Raises:
-        ConfigError: names the first round another command made.
-    """
-    with open_spine(settings).sessions() as s:
-        for row in s.scalars(select(Round).order_by(Round.number)):
-            if not _loop_round(row):
-                raise _foreign(row)
-
-
-def _foreign(row: Round) -> ConfigError:
-    made_by = (row.stats or {}).get("made_by", "another command (trajforge run or rollout)")
-    return ConfigError(
-        f"round {row.number} was made by {made_by}, not by the loop, so evolve cannot take it as its own "
-        "round; evolve in a fresh TRAJFORGE_HOME (or another database)"
-    )
-
-
-def _loop_round(row: Round) -> bool:
-    """Whether a stored round is one of the loop's: `trajforge rollout` marks its own rounds, and
-    a finished round of the loop has chosen its next policy."""
-    stats = row.stats or {}
-    if "made_by" in stats:
-        return False
-    return row.status != "done" or "next_policy_id" in stats
 
 
 def round_queries(settings: Settings, number: int) -> list[str]:

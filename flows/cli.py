@@ -90,8 +90,9 @@ def db_upgrade(config: ConfigOpt = None) -> None:
 @apps_app.command("validate")
 def apps_validate(paths: Annotated[list[Path], typer.Argument(help="App spec YAML files.")]) -> None:
     """Check app specs; print every problem (file, element, fix) and exit 1 if any. Writes nothing."""
-    from trajforge.appspec import intent_warnings, load_spec
+    from trajforge.appspec import load_spec
     from trajforge.errors import SpecError
+    from trajforge.spec_lint import intent_warnings
 
     failed = False
     for path in paths:
@@ -289,8 +290,8 @@ def evolve_cmd(
     policy. Rerun after a crash: finished work is not redone."""
     import time
 
+    from evolve.ownership import check_loop_rounds
     from evolve.spine import open_spine
-    from evolve.steps import check_loop_rounds
 
     settings = cli_settings(config)
     target = rounds or settings.evolve.rounds

@@ -24,7 +24,7 @@ from trajforge.errors import SpecError
 
 WidgetKind = Literal["button", "list", "toggle", "input", "text"]
 ROW_VALUE = "value"  # in a list's label or phrase, {value} is the row's own value
-_SLOT_REF = re.compile(r"\{(\w+)\}")
+SLOT_REF = re.compile(r"\{(\w+)\}")
 
 
 class Widget(BaseModel):
@@ -67,7 +67,7 @@ class Widget(BaseModel):
 
     def slot_refs(self) -> set[str]:
         """Slots this widget reads or writes; `{value}` (a list row's own value) is not a slot."""
-        refs = set(_SLOT_REF.findall(self.label)) | set(_SLOT_REF.findall(self.phrase or ""))
+        refs = set(SLOT_REF.findall(self.label)) | set(SLOT_REF.findall(self.phrase or ""))
         return (refs - {ROW_VALUE}) | set(self.sets) | ({self.slot} if self.slot else set())
 
 
@@ -199,7 +199,7 @@ def validate_spec(spec: AppSpec, source: str) -> list[str]:
                 if slot in spec.slots and value not in spec.slots[slot]:
                     bad(where, f"sets {slot}={value!r}, which is not among its values {spec.slots[slot]}")
         for intent in screen.intents:
-            for ref in sorted(set(_SLOT_REF.findall(intent)) - set(spec.slots)):
+            for ref in sorted(set(SLOT_REF.findall(intent)) - set(spec.slots)):
                 bad(f"screens.{sid}.intents", f"references slot '{ref}', which is not declared")
     if problems:
         return problems
@@ -398,35 +398,3 @@ def spec_sha256(spec: AppSpec) -> str:
         del dump["min_actions"]
     body = json.dumps(dump, sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
-
-
-def intent_warnings(spec: AppSpec) -> list[str]:
-    """Intents that name a control in words but not the slot it sets: the goal checks only the
-    slots an intent references, so a run that never touches that control still passes.
-
-    E.g. `收藏{shop}` on a screen whose toggle `收藏` sets slot `favorite`: reaching the screen
-    with the shop picked succeeds without tapping 收藏. The fix is to reference the slot.
-    """
-    out: list[str] = []
-    for sid, screen in spec.screens.items():
-        controls = [  # (words shown, where, slots it sets) of the controls on the intent's own screen,
-            # the moves a path makes after it arrives, which only the slots can tell apart
-            (
-                _SLOT_REF.sub("", w.label).strip(),
-                f"screens.{sid}.{w.id}",
-                ({w.slot} if w.slot else set()) | set(w.sets),
-            )
-            for w in screen.widgets
-        ]
-        controls = [(words, where, slots) for words, where, slots in controls if slots and len(words) >= 2]
-        for intent in screen.intents:
-            named, text = set(_SLOT_REF.findall(intent)), _SLOT_REF.sub(" ", intent).casefold()
-            for words, where, slots in controls:
-                unchecked = sorted(slots - named)
-                if unchecked and words.casefold() in text:
-                    out.append(
-                        f"screens.{sid}.intents: {intent!r} names {words!r} ({where}) but not its slot "
-                        f"{', '.join(unchecked)}, so the goal does not check it and a run that never "
-                        f"taps it passes; reference {{{unchecked[0]}}} in the intent"
-                    )
-    return out

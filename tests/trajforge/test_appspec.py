@@ -182,7 +182,7 @@ def test_the_run_apps_default_to_the_builtins_and_refuse_a_name_defined_twice(tm
 
 
 def test_an_intent_that_names_a_control_but_not_its_slot_is_warned() -> None:
-    from trajforge.appspec import intent_warnings
+    from trajforge.spec_lint import intent_warnings
 
     def favourite(data: dict) -> None:
         data["slots"]["favourite"] = ["no", "yes"]
