@@ -64,12 +64,14 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
         select(Judgment).where(Judgment.target == "episode", Judgment.target_id.in_(in_round))
     ):
         judgments.setdefault(j.target_id, {})[f"{j.critic}:{j.critic_version}"] = j
-    verifiers = dict(
+    verifiers: dict[int, str] = dict(
         s.execute(
             select(Anchor.episode_id, Anchor.label).where(
                 Anchor.source == "verifier", Anchor.episode_id.in_(in_round)
             )
-        ).all()
+        )
+        .tuples()
+        .all()
     )
     undecided = set(
         s.scalars(

@@ -84,7 +84,9 @@ def label_and_hold(
     with transaction(sessions) as s:
         rnd = s.get(Round, round_id)
         assert rnd is not None
-        ids = dict(s.execute(select(QueryRow.uid, QueryRow.id).where(QueryRow.uid.in_(list(groups)))).all())
+        ids: dict[str, int] = dict(
+            s.execute(select(QueryRow.uid, QueryRow.id).where(QueryRow.uid.in_(list(groups)))).tuples().all()
+        )
         own = set(
             s.scalars(
                 select(Episode.id).where(Episode.round_id == round_id, Episode.policy_id == rnd.policy_id)

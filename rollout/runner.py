@@ -134,10 +134,10 @@ class EpisodeRunner:
         todo = [(q, k) for q in queries for k in range(first, first + self.config.rollouts_per_query)]
         stored = self._forget_model_faults(round_id, {episode_uid(round_id, q.uid, k) for q, k in todo})
         with self.sessions() as s:
-            query_ids = dict(
-                s.execute(
-                    select(QueryRow.uid, QueryRow.id).where(QueryRow.uid.in_([q.uid for q in queries]))
-                ).all()
+            query_ids: dict[str, int] = dict(
+                s.execute(select(QueryRow.uid, QueryRow.id).where(QueryRow.uid.in_([q.uid for q in queries])))
+                .tuples()
+                .all()
             )
         pending = [(q, k) for q, k in todo if episode_uid(round_id, q.uid, k) not in stored]
         report.skipped = len(todo) - len(pending)

@@ -95,7 +95,9 @@ def test_push_annotate_pull_round_trip(
 
     tasks = _tasks(sessions)
     with sessions() as s:
-        blind = dict(s.execute(select(AnnotationTask.ls_task_id, AnnotationTask.blind)).all())
+        blind: dict[int, bool] = dict(
+            s.execute(select(AnnotationTask.ls_task_id, AnnotationTask.blind)).tuples().all()
+        )
     # each task shows every step before and after, screenshots uploaded to Label Studio; review
     # tasks carry the critics' verdicts as a pre-annotation, blind audit tasks carry none
     review_id = next(t for t in tasks if not blind[t])
