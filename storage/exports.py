@@ -294,8 +294,8 @@ def _val_from_train(train: pl.LazyFrame, report: ExportReport) -> dict[str, pl.L
     val = train.filter(in_val).with_columns(
         pl.col("extra_info").struct.with_fields(pl.lit("val").alias("split"))
     )
-    report.rows["train"] -= int(train.filter(in_val).select(pl.len()).collect().item())
     report.rows["val"] = int(val.select(pl.len()).collect().item())
+    report.rows["train"] -= report.rows["val"]
     report.notes.append(
         f"val.parquet: the val split had no action rows, so {len(moved)} of {len(queries)} train queries "
         f"({report.rows['val']} rows) moved to val"
