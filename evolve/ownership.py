@@ -3,9 +3,13 @@ too, and `evolve` must not take one of them as a finished round of its own."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from sqlalchemy import select
 
 from evolve.spine import open_spine
+from storage.locks import exclusive, loop_lock_name
 from storage.models import Round
 from trajforge.errors import ConfigError
 from trajforge.settings import Settings
@@ -38,3 +42,15 @@ def loop_round(row: Round) -> bool:
     if "made_by" in stats:
         return False
     return row.status != "done" or "next_policy_id" in stats
+
+
+@contextmanager
+def loop_lock(settings: Settings, what: str) -> Iterator[None]:
+    """Hold the dataset's loop for the block: one `evolve` (CLI or scheduled run) at a time.
+
+    Raises:
+        LoopBusy: another run holds it; the message names it (command, pid, host, start).
+    """
+    engine = open_spine(settings).sessions.kw["bind"]
+    with exclusive(engine, loop_lock_name(settings.evolve.dataset), what):
+        yield

@@ -18,6 +18,7 @@ from flows.prefect_env import prefect_call, prefect_env
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.errors import ActionError, StorageError, TrajforgeError
 from trajforge.logs import configure_logging, redact_url
+from trajforge.settings import Settings
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -288,9 +289,7 @@ def evolve_cmd(
     """Run the self-evolving loop as Prefect flows: each round generates queries, rolls out the
     round's policy, judges, calibrates, curates, publishes a dataset version and trains the next
     policy. Rerun after a crash: finished work is not redone."""
-    import time
-
-    from evolve.ownership import check_loop_rounds
+    from evolve.ownership import check_loop_rounds, loop_lock
     from evolve.spine import open_spine
 
     settings = cli_settings(config)
@@ -300,6 +299,17 @@ def evolve_cmd(
     spine = open_spine(settings)  # migrates, so it connects
     spine.store  # noqa: B018 (reaching it is the check)
     check_loop_rounds(settings)
+    with loop_lock(settings, "trajforge evolve"):
+        _evolve_rounds(settings, target, report_dir, verbose)
+
+
+def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, verbose: bool) -> None:
+    """The rounds of `evolve`, under the dataset's loop lock."""
+    import time
+
+    from evolve.spine import open_spine
+
+    spine = open_spine(settings)
     prefect_env(settings, verbose)
     from curation.curriculum import curriculum_line
     from evolve.heldout import heldout_line

@@ -18,6 +18,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from curation.encoder import round_encoder
 from evolve import heldout, steps
+from evolve.ownership import loop_lock
 from evolve.spine import open_spine
 from evolve.trainer import train_next
 from trajforge.settings import Settings
@@ -210,11 +211,16 @@ def evolve_flow(
 ) -> list[dict[str, Any]]:
     """The deployment entry point: settings from `config` and the worker's environment, then rounds.
 
-    Scheduled deployments pass `more=1`: each run adds one round to the loop.
+    Scheduled deployments pass `more=1`: each run adds one round to the loop. A run that was
+    killed mid-round left that round unfinished, so the next scheduled run resumes it (only done
+    rounds count), redoing nothing stored.
     """
     from pathlib import Path
 
     from trajforge.settings import load_settings
 
     settings = load_settings(Path(config) if config else None)
-    return [evolve_round_flow(settings, n) for n in range(1, target_rounds(settings, rounds, more) + 1)]
+    # One run of the loop at a time: an overlapping scheduled run fails at once, naming the holder.
+    with loop_lock(settings, "prefect evolve run"):
+        target = target_rounds(settings, rounds, more)
+        return [evolve_round_flow(settings, n) for n in range(1, target + 1)]

@@ -53,6 +53,14 @@ class UnknownVersion(DatasetError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class LoopBusy(TrajforgeError):
+    """Another process runs the loop of this dataset; `holder` names it."""
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 class StageError(TrajforgeError):
     """A stage was asked to run before the stage it reads from; the message names the command."""
 

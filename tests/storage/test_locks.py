@@ -1,0 +1,93 @@
+"""One evolve at a time per dataset, on SQLite (a file lock) and PostgreSQL (an advisory lock):
+the second run refuses with one line that names the first, and a killed holder frees the lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from storage.locks import exclusive, holder, loop_lock_name
+from storage.models import DatasetVersion, Episode
+from trajforge.errors import LoopBusy
+
+TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
+NAME = loop_lock_name("trajforge")
+
+
+def test_a_held_lock_names_its_holder_and_is_free_after(engine: Engine) -> None:
+    assert holder(engine, NAME) is None
+    with exclusive(engine, NAME, "first evolve"):
+        with pytest.raises(LoopBusy) as caught, exclusive(engine, NAME, "second evolve"):
+            pass
+        assert f"first evolve (pid {os.getpid()}" in str(caught.value)
+        assert "one evolve at a time per dataset" in str(caught.value)
+        with exclusive(engine, loop_lock_name("another-dataset"), "other"):
+            pass  # another dataset's loop is not this one's
+    assert holder(engine, NAME) is None
+    with exclusive(engine, NAME, "third evolve"):
+        pass
+
+
+def test_a_killed_holder_frees_the_lock(engine: Engine, db_url: str) -> None:
+    script = (
+        "import sys, time\n"
+        "from storage.db import create_db_engine\n"
+        "from storage.locks import exclusive\n"
+        "with exclusive(create_db_engine(sys.argv[1]), sys.argv[2], 'doomed evolve'):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, db_url, NAME], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        assert "doomed evolve" in (holder(engine, NAME) or "")
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 10  # PostgreSQL ends the dead client's session on its own time
+    while holder(engine, NAME) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with exclusive(engine, NAME, "next evolve"):
+        pass
+
+
+def test_a_second_evolve_refuses_in_one_line_and_writes_nothing(evolve_config: Path, engine: Engine) -> None:
+    with exclusive(engine, NAME, "trajforge evolve"):
+        done = subprocess.run(
+            [TRAJFORGE, "evolve", "--rounds", "1", "--config", str(evolve_config)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"held by trajforge evolve (pid {os.getpid()}" in lines[0]
+    assert "evolving" not in done.stdout  # refused before any round started
+    assert not (evolve_config.parent / "home" / "report").exists()
+
+
+@pytest.mark.slow
+def test_two_concurrent_evolves_one_works_the_other_refuses(evolve_config: Path, engine: Engine) -> None:
+    command = [TRAJFORGE, "evolve", "--rounds", "1", "--config", str(evolve_config)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while holder(engine, NAME) is None and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out[-3000:]
+    assert second.returncode == 1 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert f"held by trajforge evolve (pid {first.pid}" in second.stderr
+    with engine.connect() as conn:  # the round was played once: every episode uid once, one version
+        episodes = conn.execute(select(func.count(), func.count(Episode.uid.distinct()))).one()
+        versions = conn.execute(select(func.count()).select_from(DatasetVersion)).scalar()
+    assert episodes[0] == episodes[1] > 0 and versions == 1
