@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
@@ -53,10 +52,8 @@ from storage.models import (
 )
 from storage.objectstore import ObjectStore
 from storage.rounds import numbers, ready_rounds
-from storage.shards import PublishConfig, chunks, selected_rows, shard_bytes
+from storage.shards import PublishConfig, chunks, selected_rows, shard_bytes, write_shards
 from trajforge.errors import DatasetError, ObjectNotFound, SealedVersion, VersionConflict
-
-log = logging.getLogger("trajforge.publish")
 
 
 @dataclass
@@ -146,11 +143,11 @@ def publish(
         require_images(store, images)
         latest = _latest_sealed(sessions, store, name)
         if latest is not None and _same_rows(latest[1], config, shards):
-            repaired = _write_shards(store, staging, shards)  # a damaged one is still mended
+            repaired = write_shards(store, staging, shards)  # a damaged one is still mended
             return _unchanged(*latest, len(shards), repaired)
         version_id, number, parent, resumed = _claim(sessions, name, config, description)
         known = _known_shards(sessions)
-        repaired = _write_shards(store, staging, shards)
+        repaired = write_shards(store, staging, shards)
     splits: Counter[str] = Counter()
     categories: Counter[str] = Counter()
     for sh in shards:
@@ -159,6 +156,7 @@ def publish(
     parent_info = None
     if parent is not None:
         parent_info = {"version": parent.version, "manifest_sha256": parent.manifest_sha256}
+    lineage = _lineage(sessions, sorted({sh["round"] for sh in shards}))
     manifest = {
         "format": MANIFEST_FORMAT,
         "dataset": name,
@@ -170,7 +168,7 @@ def publish(
         "rows": sum(splits.values()),
         "splits": dict(sorted(splits.items())),
         "categories": dict(sorted(categories.items())),
-        "lineage": _lineage(sessions, sorted({sh["round"] for sh in shards})),
+        "lineage": lineage,
         "shards": shards,
     }
     body = canonical(manifest)
@@ -179,60 +177,72 @@ def publish(
     if store.exists(key) and sha256_hex(store.get(key)) != digest:
         raise SealedVersion(f"dataset {name} v{number}: a different manifest is already stored at {key}")
     store.put(key, body, "application/json")
-    with transaction(sessions) as s:
-        insert_ignore(  # shards other versions already hold are left as they are
-            s,
-            Shard,
-            [
-                {
-                    "sha256": sh["sha256"],
-                    "object_key": sh["key"],
-                    "rows": sh["rows"],
-                    "split": sh["split"],
-                    "format": "parquet",
-                }
-                for sh in shards
-            ],
-            ["sha256"],
-        )
-        ids = _shard_ids(s, [sh["sha256"] for sh in shards])
-        insert_ignore(
-            s,
-            VersionShard,
-            [{"version_id": version_id, "shard_id": ids[sh["sha256"]]} for sh in shards],
-            ["version_id", "shard_id"],
-        )
-        sealed = s.execute(
-            update(DatasetVersion)
-            .where(DatasetVersion.id == version_id, DatasetVersion.status == "draft")
-            .values(
-                status="sealed",
-                manifest_key=key,
-                manifest_sha256=digest,
-                lineage=manifest["lineage"],
-                sealed_at=datetime.now(UTC),
-            )
-        )
-        if sealed.rowcount != 1:  # type: ignore[attr-defined]
-            raise VersionConflict(f"dataset {name} v{number} was sealed by another publisher; publish again")
+    _seal(sessions, shards, version_id, name, number, key, digest, lineage)
     reused = sum(1 for sh in shards if sh["sha256"] in known)
     return PublishReport(
         name, number, digest, sum(splits.values()), len(shards), reused, dict(splits), resumed, repaired
     )
 
 
-def _write_shards(store: ObjectStore, staging: Path, shards: list[dict[str, Any]]) -> int:
-    """Put every staged shard the store lacks; one stored under its key that no longer matches its
-    hash (truncated, overwritten) is rewritten. Returns how many were rewritten."""
-    repaired = 0
-    for sh in shards:
-        if store.exists(sh["key"]):
-            if sha256_hex(store.get(sh["key"])) == sh["sha256"]:
-                continue
-            log.warning("shard %s no longer matches its hash in the store; rewriting it", sh["key"])
-            repaired += 1
-        store.put(sh["key"], (staging / sh["sha256"]).read_bytes(), "application/vnd.apache.parquet")
-    return repaired
+def _seal(
+    sessions: sessionmaker[Session],
+    shards: list[dict[str, Any]],
+    version_id: int,
+    name: str,
+    number: int,
+    key: str,
+    digest: str,
+    lineage: dict[str, Any],
+) -> None:
+    """Record the version's shards and seal it, in one transaction.
+
+    Raises:
+        VersionConflict: another publisher of the same draft sealed it first (the database's
+            sealed-version triggers refuse the shard rows, or the draft is no longer a draft).
+    """
+    conflict = (
+        f"dataset {name} v{number} was sealed by another publisher while this one was writing it; "
+        "`trajforge datasets list` shows it (publish again: it makes a new version only if the rows changed)"
+    )
+    try:
+        with transaction(sessions) as s:
+            insert_ignore(  # shards other versions already hold are left as they are
+                s,
+                Shard,
+                [
+                    {
+                        "sha256": sh["sha256"],
+                        "object_key": sh["key"],
+                        "rows": sh["rows"],
+                        "split": sh["split"],
+                        "format": "parquet",
+                    }
+                    for sh in shards
+                ],
+                ["sha256"],
+            )
+            ids = _shard_ids(s, [sh["sha256"] for sh in shards])
+            insert_ignore(
+                s,
+                VersionShard,
+                [{"version_id": version_id, "shard_id": ids[sh["sha256"]]} for sh in shards],
+                ["version_id", "shard_id"],
+            )
+            sealed = s.execute(
+                update(DatasetVersion)
+                .where(DatasetVersion.id == version_id, DatasetVersion.status == "draft")
+                .values(
+                    status="sealed",
+                    manifest_key=key,
+                    manifest_sha256=digest,
+                    lineage=lineage,
+                    sealed_at=datetime.now(UTC),
+                )
+            )
+            if sealed.rowcount != 1:  # type: ignore[attr-defined]
+                raise VersionConflict(conflict)
+    except SealedVersion as exc:  # the sealed-version triggers refused this publisher's shard rows
+        raise VersionConflict(conflict) from exc
 
 
 def _latest_sealed(

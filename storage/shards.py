@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -21,6 +23,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from storage.datasets import SCHEMA, canonical
 from storage.keys import sha256_hex
 from storage.models import Episode, Round, Sample
+from storage.objectstore import ObjectStore
+
+log = logging.getLogger("trajforge.publish")
 
 
 @dataclass(frozen=True)
@@ -123,3 +128,17 @@ def chunks(rows: Iterator[dict[str, Any]], config: PublishConfig) -> Iterator[li
             yield chunk
             open_[(row["split"], row["round"], row["category"])] = []
     yield from (chunk for chunk in open_.values() if chunk)
+
+
+def write_shards(store: ObjectStore, staging: Path, shards: list[dict[str, Any]]) -> int:
+    """Put every staged shard the store lacks; one stored under its key that no longer matches its
+    hash (truncated, overwritten) is rewritten. Returns how many were rewritten."""
+    repaired = 0
+    for sh in shards:
+        if store.exists(sh["key"]):
+            if sha256_hex(store.get(sh["key"])) == sh["sha256"]:
+                continue
+            log.warning("shard %s no longer matches its hash in the store; rewriting it", sh["key"])
+            repaired += 1
+        store.put(sh["key"], (staging / sh["sha256"]).read_bytes(), "application/vnd.apache.parquet")
+    return repaired

@@ -4,6 +4,7 @@ reproducibility, shard reuse, diff and verify."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -169,3 +170,54 @@ def test_racing_publishers_one_wins_the_other_gets_a_clear_conflict(
     versions = [v for v in list_versions(sessions, "race")]
     assert [(v.version, v.status) for v in versions] == [(1, "sealed")]
     assert verify(sessions, store, "race", 1) == []
+
+
+def test_the_loser_of_a_race_on_one_draft_gets_a_version_conflict(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same config: the second publisher resumes the first one's draft, and the first seals it
+    while the second writes. The second gets `VersionConflict` (not `SealedVersion`, whose advice
+    would seal an identical version), and publishing again says the rows are unchanged."""
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
+    sessions = session_factory(engine)
+    store = open_object_store(load_settings())
+    claimed: list[object] = []
+    second_claimed, first_sealed = threading.Event(), threading.Event()
+    claim = storage.publish._claim
+
+    def ordered_claim(*args: Any, **kwargs: Any) -> Any:
+        won = claim(*args, **kwargs)
+        claimed.append(won)
+        if len(claimed) == 1:
+            second_claimed.wait(timeout=120)  # the first seals only once the second holds the draft
+        else:
+            second_claimed.set()
+            first_sealed.wait(timeout=120)  # the second writes after the first sealed
+        return won
+
+    monkeypatch.setattr(storage.publish, "_claim", ordered_claim)
+    results: list[object] = []
+
+    def racer(done: threading.Event | None) -> None:
+        try:
+            results.append(publish(sessions, store, "race", CONFIG))
+        except Exception as exc:  # noqa: BLE001 (the test looks at which error)
+            results.append(exc)
+        finally:
+            if done is not None:
+                done.set()
+
+    first = threading.Thread(target=racer, args=(first_sealed,))
+    first.start()
+    while not claimed:
+        time.sleep(0.01)
+    second = threading.Thread(target=racer, args=(None,))
+    second.start()
+    first.join()
+    second.join()
+    assert [type(r).__name__ for r in results] == ["PublishReport", "VersionConflict"], results
+    assert "sealed by another publisher" in str(results[1])
+    assert [(v.version, v.status) for v in list_versions(sessions, "race")] == [(1, "sealed")]
+    monkeypatch.setattr(storage.publish, "_claim", claim)
+    assert publish(sessions, store, "race", CONFIG).unchanged
