@@ -30,9 +30,8 @@ from typing import Any
 from sqlalchemy import select
 
 from evolve.policies import policy_factory
-from evolve.spine import Spine, open_farm, open_spine
+from evolve.spine import Spine, open_farm, open_pool, open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
-from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from storage.db import transaction
 from storage.models import App, Round
@@ -99,7 +98,7 @@ def evaluate_policy(spine: Spine, policy_id: int, queries: list[Query]) -> dict[
     farm = open_farm(spine)
     config = RolloutConfig(rollouts_per_query=ev.heldout_rollouts, workers=ev.devices, max_steps=ev.max_steps)
     runner = EpisodeRunner(
-        spine.sessions, DevicePool(spine.sessions), farm, policy_factory(spine, policy_id), config,
+        spine.sessions, open_pool(spine), farm, policy_factory(spine, policy_id), config,
         backend=farm.backend,
     )  # fmt: skip
     played = asyncio.run(runner.evaluate(queries, LABEL))

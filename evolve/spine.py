@@ -14,6 +14,7 @@ from functools import cached_property
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from rollout.pool import DevicePool
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
@@ -79,5 +80,10 @@ def open_farm(spine: Spine) -> SimFarm | WebFarm:
             raise ConfigError(
                 "evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
             )
-        return WebFarm(spine.apps, store=spine.store)
-    return SimFarm(spine.apps, store=spine.store)
+        return WebFarm(spine.apps, store=spine.store, faults=spine.settings.evolve.faults)
+    return SimFarm(spine.apps, store=spine.store, faults=spine.settings.evolve.faults)
+
+
+def open_pool(spine: Spine) -> DevicePool:
+    """The device pool, with the loop's cool-down before a retired device is probed."""
+    return DevicePool(spine.sessions, cooldown_s=spine.settings.evolve.device_cooldown_s)

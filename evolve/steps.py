@@ -31,10 +31,9 @@ from evolve.ownership import foreign_round, loop_round
 from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
 from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
-from evolve.spine import Spine, open_farm, open_spine
+from evolve.spine import Spine, open_farm, open_pool, open_spine
 from querygen.pipeline import generate_round
 from rollout.policies import NoisyOracle, OracleNoise, Policy
-from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.env import demonstrator
 from storage.anchors import CONSENSUS
@@ -154,7 +153,7 @@ def shards(items: list[str], n: int) -> list[list[str]]:
 def register_devices(settings: Settings) -> int:
     """The loop's devices, in the pool every rollout task leases from (idempotent)."""
     spine = open_spine(settings)
-    open_farm(spine).register(DevicePool(spine.sessions), settings.evolve.devices)
+    open_farm(spine).register(open_pool(spine), settings.evolve.devices)
     return settings.evolve.devices
 
 
@@ -168,7 +167,7 @@ def _roll(
     guidance: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     farm = open_farm(spine)
-    pool = DevicePool(spine.sessions)
+    pool = open_pool(spine)
     runner = EpisodeRunner(spine.sessions, pool, farm, make, config, backend=farm.backend, guidance=guidance)
     report = asyncio.run(runner.run(queries, rnd.id, policy_id))
     if report.not_run:  # the task fails loudly; its retry (or a rerun) plays only what is missing

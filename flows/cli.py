@@ -14,6 +14,7 @@ from flows.cli_common import ConfigOpt, cli_settings, cli_spine
 from flows.cli_critics import critics_app
 from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
+from flows.cli_ops import devices_app, serve_cmd, status_cmd
 from flows.prefect_env import prefect_call, prefect_env
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.errors import ActionError, StorageError, TrajforgeError
@@ -38,6 +39,7 @@ app.add_typer(datasets_app, name="datasets")
 app.add_typer(critics_app, name="critics")
 app.add_typer(curate_app, name="curate")
 app.add_typer(annotate_app, name="annotate")
+app.add_typer(devices_app, name="devices")
 
 
 @app.callback()
@@ -352,32 +354,8 @@ def report_cmd(
     typer.echo(f"report: {write_report(sessions, store, out).resolve().as_uri()}")
 
 
-@app.command("serve")
-def serve_cmd(
-    config: ConfigOpt = None,
-    work_pool: Annotated[
-        bool,
-        typer.Option(
-            "--work-pool", help="Register on the work pool (docker-compose's worker runs it) and exit."
-        ),
-    ] = False,
-) -> None:
-    """Deploy the `evolve` flow with the cron schedule `evolve.schedule`: served from this process,
-    or registered on a work pool. Needs a Prefect API (PREFECT_API_URL)."""
-    settings = cli_settings(config)
-    prefect_env(settings)
-    from flows.serve import create_limits, register_work_pool, serve_here
-
-    limits = create_limits(settings)
-    typer.echo("concurrency limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
-    schedule = settings.evolve.schedule or "none (run on demand)"
-    if work_pool:
-        deployment = register_work_pool(settings, config)
-        pool = settings.evolve.work_pool
-        typer.echo(f"deployment evolve/trajforge-evolve ({deployment}) on pool {pool}; schedule {schedule}")
-        return
-    typer.echo(f"serving evolve/trajforge-evolve; schedule {schedule}")
-    serve_here(settings, config)
+app.command("serve")(serve_cmd)
+app.command("status")(status_cmd)
 
 
 def main() -> None:

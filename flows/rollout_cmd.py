@@ -29,7 +29,7 @@ from storage.models import Query as QueryRow
 from storage.objectstore import frame_reader
 from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
-from trajforge.errors import ConfigError
+from trajforge.errors import ConfigError, DeviceError
 from trajforge.settings import load_settings
 
 POLICIES = ("noisy-oracle", "random-explorer", "vlm")
@@ -142,7 +142,8 @@ def run_rollout(
         farm = AndroidFarm(serials or [], android_packages(apps), adb, store)
         workers = min(workers, len(serials or []))
     else:
-        farm = SimFarm(apps, store=store) if backend == "sim" else WebFarm(apps, store=store)
+        faults = settings.evolve.faults  # fault drills: the config's switch
+        farm = (SimFarm if backend == "sim" else WebFarm)(apps, store=store, faults=faults)
     pool = DevicePool(sessions)
     farm.register(pool, workers)
     total = len(todo) * rollouts_per_query
@@ -172,14 +173,21 @@ def run_rollout(
                     await gateway.aclose()
 
         report = asyncio.run(go())
-    with transaction(sessions) as s:
-        done = s.get(Round, round_id)
-        assert done is not None
-        done.status = "done"
+    if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it
+        with transaction(sessions) as s:
+            done = s.get(Round, round_id)
+            assert done is not None
+            done.status = "done"
     typer.echo(
         f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
     )
     typer.echo(report.render())
+    if report.not_run:
+        raise DeviceError(
+            f"round {number} is incomplete: {report.not_run} episodes found no healthy device; "
+            "`trajforge devices list` shows the pool, `trajforge devices reset` returns retired devices, "
+            "then rerun the same command"
+        )
 
 
 def android_packages(apps: list[AppSpec]) -> dict[str, str]:

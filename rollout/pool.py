@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import and_, or_, select, update
@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
 from storage.models import Device, DeviceLease
+from trajforge.errors import ConfigError
 
 _SQLITE_LOCK = threading.Lock()
 
@@ -43,6 +44,20 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+@dataclass
+class DeviceState:
+    """One device as an operator sees it."""
+
+    name: str
+    backend: str
+    address: str
+    health: str
+    failures: int
+    down_since: datetime | None
+    capacity: int
+    holders: list[str] = field(default_factory=list)  # live leases
+
+
 @dataclass(frozen=True)
 class Lease:
     id: int
@@ -60,17 +75,27 @@ class Lease:
 class DevicePool:
     """Leases device slots to workers.
 
+    A device that is down (retired, or left unhealthy by a worker that died) is probed once it
+    has been down for `cooldown_s`: its next lease puts it on trial ("probing", one episode at a
+    time). A clean episode returns it to healthy; another failure retires it again.
+
     Args:
         lease_ttl_s: a lease not renewed for this long is free again.
         max_failures: a device that failed this many times in a row is retired.
+        cooldown_s: how long a retired device rests before it is probed.
     """
 
     def __init__(
-        self, sessions: sessionmaker[Session], lease_ttl_s: float = 60.0, max_failures: int = 3
+        self,
+        sessions: sessionmaker[Session],
+        lease_ttl_s: float = 60.0,
+        max_failures: int = 3,
+        cooldown_s: float = 20.0,
     ) -> None:
         self.sessions = sessions
         self.ttl = timedelta(seconds=lease_ttl_s)
         self.max_failures = max_failures
+        self.cooldown = timedelta(seconds=cooldown_s)
         bind = sessions.kw.get("bind")
         self._local_lock = _SQLITE_LOCK if bind is None or bind.dialect.name == "sqlite" else None
 
@@ -111,13 +136,15 @@ class DevicePool:
     def _lease(self, holder: str, backend: str | None) -> Lease | None:
         now = utcnow()
         with transaction(self.sessions) as s:
+            rested = or_(Device.down_since.is_(None), Device.down_since < now - self.cooldown)
             stmt = (
                 select(DeviceLease, Device)
                 .join(Device, Device.id == DeviceLease.device_id)
                 .where(
-                    Device.health == "healthy", or_(DeviceLease.holder.is_(None), DeviceLease.expires < now)
+                    or_(Device.health == "healthy", rested),
+                    or_(DeviceLease.holder.is_(None), DeviceLease.expires < now),
                 )
-                .order_by(DeviceLease.id)
+                .order_by(Device.health != "healthy", DeviceLease.id)  # healthy devices first
                 .limit(1)
                 .with_for_update(skip_locked=True, of=DeviceLease)
             )
@@ -127,6 +154,8 @@ class DevicePool:
             if row is None:
                 return None
             lease, device = row
+            if device.health != "healthy":  # a probe: the rest of its slots wait for the verdict
+                device.health, device.down_since = "probing", now
             lease.holder, lease.heartbeat, lease.expires = holder, now, now + self.ttl
             return Lease(lease.id, device.name, device.backend, device.address, lease.slot, holder)
 
@@ -150,7 +179,9 @@ class DevicePool:
                 .values(holder=None, expires=None)
             )
             s.execute(
-                update(Device).where(Device.name == lease.device, Device.failures > 0).values(failures=0)
+                update(Device)
+                .where(Device.name == lease.device, or_(Device.failures > 0, Device.health != "healthy"))
+                .values(failures=0, health="healthy", down_since=None)
             )
 
     def report_failure(self, lease: Lease) -> str:
@@ -163,6 +194,7 @@ class DevicePool:
             device = s.scalars(select(Device).where(Device.name == lease.device).with_for_update()).one()
             device.failures += 1
             device.health = "retired" if device.failures >= self.max_failures else "unhealthy"
+            device.down_since = utcnow()
             s.execute(update(DeviceLease).where(DeviceLease.id == lease.id).values(holder=None, expires=None))
             return device.health
 
@@ -172,8 +204,56 @@ class DevicePool:
             s.execute(
                 update(Device)
                 .where(Device.name == name, Device.health == "unhealthy")
-                .values(health="healthy")
+                .values(health="healthy", down_since=None)
             )
+
+    def reset(self, names: list[str] | None = None) -> list[str]:
+        """Return devices to service by hand (all when `names` is None): healthy, no failures.
+
+        Raises:
+            ConfigError: a name is not a registered device.
+        """
+        with transaction(self.sessions) as s:
+            known = set(s.scalars(select(Device.name)))
+            unknown = sorted(set(names or []) - known)
+            if unknown:
+                raise ConfigError(
+                    f"no device named {', '.join(unknown)}; `trajforge devices list` shows the pool"
+                )
+            chosen = sorted(known if names is None else set(names))
+            s.execute(
+                update(Device)
+                .where(Device.name.in_(chosen))
+                .values(health="healthy", failures=0, down_since=None)
+            )
+        return chosen
+
+    def devices(self) -> list[DeviceState]:
+        """Every device with its health and leases (`trajforge devices list`, `trajforge status`)."""
+        now = utcnow()
+        with self.sessions() as s:
+            rows = s.execute(
+                select(Device, DeviceLease)
+                .join(DeviceLease, DeviceLease.device_id == Device.id)
+                .order_by(Device.name, DeviceLease.slot)
+            ).all()
+        states: dict[str, DeviceState] = {}
+        for device, lease in rows:
+            state = states.setdefault(
+                device.name,
+                DeviceState(
+                    device.name,
+                    device.backend,
+                    device.address,
+                    device.health,
+                    device.failures,
+                    device.down_since,
+                    device.capacity,
+                ),
+            )
+            if lease.holder is not None and lease.expires is not None and lease.expires >= now:
+                state.holders.append(lease.holder)
+        return list(states.values())
 
     def reclaim_orphans(self) -> int:
         """Free the leases that dead processes on this host still hold (no need to wait for expiry).

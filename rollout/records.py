@@ -12,6 +12,8 @@ from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Episode, Exclusion, Step
 from trajforge.world.verify import UNVERIFIABLE
 
+EXCLUSION_KEY = ["stage", "item_type", "item_key", "reason"]
+
 
 def store_episode(
     sessions: sessionmaker[Session],
@@ -82,17 +84,7 @@ def store_episode(
         insert_ignore(
             s,
             Exclusion,
-            [
-                {
-                    "round_id": round_id,
-                    "stage": "rollout",
-                    "item_type": "episode_attempt",
-                    "item_key": f"{uid}:{f['attempt']}",
-                    "reason": f["reason"],
-                    "detail": f,
-                }
-                for f in failures
-            ]
+            attempt_rows(round_id, uid, failures)
             + [
                 {
                     "round_id": round_id,
@@ -119,6 +111,30 @@ def store_episode(
                 if policy_failure
                 else []
             ),
-            ["stage", "item_type", "item_key", "reason"],
+            EXCLUSION_KEY,
         )
     return True
+
+
+def attempt_rows(round_id: int, uid: str, failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Exclusion rows of an episode's failed attempts (device crashed, hung, timed out)."""
+    return [
+        {
+            "round_id": round_id,
+            "stage": "rollout",
+            "item_type": "episode_attempt",
+            "item_key": f"{uid}:{f['attempt']}",
+            "reason": f["reason"],
+            "detail": f,
+        }
+        for f in failures
+    ]
+
+
+def record_attempts(
+    sessions: sessionmaker[Session], round_id: int, uid: str, failures: list[dict[str, Any]]
+) -> None:
+    """The failed attempts of an episode that found no device afterwards (a rerun plays it)."""
+    if failures:
+        with transaction(sessions) as s:
+            insert_ignore(s, Exclusion, attempt_rows(round_id, uid, failures), EXCLUSION_KEY)

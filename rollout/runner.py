@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from rollout.env import Environment
 from rollout.policies.base import Policy, observed
 from rollout.pool import DevicePool, Lease, holder_name
-from rollout.records import store_episode
+from rollout.records import record_attempts, store_episode
 from storage.db import transaction
 from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
 from storage.models import Query as QueryRow
@@ -159,8 +159,8 @@ class EpisodeRunner:
         report = RolloutReport(requested=len(queries) * self.config.rollouts_per_query)
 
         async def one(query: Query, k: int) -> tuple[Query, int, str]:
-            played = await self._attempts(query, k, f"{label}:{query.uid}:{k}", report)
-            return query, k, played[0]["outcome"] if played else "not_run"
+            result, _, _ = await self._attempts(query, k, f"{label}:{query.uid}:{k}", report)
+            return query, k, result["outcome"] if result else "not_run"
 
         rollouts = range(self.config.rollouts_per_query)
         return await self._all([partial(one, q, k) for q in queries for k in rollouts])
@@ -233,25 +233,25 @@ class EpisodeRunner:
         self, query: Query, k: int, round_id: int, policy_id: int, query_id: int, report: RolloutReport
     ) -> None:
         uid = episode_uid(round_id, query.uid, k)
-        played = await self._attempts(query, k, uid, report)
-        if played is None:
+        result, device, failures = await self._attempts(query, k, uid, report)
+        if result is None:
             report.not_run += 1  # left for the next run, which resumes it: not the episode's failure
+            await asyncio.to_thread(record_attempts, self.sessions, round_id, uid, failures)
             return
-        result, device, failures = played
         if store_episode(self.sessions, uid, round_id, policy_id, query_id, k, device, result, failures):
             self._count(result, report)
 
     async def _attempts(
         self, query: Query, k: int, uid: str, report: RolloutReport
-    ) -> tuple[dict[str, Any], str | None, list[dict[str, Any]]] | None:
+    ) -> tuple[dict[str, Any] | None, str | None, list[dict[str, Any]]]:
         """Play one episode, on another device after a device fault: (result, device, failed
-        attempts); None when no device was free. Out of attempts, the result is a failure."""
+        attempts); the result is None when no device was free. Out of attempts, it is a failure."""
         failures: list[dict[str, Any]] = []
         for attempt in range(self.config.max_attempts):
             try:
                 lease = await self._lease(holder_name(uid[:16]))
             except DeviceError:
-                return None
+                return None, None, failures
             try:
                 result = await asyncio.wait_for(
                     self._play(query, k, uid, lease), self.config.episode_timeout_s

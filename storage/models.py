@@ -297,9 +297,11 @@ class Device(Base):
     backend: Mapped[str] = mapped_column(String(16))  # sim | web | android
     address: Mapped[str] = mapped_column(String(256), default="")
     capacity: Mapped[int] = mapped_column(Integer, default=1)
-    health: Mapped[str] = mapped_column(String(16), default="healthy")  # healthy | unhealthy | retired
+    # healthy | unhealthy (being restarted) | retired | probing (on trial after its cool-down)
+    health: Mapped[str] = mapped_column(String(16), default="healthy")
     failures: Mapped[int] = mapped_column(Integer, default=0)
     meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    down_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=False))  # naive UTC
 
 
 class DeviceLease(Base):

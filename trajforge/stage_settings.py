@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trajforge.actions import CODECS
 from trajforge.domain import mix_problem
+from trajforge.world.model import FaultConfig
 
 ExportFormat = Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"]  # the one list of export formats
 FeaturizerName = Literal["thumb", "phash", "resnet"]  # screenshot features for trajectory dedup
@@ -201,6 +202,18 @@ class EvolveSettings(BaseSettings):
         "headless Chromium; needs the chromium package and Playwright).",
     )
     max_steps: int = Field(25, ge=1, le=500, description="Step budget of one episode.")
+    device_cooldown_s: float = Field(
+        20.0,
+        ge=0,
+        le=86_400,
+        description="A retired device rests this long, then its next lease is a probe: a clean episode "
+        "returns it to the pool, a failure retires it again (`trajforge devices` lists and resets them).",
+    )
+    faults: FaultConfig = Field(
+        default_factory=FaultConfig,
+        description="Fault drills: per-action rates of device crashes, hangs, slow screens and popups on "
+        "the loop's devices (sim and web); all 0 by default.",
+    )
     guided_fraction: float = Field(
         0.5,
         ge=0,

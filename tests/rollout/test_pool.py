@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from rollout.pool import DevicePool
+from trajforge.errors import ConfigError
 
 
 def test_register_lease_release(sessions: sessionmaker[Session]) -> None:
@@ -98,3 +100,38 @@ def test_leases_of_dead_processes_are_reclaimed(sessions: sessionmaker[Session])
     assert mine.reclaim_orphans() == 1
     assert pool.lease(holder_name("next")) is not None
     assert mine.reclaim_orphans() == 0  # a live holder's lease is kept
+
+
+def test_a_retired_device_is_probed_after_its_cool_down(sessions: sessionmaker[Session]) -> None:
+    pool = DevicePool(sessions, max_failures=1, cooldown_s=0.3)
+    pool.register("sim-0", "sim", capacity=2)
+    lease = pool.lease("w")
+    assert lease is not None and pool.report_failure(lease) == "retired"
+    assert pool.lease("w") is None  # resting
+    time.sleep(0.4)
+    probe = pool.lease("w")
+    assert probe is not None and pool.devices()[0].health == "probing"
+    assert pool.lease("w2") is None  # one probe at a time: its other slot waits for the verdict
+    assert pool.report_failure(probe) == "retired"  # the probe failed: retired again, resting again
+    assert pool.lease("w") is None
+    time.sleep(0.4)
+    probe = pool.lease("w")
+    assert probe is not None
+    pool.release(probe)  # a clean episode: back in service, every slot
+    state = pool.devices()[0]
+    assert (state.health, state.failures, state.down_since) == ("healthy", 0, None)
+    assert pool.lease("a") is not None and pool.lease("b") is not None
+
+
+def test_reset_returns_devices_and_names_unknown_ones(sessions: sessionmaker[Session]) -> None:
+    pool = DevicePool(sessions, max_failures=1, cooldown_s=3600)
+    for name in ("sim-0", "sim-1"):
+        pool.register(name, "sim")
+        lease = pool.lease("w")
+        assert lease is not None and pool.report_failure(lease) == "retired"
+    with pytest.raises(ConfigError, match="no device named sim-9"):
+        pool.reset(["sim-0", "sim-9"])
+    assert {d.health for d in pool.devices()} == {"retired"}  # nothing reset half-way
+    assert pool.reset(["sim-1"]) == ["sim-1"]
+    assert [d.health for d in pool.devices()] == ["retired", "healthy"]
+    assert pool.reset() == ["sim-0", "sim-1"] and {d.health for d in pool.devices()} == {"healthy"}

@@ -240,3 +240,34 @@ def test_web_farm_runs_episodes_in_chromium(sessions: sessionmaker[Session], tmp
         }
         shot = s.scalars(select(Step.screenshot)).first()
     assert shot is not None and store.exists(blob_key(shot))
+
+
+def test_a_farm_retired_by_faults_heals_and_the_next_run_plays_every_episode(
+    sessions: sessionmaker[Session],
+) -> None:
+    """Faults on about 10% of actions retire both devices; the episodes left unplayed keep their
+    failed attempts; a run without faults after the cool-down probes the devices back and plays
+    every remaining episode."""
+    queries, round_id, policy_id = _setup(sessions, "takeout", 8)
+    faulty = SimFarm(faults=FaultConfig(seed=4, crash_rate=0.06, hang_rate=0.04))
+    pool = DevicePool(sessions, max_failures=2, cooldown_s=0.5)
+    faulty.register(pool, 2)
+    config = RolloutConfig(rollouts_per_query=2, workers=2, lease_wait_s=0.2, max_attempts=8)
+    first = asyncio.run(
+        EpisodeRunner(sessions, pool, faulty, NoisyOracle, config).run(queries, round_id, policy_id)
+    )
+    assert first.not_run > 0, first.render()  # devices retired with episodes still to play
+    with sessions() as s:
+        attempts = s.scalars(select(Exclusion.item_key).where(Exclusion.item_type == "episode_attempt")).all()
+        stored = set(s.scalars(select(Episode.uid)))
+    unplayed_with_failures = {key.split(":")[0] for key in attempts} - stored
+    assert unplayed_with_failures, "the failed attempts of episodes that never ran are recorded"
+
+    healthy = SimFarm()
+    patient = config.model_copy(update={"lease_wait_s": 5.0})
+    second = asyncio.run(
+        EpisodeRunner(sessions, pool, healthy, NoisyOracle, patient).run(queries, round_id, policy_id)
+    )
+    assert second.not_run == 0 and second.completed == first.not_run, second.render()
+    assert second.skipped == first.completed and _count(sessions, Episode) == 16
+    assert {d.health for d in pool.devices()} == {"healthy"}  # probed after the cool-down, returned

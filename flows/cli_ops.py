@@ -1,0 +1,119 @@
+"""Operator commands: `trajforge status` (the running round, device health, leases and the
+deployment's last runs) and `trajforge devices list|reset`."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from flows.cli_common import ConfigOpt, cli_settings
+from flows.prefect_env import prefect_env
+
+devices_app = typer.Typer(no_args_is_help=True, help="The device pool: health, leases, resets.")
+RUNS_SHOWN = 5
+
+
+@devices_app.command("list")
+def devices_list(config: ConfigOpt = None) -> None:
+    """Every device: backend, health, failures in a row, since when it is down, live leases."""
+    from evolve.spine import open_pool, open_spine
+
+    states = open_pool(open_spine(cli_settings(config))).devices()
+    if not states:
+        typer.echo("no devices registered (a rollout registers them)")
+    for d in states:
+        since = f"; down since {d.down_since:%Y-%m-%d %H:%M:%S} UTC" if d.down_since else ""
+        leases = f"; leased by {', '.join(d.holders)}" if d.holders else ""
+        typer.echo(
+            f"{d.name}  {d.backend}  {d.health}  failures={d.failures}  "
+            f"slots={len(d.holders)}/{d.capacity}{since}{leases}"
+        )
+
+
+@devices_app.command("reset")
+def devices_reset(
+    names: Annotated[list[str] | None, typer.Argument(help="Devices to reset (default: with --all).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Reset every device.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Return devices to service: healthy, their run of failures cleared (after a repair or a drill)."""
+    from evolve.spine import open_pool, open_spine
+    from trajforge.errors import ConfigError
+
+    if not names and not all_:
+        raise ConfigError("name the devices to reset, or pass --all; `trajforge devices list` shows them")
+    reset = open_pool(open_spine(cli_settings(config))).reset(None if all_ else names)
+    typer.echo(f"reset {len(reset)} devices: {', '.join(reset) or 'none registered'}")
+
+
+def status_cmd(config: ConfigOpt = None) -> None:
+    """The operator's view: the running round and who runs it, device pool health and leases, the
+    last finished rounds, and the deployment's last runs when a Prefect API is set."""
+    from evolve.status import loop_status
+
+    settings = cli_settings(config)
+    for line in loop_status(settings).lines():
+        typer.echo(line)
+    for line in deployment_runs():
+        typer.echo(line)
+
+
+def deployment_runs() -> list[str]:
+    """The last runs of the `trajforge-evolve` deployment and its next scheduled one."""
+    if not os.environ.get("PREFECT_API_URL"):
+        return ["deployment runs: PREFECT_API_URL is not set (the served deployment's server shows them)"]
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    from flows.serve import DEPLOYMENT
+
+    try:
+        with get_client(sync_client=True) as client:
+            runs = client.read_flow_runs(
+                deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[DEPLOYMENT])),
+                sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+                limit=50,
+            )
+    except Exception as exc:
+        return [f"deployment runs: the Prefect API did not answer ({type(exc).__name__})"]
+    past = [r for r in runs if r.state_type is not None and r.state_type.value != "SCHEDULED"]
+    upcoming = [r for r in runs if r.state_type is not None and r.state_type.value == "SCHEDULED"]
+    lines = [f"deployment {DEPLOYMENT}: {len(past)} runs so far" + (", none yet" if not past else "")]
+    for run in past[:RUNS_SHOWN]:
+        when = run.start_time or run.expected_start_time
+        at = f" ({when:%Y-%m-%d %H:%M:%S} UTC)" if when else ""
+        lines.append(f"  {run.name}: {run.state_name}{at}")
+    if upcoming:
+        nxt = min(r.expected_start_time for r in upcoming if r.expected_start_time is not None)
+        lines.append(f"  next scheduled: {nxt:%Y-%m-%d %H:%M:%S} UTC")
+    return lines
+
+
+def serve_cmd(
+    config: ConfigOpt = None,
+    work_pool: Annotated[
+        bool,
+        typer.Option(
+            "--work-pool", help="Register on the work pool (docker-compose's worker runs it) and exit."
+        ),
+    ] = False,
+) -> None:
+    """Deploy the `evolve` flow with the cron schedule `evolve.schedule`: served from this process,
+    or registered on a work pool. Needs a Prefect API (PREFECT_API_URL)."""
+    settings = cli_settings(config)
+    prefect_env(settings)
+    from flows.serve import create_limits, register_work_pool, serve_here
+
+    limits = create_limits(settings)
+    typer.echo("concurrency limits: " + ", ".join(f"{k}={v}" for k, v in limits.items()))
+    schedule = settings.evolve.schedule or "none (run on demand)"
+    if work_pool:
+        deployment = register_work_pool(settings, config)
+        pool = settings.evolve.work_pool
+        typer.echo(f"deployment evolve/trajforge-evolve ({deployment}) on pool {pool}; schedule {schedule}")
+        return
+    typer.echo(f"serving evolve/trajforge-evolve; schedule {schedule}")
+    serve_here(settings, config)
