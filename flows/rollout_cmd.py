@@ -11,11 +11,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.spine import open_spine
+from evolve.spine import open_pool, open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
-from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
@@ -144,7 +143,7 @@ def run_rollout(
     else:
         faults = settings.evolve.faults  # fault drills: the config's switch
         farm = (SimFarm if backend == "sim" else WebFarm)(apps, store=store, faults=faults)
-    pool = DevicePool(sessions)
+    pool = open_pool(spine)
     farm.register(pool, workers)
     total = len(todo) * rollouts_per_query
     with Progress(
