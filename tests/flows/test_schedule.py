@@ -1,5 +1,7 @@
 """Scheduled rounds run unattended: a real `prefect server` (its own scheduler service) and
-`trajforge serve` on a one-minute cron complete two rounds, nobody triggering a run.
+`trajforge serve` on a one-minute cron complete two rounds, nobody triggering a run, even when
+the worker is killed mid-round: the next scheduled run resumes the round, and the sealed
+manifests equal an uninterrupted run's.
 
 Prefect 3.8.8's scheduler fails on SQLAlchemy 2.1 (`Can't evaluate bulk DML statement`), so no
 scheduled run was ever created; pyproject pins SQLAlchemy 2.0.x and this test holds it there.
@@ -18,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from storage.db import create_db_engine
-from storage.models import Round
+from storage.models import DatasetVersion, Episode, Round
 from tests.conftest import free_port
 from tests.support.evolve import tiny_config
 
@@ -61,13 +63,53 @@ def _done_rounds(db: str) -> list[int]:
         return [n for n, status in conn.execute(select(Round.number, Round.status)) if status == "done"]
 
 
-def test_a_one_minute_cron_completes_two_rounds_unattended(tmp_path: Path) -> None:
+def _count(db: Path, stmt: Any) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with create_db_engine(f"sqlite:///{db}").connect() as conn:
+            return int(conn.execute(stmt).scalar() or 0)
+    except Exception:  # the schema is not there yet
+        return 0
+
+
+def _manifests(db: str) -> list[tuple[int, str]]:
+    with create_db_engine(db).connect() as conn:
+        rows = conn.execute(
+            select(DatasetVersion.version, DatasetVersion.manifest_sha256).order_by(DatasetVersion.version)
+        )
+        return [(v, h) for v, h in rows]
+
+
+def _wait(until: Any, deadline_s: float, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not until():
+        assert time.monotonic() < deadline and process.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.5)
+
+
+def test_a_one_minute_cron_completes_two_rounds_unattended_through_a_killed_worker(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRAJFORGE_"))}
     env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    config = tiny_config(tmp_path / "evolve.yaml", db, schedule=EVERY_MINUTE, queries_per_app=1, rollouts=1)
+    db_file = tmp_path / "db.sqlite"
+    db = f"sqlite:///{db_file}"
+    tiny = {"schedule": EVERY_MINUTE, "queries_per_app": 1, "rollouts": 1}
+    config = tiny_config(tmp_path / "evolve.yaml", db, **tiny)
+    reference_db = f"sqlite:///{tmp_path / 'ref' / 'db.sqlite'}"
+    reference = _start(  # the same two rounds, uninterrupted, by hand (its own temporary Prefect)
+        [
+            str(BIN / "trajforge"),
+            "evolve",
+            "--rounds",
+            "2",
+            "--config",
+            str(tiny_config(tmp_path / "ref" / "evolve.yaml", reference_db, **tiny)),
+        ],
+        env,
+        tmp_path / "reference.log",
+    )
     server = _start(
         [str(BIN / "prefect"), "server", "start", "--port", str(port)], env, tmp_path / "server.log"
     )
@@ -86,15 +128,20 @@ def test_a_one_minute_cron_completes_two_rounds_unattended(tmp_path: Path) -> No
             time.sleep(1)
         serve = [str(BIN / "trajforge"), "serve", "--config", str(config)]
         served = _start(serve, env | {"PREFECT_API_URL": url}, tmp_path / "serve.log")
-        deadline = time.monotonic() + 420  # two cron ticks, a round each, on a loaded 2-core machine
-        while len(_done_rounds(db) if (tmp_path / "db.sqlite").exists() else []) < 2:
-            assert time.monotonic() < deadline and served.poll() is None, (
-                tmp_path / "serve.log"
-            ).read_text()[-3000:]
-            time.sleep(5)
+        round_1 = select(func.count()).select_from(Episode).where(Episode.round_id == 1)
+        _wait(lambda: _count(db_file, round_1) >= 1, 240, served, tmp_path / "serve.log")
+        assert _done_rounds(db) == []
+        os.killpg(served.pid, signal.SIGKILL)  # the worker dies mid-round, its flow run with it
+        served.wait()
+        served = _start(serve, env | {"PREFECT_API_URL": url}, tmp_path / "serve-again.log")
+        # two more cron ticks at most: the first resumes round 1, the next runs round 2
+        _wait(lambda: len(_done_rounds(db)) >= 2, 480, served, tmp_path / "serve-again.log")
+        assert reference.wait(timeout=300) == 0, (tmp_path / "reference.log").read_text()[-3000:]
     finally:
-        if served is not None:
-            _stop(served)
-        _stop(server)
+        for process in (served, server, reference):
+            if process is not None:
+                _stop(process)
     assert _done_rounds(db)[:2] == [1, 2]  # nobody triggered a run: the scheduler made both
+    assert len(_manifests(reference_db)) == 2
+    assert _manifests(db)[:2] == _manifests(reference_db)  # the killed round resumed, not redone
     assert "bulk DML" not in (tmp_path / "server.log").read_text()
