@@ -33,6 +33,7 @@ from storage.exports import export
 from storage.models import Policy as PolicyRow
 from storage.models import Round
 from trajforge.errors import ConfigError, TrajforgeError
+from trajforge.procs import sweep_partials
 from trajforge.settings import Settings
 
 log = logging.getLogger("trajforge.trainer")
@@ -52,11 +53,7 @@ def _complete(final: Path, build: Callable[[Path], None]) -> Path:
     if final.exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f"{final.name}.partial-*"):
-        owner = stale.name.rsplit("-", 1)[-1]
-        if owner.isdigit() and not _alive(int(owner)):
-            log.warning("removing %s, left by a run (pid %s) that ended before finishing it", stale, owner)
-            shutil.rmtree(stale, ignore_errors=True)
+    sweep_partials(final)  # and the export folders inside them
     partial = final.with_name(f"{final.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     try:
@@ -70,16 +67,6 @@ def _complete(final: Path, build: Callable[[Path], None]) -> Path:
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return final
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def command_line(settings: Settings, dataset: Path, output: Path, version: int, number: int) -> list[str]:

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from storage.db import insert_ignore, transaction
 from storage.models import Device, DeviceLease
 from trajforge.errors import ConfigError
+from trajforge.procs import pid_alive
 
 _SQLITE_LOCK = threading.Lock()
 
@@ -32,16 +33,6 @@ def utcnow() -> datetime:
 def holder_name(task: str) -> str:
     """`host:pid:task`, so a process can tell which leases belong to dead processes on its host."""
     return f"{socket.gethostname()}:{os.getpid()}:{task}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
@@ -266,7 +257,7 @@ class DevicePool:
         with transaction(self.sessions) as s:
             for lease in s.scalars(select(DeviceLease).where(DeviceLease.holder.like(f"{prefix}%"))):
                 parts = (lease.holder or "").split(":")
-                if len(parts) >= 2 and parts[1].isdigit() and not _pid_alive(int(parts[1])):
+                if len(parts) >= 2 and parts[1].isdigit() and not pid_alive(int(parts[1])):
                     lease.holder, lease.expires = None, None
                     freed += 1
         return freed

@@ -56,6 +56,7 @@ from storage.objectstore import ObjectStore, S3ObjectStore
 from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
 from trajforge.errors import ConfigError, StorageError
+from trajforge.procs import partial_name, sweep_partials
 from trajforge.settings import ExportFormat, Settings
 
 FORMATS: tuple[str, ...] = get_args(ExportFormat)
@@ -143,7 +144,8 @@ def _local_target(final: Path) -> Iterator[tuple[Path, Path | None, Callable[[],
         raise ConfigError(f"export target {final} is a file; give a folder path")
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+        sweep_partials(final)  # what a killed export of this target left
+        tmp = Path(tempfile.mkdtemp(prefix=partial_name(final), dir=final.parent))
     except OSError as exc:
         raise StorageError(
             f"cannot write the export to {final}: {exc.strerror or exc}; give a folder you can write to"

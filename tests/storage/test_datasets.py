@@ -202,7 +202,7 @@ def test_the_loser_of_a_race_on_one_draft_gets_a_version_conflict(
     def racer(done: threading.Event | None) -> None:
         try:
             results.append(publish(sessions, store, "race", CONFIG))
-        except Exception as exc:  # noqa: BLE001 (the test looks at which error)
+        except Exception as exc:
             results.append(exc)
         finally:
             if done is not None:

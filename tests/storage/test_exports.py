@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -190,3 +193,24 @@ def test_verl_val_comes_from_whole_train_queries_when_val_has_no_action_rows(ver
     assert set(val["extra_info"].struct.field("split")) == {"val"}
     assert (len(train), len(val)) == (report.rows["train"], report.rows["val"])
     assert "note: val.parquet: the val split had no action rows, so 1 of" in report.render()
+
+
+def test_a_killed_exports_work_folders_are_swept_by_the_next_export(version, tmp_path: Path) -> None:
+    """A killed `datasets export` leaves `.OUT.partial-PID-…`; a killed trainer export leaves
+    `.rl-verl.partial-PID.partial-…` beside its own folder. The next export to the target sweeps
+    those of dead processes, and keeps a live one's."""
+    _, sessions, store, _ = version
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    tmp_path = tmp_path / "exports"  # beside nothing but the export
+    left = [
+        tmp_path / f".verl.partial-{dead.pid}-x1y2",
+        tmp_path / f".verl.partial-{dead.pid}.partial-{dead.pid}-q",
+        tmp_path / f"verl.partial-{dead.pid}",
+    ]
+    live = tmp_path / f".verl.partial-{os.getpid()}-busy"
+    for folder in [*left, live]:
+        (folder / "data").mkdir(parents=True)
+    export(sessions, store, "gui", 1, "rl-verl", str(tmp_path / "verl"), "qwen")
+    assert not any(folder.exists() for folder in left) and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "verl"])
