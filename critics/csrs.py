@@ -31,7 +31,7 @@ from storage.samples import CATEGORIES, OUTCOME_STAGE, SampleDraft, store_drafts
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
 from trajforge.domain import Query, StepVerdict, StepView, describe, screen_text
-from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.gateway import LLMGateway, closing, image_part, text_part
 from trajforge.logs import counts
 from trajforge.settings import CriticSettings
 
@@ -275,7 +275,8 @@ def extract_round(
             )
             batches.append((episode.id, drafts))
     if gateway is not None and frames is not None:  # one event loop for every model call
-        asyncio.run(write_with_model([d for _, drafts in batches for d in drafts], gateway, frames))
+        every = [d for _, drafts in batches for d in drafts]
+        asyncio.run(closing(gateway, write_with_model(every, gateway, frames)))
     superseded = revise_outcomes(sessions, round_id, outcomes)
     for bucket, tally in store_drafts(sessions, round_id, batches, "csrs").items():
         getattr(report, bucket).update(tally)

@@ -36,7 +36,7 @@ from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import CURATED, mark_stage
 from storage.samples import CATEGORIES, SampleDraft, store_drafts
 from trajforge.actions import Action
-from trajforge.gateway import LLMGateway
+from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
 from trajforge.settings import CriticSettings, CurationSettings
 
@@ -127,7 +127,8 @@ def curate_round(
         )
         return guided, drafts, thought_report
 
-    report.guidance, thoughts, report.thoughts = asyncio.run(model_work())
+    work = model_work() if gateway is None else closing(gateway, model_work())
+    report.guidance, thoughts, report.thoughts = asyncio.run(work)
     recovered, report.recovery = recovery_samples(groups)
     ids = {r.uid: r.episode_id for r in rollouts}
     batches: dict[int | None, list[SampleDraft]] = {}

@@ -46,6 +46,7 @@ from storage.models import Query as QueryRow
 from storage.publish import PublishConfig, publish
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError
+from trajforge.gateway import closing
 from trajforge.settings import Settings
 
 EXPLORER = ("random-explorer", 0)
@@ -247,14 +248,8 @@ def judge(settings: Settings, number: int) -> dict[str, Any]:
     out: dict[str, Any] = {"episodes": report.episodes, "steps": dict(report.steps)}
     gateway = spine.gateway()
     if gateway is not None:
-
-        async def with_model() -> int:
-            try:
-                return (await judge_round_llm(spine.sessions, rnd.id, gateway, spine.frames)).episodes
-            finally:
-                await gateway.aclose()
-
-        out["model_judged"] = asyncio.run(with_model())
+        judged = judge_round_llm(spine.sessions, rnd.id, gateway, spine.frames)
+        out["model_judged"] = asyncio.run(closing(gateway, judged)).episodes
     return out
 
 

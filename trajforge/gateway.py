@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import openai
 
@@ -28,6 +28,7 @@ from trajforge.errors import LLMError, LLMRateLimited, LLMTimeout
 from trajforge.settings import LLMSettings
 
 log = logging.getLogger("trajforge.gateway")
+T = TypeVar("T")
 Message = dict[str, Any]
 
 
@@ -157,18 +158,22 @@ class LLMGateway:
             )
         self.settings = settings
         self.cache = cache
-        self._client = client or openai.AsyncOpenAI(
-            base_url=settings.base_url,
-            api_key=settings.api_key.get_secret_value(),
-            max_retries=0,  # retries are ours: counted, logged and bounded per stage
-            timeout=settings.timeout_s,
-        )
+        self._own_client = client is None  # ours: rebuilt after `aclose`, for the next event loop
+        self._client = client or self._new_client()
         self._sleep = sleep
         self._semaphore = asyncio.Semaphore(settings.concurrency)
         self._limiter = RateLimiter(settings.requests_per_second, sleep)
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
         # Identical requests in flight share one call: the cache only helps once it has landed.
         self._inflight: dict[str, asyncio.Future[LLMResult]] = {}
+
+    def _new_client(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            base_url=self.settings.base_url,
+            api_key=self.settings.api_key.get_secret_value(),
+            max_retries=0,  # retries are ours: counted, logged and bounded per stage
+            timeout=self.settings.timeout_s,
+        )
 
     async def chat(
         self,
@@ -277,6 +282,8 @@ class LLMGateway:
         while True:
             attempt += 1
             try:
+                if self._own_client and self._client.is_closed():  # closed at the end of an earlier loop
+                    self._client = self._new_client()
                 response = await self._client.chat.completions.create(**params)
                 if getattr(response, "choices", None):
                     return response, attempt
@@ -323,6 +330,15 @@ class LLMGateway:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+async def closing(gateway: LLMGateway, work: Awaitable[T]) -> T:
+    """Await `work`, then close the gateway's client on the same event loop (a client left for
+    the garbage collector fails later with "Event loop is closed")."""
+    try:
+        return await work
+    finally:
+        await gateway.aclose()
 
 
 def _retry_after(response: Any) -> float | None:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from storage.llm_cache import SqlResponseCache, usage_by_stage
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
 from trajforge.errors import LLMError, LLMRateLimited, LLMTimeout
-from trajforge.gateway import LLMGateway, RateLimiter, image_part, parse_json_output, text_part
+from trajforge.gateway import LLMGateway, RateLimiter, closing, image_part, parse_json_output, text_part
 from trajforge.settings import LLMSettings
 
 USER = [{"role": "user", "content": "hello"}]
@@ -215,3 +215,15 @@ async def test_a_200_with_no_choices_is_retried_like_a_server_fault(scripted_llm
         await gateway(scripted_llm, max_retries=2).chat(
             [{"role": "user", "content": "again"}], stage="policy"
         )
+
+
+def test_a_gateway_closed_with_its_event_loop_serves_the_next_loop(scripted_llm: ScriptedLLM) -> None:
+    """Stages run one event loop per round and close the gateway on it (no "Event loop is closed"
+    from a client left to the garbage collector); a caller that reuses the gateway gets a new client."""
+    scripted_llm.enqueue(Reply(content="one"))
+    scripted_llm.enqueue(Reply(content="two"))
+    gw = gateway(scripted_llm)
+    first = asyncio.run(closing(gw, gw.chat(USER, stage="a")))
+    assert first.text == "one" and gw._client.is_closed()
+    second = asyncio.run(closing(gw, gw.chat([{"role": "user", "content": "again"}], stage="a")))
+    assert second.text == "two" and gw._client.is_closed()
