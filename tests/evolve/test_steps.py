@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -20,10 +21,11 @@ from evolve.trainer import TrainerError, train_next
 from rollout.policies.knn import KnnPolicy
 from rollout.pool import DevicePool
 from rollout.runner import RolloutConfig
-from storage.models import Episode, Guidance, Policy, Query, Round, Sample
+from storage.models import Episode, Exclusion, Guidance, Policy, Query, Round, Sample
 from storage.publish import PublishConfig, publish
 from trajforge.errors import ConfigError, DeviceError
 from trajforge.settings import Settings
+from trajforge.world.model import FaultConfig
 
 
 def run_round_one(settings: Settings) -> dict:
@@ -262,3 +264,36 @@ def test_the_web_backend_without_chromium_is_one_clear_error(
     )
     with pytest.raises(ConfigError, match=r"evolve\.backend 'web' needs Chromium"):
         steps.register_devices(settings)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_fault_drill_in_the_config_then_a_calm_round_plays_every_episode(evolve_settings: Settings) -> None:
+    """`evolve.faults` drills the loop's devices (crashes and hangs at about 10% of actions); the
+    drill is not part of the round's identity, so the round resumes without it, and every episode
+    of the next rollout is played, on devices returned from retirement."""
+    ev = evolve_settings.evolve
+    drill = evolve_settings.model_copy(
+        update={
+            "evolve": ev.model_copy(
+                update={
+                    "faults": FaultConfig(seed=2, crash_rate=0.06, hang_rate=0.04),
+                    "device_cooldown_s": 0.2,
+                }
+            )
+        }
+    )
+    steps.start_round(drill, 1)
+    uids = steps.round_queries(drill, 1)
+    steps.register_devices(drill)
+    with contextlib.suppress(DeviceError):  # devices resting when the last episodes asked: rerun
+        steps.rollout_shard(drill, 1, uids)
+    sessions = open_spine(drill).sessions
+    with sessions() as s:
+        attempts = s.scalar(
+            select(func.count()).select_from(Exclusion).where(Exclusion.item_type == "episode_attempt")
+        )
+    assert attempts, "the drill's faults reached the devices"
+    calm = evolve_settings.model_copy(update={"evolve": ev.model_copy(update={"device_cooldown_s": 0.2})})
+    steps.start_round(calm, 1)  # same round: faults are not in its config hash
+    played = steps.rollout_shard(calm, 1, uids)
+    assert played["episodes"] + played["already_stored"] == len(uids) * ev.rollouts
