@@ -109,8 +109,9 @@ def policy_factory(
         llm = spine.settings.llm.model_copy(update={"base_url": row.endpoint, "model": model})
         gateway = build_gateway(llm, spine.sessions)
         assert gateway is not None  # the endpoint is set
-        config = VLMPolicyConfig(
-            name=row.name, version=row.version, model=model, format=meta.get("format", "qwen")
+        fmt = meta.get("format", "qwen")
+        config = VLMPolicyConfig.from_settings(
+            spine.settings.policy, name=row.name, version=row.version, model=model, format=fmt
         )
         return lambda: VLMPolicy(config, gateway, spine.frames)
     raise ConfigError(

@@ -93,7 +93,8 @@ def run_rollout(
         if policy == "random-explorer":
             return RandomExplorer(max_actions=max_steps)
         assert gateway is not None
-        return VLMPolicy(VLMPolicyConfig(model=settings.llm.model), gateway, frame_reader(store))
+        vlm = VLMPolicyConfig.from_settings(settings.policy, model=settings.llm.model)
+        return VLMPolicy(vlm, gateway, frame_reader(store))
 
     sample = make_policy()
     todo = _queries(sessions, spec, queries)

@@ -48,7 +48,11 @@ def store_episode(
                     "verifier_success": verdict.success if verdict else None,
                     "num_steps": len(result["steps"]),
                     "reason": result["reason"],
-                    "meta": {"device_failures": failures, "policy_failure": policy_failure},
+                    "meta": {
+                        "device_failures": failures,
+                        "policy_failure": policy_failure,
+                        **({"sampling": result["sampling"]} if result.get("sampling") else {}),
+                    },
                 }
             ],
             ["uid"],

@@ -301,6 +301,7 @@ class EpisodeRunner:
         steps: list[dict[str, Any]] = []
         status, reason = None, None
         policy_failure: dict[str, Any] | None = None
+        sampling: dict[str, Any] | None = None
         for index in range(cfg.max_steps):
             t0 = time.monotonic()
             try:
@@ -312,6 +313,7 @@ class EpisodeRunner:
                 reason = "policy_timeout"
                 policy_failure = {"step": index, "reason": reason, "timeout_s": cfg.step_timeout_s}
                 break
+            sampling = sampling or out.sampling
             codec = get_codec(out.format)
             action, error = None, None
             try:
@@ -355,6 +357,7 @@ class EpisodeRunner:
             "reason": None if success else reason,
             "verdict": verdict,
             "policy_failure": policy_failure,
+            "sampling": sampling,
         }
 
     async def _device(self, fn: Callable[..., Any], arg: Any) -> Any:

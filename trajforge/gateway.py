@@ -186,6 +186,7 @@ class LLMGateway:
         max_tokens: int | None = None,
         round_id: int | None = None,
         seed: int | None = None,
+        top_p: float | None = None,
     ) -> LLMResult:
         """One chat completion, from the cache when this exact request was paid for before.
 
@@ -204,6 +205,8 @@ class LLMGateway:
             params["response_format"] = {"type": "json_object"}
         if seed is not None:
             params["seed"] = seed
+        if top_p is not None:
+            params["top_p"] = top_p
         key = request_hash(params)
         usage = self.usage[stage]
         hit = self.cache.get(key) if self.cache is not None else None

@@ -30,6 +30,7 @@ from trajforge.stage_settings import (
     EvolveSettings,
     ExportFormat,
     FeaturizerName,
+    PolicySettings,
     TrainerSettings,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "FeaturizerName",
     "HomeSettings",
     "LLMSettings",
+    "PolicySettings",
     "S3Settings",
     "Settings",
     "StoreSettings",
@@ -156,6 +158,7 @@ class Settings(BaseModel):
     annotate: AnnotationSettings = Field(default_factory=AnnotationSettings)
     evolve: EvolveSettings = Field(default_factory=EvolveSettings)
     trainer: TrainerSettings = Field(default_factory=TrainerSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
     # The run's apps: built-in names and/or spec paths (relative to the config file); empty: the built-ins.
     apps: list[str] = Field(default_factory=list)
 
@@ -181,6 +184,7 @@ _SECTIONS: dict[str, type[BaseSettings]] = {
     "annotate": AnnotationSettings,
     "evolve": EvolveSettings,
     "trainer": TrainerSettings,
+    "policy": PolicySettings,
 }
 
 

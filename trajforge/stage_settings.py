@@ -300,6 +300,34 @@ class EvolveSettings(BaseSettings):
     )
 
 
+class PolicySettings(BaseSettings):
+    """How a VLM policy samples and what it remembers (`vlm` rollouts and trained checkpoints)."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_POLICY_", extra="forbid")
+
+    temperature: float = Field(
+        0.8, ge=0, le=2, description="Temperature of rollouts after the first (K > 1 needs diverse samples)."
+    )
+    top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling of those rollouts.")
+    greedy_first: bool = Field(
+        True, description="Rollout 0 of each query is greedy (temperature 0): the policy's own best guess."
+    )
+    seed: int = Field(
+        0, description="Base of the per-episode sampling seed (mixed with the episode's id: reruns repeat)."
+    )
+    history: Literal["actions", "conclusion", "raw"] = Field(
+        "conclusion",
+        description="Earlier steps in the prompt: actions (the parsed action in words), conclusion (the "
+        "model's own conclusion or intent where it wrote one, else the action in words; GUI-Owl), or raw "
+        "(the output itself, cut to 300 characters).",
+    )
+    history_steps: int = Field(10, ge=0, le=100, description="Earlier steps sent as text.")
+    history_images: int = Field(1, ge=1, le=16, description="Screenshots sent: the last k.")
+    max_tokens: int | None = Field(
+        1024, ge=1, description="Completion budget per step (thinking models need room)."
+    )
+
+
 class TrainerSettings(BaseSettings):
     """What trains policy N+1 from dataset version N: the built-in knn policy, or an external command."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from trajforge.actions import Screen
 from trajforge.domain import Observation, Query
@@ -23,6 +23,7 @@ class PolicyOutput:
     format: str  # a codec name: qwen, agentcpm, uitars, mobiler1, androidworld, canonical
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    sampling: dict[str, Any] | None = None  # temperature, top_p, seed of a sampled model call
 
 
 class Policy(Protocol):

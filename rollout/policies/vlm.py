@@ -1,24 +1,34 @@
 """A VLM policy behind any OpenAI-compatible endpoint, through the gateway.
 
 The prompt is a Jinja2 template for the configured action format; the user turn carries
-the task, optional query-specific guidance (GUI-Owl §6.4), earlier steps as text (the
-"conclusions" GUI-Owl keeps) and the last k screenshots as images.
+the task, optional query-specific guidance (GUI-Owl §6.4), earlier steps as text (the parsed
+action in words and the "conclusion" GUI-Owl keeps, §3) and the last k screenshots as images.
+
+Rollout 0 of a query is greedy; the others sample at `temperature`/`top_p` with a seed drawn
+from the episode's id, so K rollouts differ (group statistics, GRPO) and a rerun repeats them.
+The settings each episode used travel with every output (`PolicyOutput.sampling`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
 from rollout.policies.base import PolicyOutput, observed
-from trajforge.actions import CODECS
+from trajforge.actions import CODECS, get_codec
 from trajforge.actions.space import system_prompt
-from trajforge.domain import Observation, Query
+from trajforge.domain import Observation, Query, StepView, describe
+from trajforge.errors import ParseError
 from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.settings import PolicySettings
 
 _TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
@@ -37,14 +47,41 @@ class VLMPolicyConfig(BaseModel):
     )
     history_images: int = Field(1, ge=1, le=16, description="Screenshots sent: the last k.")
     history_steps: int = Field(10, ge=0, le=100, description="Earlier steps sent as text.")
-    temperatures: list[float] = Field(
-        [0.0], min_length=1, description="Rollout k samples at temperatures[k % n]."
+    history: Literal["actions", "conclusion", "raw"] = Field(
+        "conclusion", description="What an earlier step says in the prompt (`policy.history`)."
     )
-    max_tokens: int | None = Field(512, ge=1)
+    temperature: float = Field(0.8, ge=0, le=2, description="Temperature of rollouts after the first.")
+    top_p: float = Field(0.95, gt=0, le=1)
+    greedy_first: bool = Field(True, description="Rollout 0 is greedy.")
+    seed: int = Field(0, description="Base of the per-episode sampling seed.")
+    max_tokens: int | None = Field(1024, ge=1)
 
     def model_post_init(self, _context: object) -> None:
         if self.format not in CODECS:
             raise ValueError(f"format {self.format!r} is not one of {', '.join(CODECS)}")
+
+    @classmethod
+    def from_settings(cls, policy: PolicySettings, **fields: Any) -> VLMPolicyConfig:
+        """The run config's `policy:` section, plus name, model, format."""
+        return cls(**policy.model_dump(), **fields)
+
+    def sampling(self, rollout: int, episode_seed: str) -> Sampling:
+        """Rollout k's sampling: greedy for the first (when `greedy_first`), else temperature and
+        top_p with a seed from the episode's id, so a rerun repeats the request (and hits the cache)."""
+        if rollout == 0 and self.greedy_first:
+            return Sampling(0.0, None, None)
+        digest = hashlib.sha256(f"{self.seed}:{episode_seed}".encode()).hexdigest()
+        return Sampling(self.temperature, self.top_p, int(digest[:8], 16) & 0x7FFFFFFF)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float
+    top_p: float | None
+    seed: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
 
 
 class VLMPolicy:
@@ -59,14 +96,12 @@ class VLMPolicy:
         self._guidance: str | None = None
         self._history: list[str] = []
         self._images: deque[str] = deque(maxlen=config.history_images)
-        self._temperature = 0.0
-        self._seed = 0
+        self._sampling = Sampling(0.0, None, None)
 
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self._query, self._guidance = query, guidance
         self._history, self._images = [], deque(maxlen=self.config.history_images)
-        self._temperature = self.config.temperatures[rollout % len(self.config.temperatures)]
-        self._seed = rollout
+        self._sampling = self.config.sampling(rollout, seed)
 
     async def act(self, observation: Observation) -> PolicyOutput:
         assert self._query is not None, "start() the policy before act()"
@@ -84,9 +119,40 @@ class VLMPolicy:
             [{"role": "system", "content": system}, {"role": "user", "content": content}],
             stage="policy",
             model=self.config.model,
-            temperature=self._temperature,
+            temperature=self._sampling.temperature,
+            top_p=self._sampling.top_p,
             max_tokens=self.config.max_tokens,
-            seed=self._seed,
+            seed=self._sampling.seed,
         )
-        self._history.append(" ".join(result.text.split())[:300])
-        return PolicyOutput(result.text, self.config.format, result.prompt_tokens, result.completion_tokens)
+        self._history.append(history_line(result.text, self.config.format, observation, self.config.history))
+        return PolicyOutput(
+            result.text,
+            self.config.format,
+            result.prompt_tokens,
+            result.completion_tokens,
+            sampling=self._sampling.as_dict(),
+        )
+
+
+_CONCLUSION_TAG = re.compile(r"<conclusion>(.*?)(?:</conclusion>|$)", re.S | re.I)
+_CONCLUSION_LINE = re.compile(r"^\s*conclusion\s*[:：]\s*(.+)$", re.I | re.M)
+RAW_CHARS = 300
+
+
+def history_line(text: str, fmt: str, observation: Observation, mode: str) -> str:
+    """What the prompt's history says about one step: the raw output (cut), the parsed action in
+    words, or the model's own conclusion (a `<conclusion>` block or a `Conclusion:` line, else the
+    format's intent, e.g. Mobile-R1's <action>) with the action in words."""
+    if mode == "raw":
+        return " ".join(text.split())[:RAW_CHARS]
+    try:
+        action = get_codec(fmt).parse(text, observed(observation))
+    except ParseError as exc:
+        return f"(the output could not be parsed: {exc.reason})"
+    words = describe(action, StepView.observed(action, observation, observation))
+    if mode == "actions":
+        return words
+    found = _CONCLUSION_TAG.search(text) or _CONCLUSION_LINE.search(text)
+    conclusion = found[1] if found else action.intent
+    conclusion = " ".join((conclusion or "").split())[:RAW_CHARS]
+    return f"{words}. {conclusion}" if conclusion else words

@@ -173,7 +173,7 @@ def test_vlm_policy_through_the_gateway(
     guidance = {queries[0].uid: "Open Settings first, then the right category."}
     with ScriptedLLM(responder=_vlm_responder) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="gui-owl"))
-        config = VLMPolicyConfig(history_images=2, temperatures=[0.0, 0.7])
+        config = VLMPolicyConfig(history_images=2, temperature=0.7, top_p=0.9)
 
         def policy() -> VLMPolicy:
             return VLMPolicy(config, gateway, lambda sha: store.get(blob_key(sha)))
@@ -196,7 +196,10 @@ def test_vlm_policy_through_the_gateway(
     assert any("Open Settings first" in t for t in texts) and not all(
         "Open Settings first" in t for t in texts
     )
-    assert {b["temperature"] for b in bodies} == {0.0, 0.7} and {b["seed"] for b in bodies} == {0, 1}
+    # rollout 0 greedy, rollout 1 sampled with a seed of its own per query (a rerun repeats it)
+    assert {(b["temperature"], b.get("top_p")) for b in bodies} == {(0.0, None), (0.7, 0.9)}
+    seeds = {b.get("seed") for b in bodies}
+    assert None in seeds and len(seeds - {None}) == 2
     assert min(images) == 1 and max(images) == (1 if on_parse_error == "end" else 2)  # the last k screenshots
     assert "mobile_use" in json.dumps(bodies[0]["messages"][0])
     with sessions() as s:
@@ -206,6 +209,8 @@ def test_vlm_policy_through_the_gateway(
         st.parse_error == "invalid_json" and st.raw_output == "<tool_call>{not json</tool_call>"
         for st in first_steps
     )
+    recorded = sorted((e.attempt, e.meta.get("sampling", {}).get("temperature")) for e in episodes)
+    assert recorded == [(0, 0.0), (0, 0.0), (1, 0.7), (1, 0.7)]  # the settings each episode used
     if on_parse_error == "end":
         assert {e.reason for e in episodes} == {"unparseable_output:invalid_json"}
         assert all(e.num_steps == 1 for e in episodes)
