@@ -54,6 +54,27 @@ async def test_images_travel_as_data_urls(scripted_llm: ScriptedLLM) -> None:
         ('```json\n{"label": "HARMFUL"}\n```', {"label": "HARMFUL"}, None),
         ('{"label": "GOOD"', None, "invalid_json: Expecting ',' delimiter at char 16"),
         ("", None, "empty_output"),
+        # what real endpoints send: reasoning first, prose around, fences in the middle
+        ('<think>The tap hit "Save" {maybe}.</think>\n{"label": "GOOD"}', {"label": "GOOD"}, None),
+        ('The step saved the form.</think>\n\n{"label": "GOOD"}', {"label": "GOOD"}, None),
+        (
+            'Looking at the screen, the toggle flipped.\n{"label": "NEUTRAL", "reason": "x"}',
+            {"label": "NEUTRAL", "reason": "x"},
+            None,
+        ),
+        (
+            'Here is my verdict:\n```json\n{"label": "HARMFUL"}\n```\nHope this helps.',
+            {"label": "HARMFUL"},
+            None,
+        ),
+        (
+            'First I considered {"label": "GOOD"} but no. Final: {"label": "HARMFUL"}',
+            {"label": "HARMFUL"},
+            None,
+        ),
+        ("Final answer: [1, 2]", [1, 2], None),
+        ("<think>only thinking</think>", None, "empty_output"),
+        ("no json here at all", None, "invalid_json: Expecting value at char 0"),
     ],
 )
 async def test_json_mode_keeps_raw_and_reason(scripted_llm: ScriptedLLM, content, data, error) -> None:
