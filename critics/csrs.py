@@ -117,6 +117,7 @@ def extract(
                     "images": images,
                     "prompt": prompt("state_verification", task=query.instruction),
                     "response": "yes" if (is_last and success) else "no",
+                    "polarity": bool(is_last and success),  # what balancing reads, whoever words it
                 },
                 prov,
             )
@@ -146,6 +147,7 @@ def extract(
                     "images": [view.before, view.after],
                     "prompt": prompt("self_reflection", task=query.instruction, action=words),
                     "response": f"{verdict.label}: {verdict.summary}",
+                    **({"polarity": verdict.label == "GOOD"} if verdict.label != "NEUTRAL" else {}),
                 },
                 prov,
             )

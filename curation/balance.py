@@ -37,6 +37,7 @@ class Item:
     category: str
     query: str | None
     response: str
+    label: bool | None = None  # the sample's structured polarity (payload `polarity`), when it has one
 
 
 @dataclass
@@ -58,7 +59,13 @@ class BalanceReport:
 
 
 def polarity(item: Item) -> bool | None:
-    """True for a positive judging sample, False for a negative one, None otherwise."""
+    """True for a positive judging sample, False for a negative one, None otherwise: the structured
+    label the sample was derived from, so a model's wording never moves it; samples stored before
+    the label existed are read from the template's wording."""
+    if item.category not in ("self_reflection", "state_verification"):
+        return None
+    if item.label is not None:
+        return item.label
     if item.category == "self_reflection":
         label = item.response.split(":", 1)[0].strip()
         return {"GOOD": True, "HARMFUL": False}.get(label)

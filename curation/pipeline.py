@@ -266,7 +266,9 @@ def _balance(
             )
         ).all()
     items = [
-        balancing.Item(uid, category, prov.get("query"), str(payload.get("response", "")))
+        balancing.Item(
+            uid, category, prov.get("query"), str(payload.get("response", "")), payload.get("polarity")
+        )
         for uid, category, prov, payload in rows
     ]
     decided, report = balancing.balance(items, rates, settings)

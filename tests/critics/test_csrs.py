@@ -45,6 +45,11 @@ def test_success_yields_all_seven_failure_keeps_no_actions(episodes) -> None:
             actions = [d for d in drafts if d.category == "action_prediction"]
             assert actions and all(d.reason == "trajectory_failed" for d in actions)
         assert all(d.provenance["episode"] == "ep-1" and d.provenance["anchor"] == ANCHOR for d in drafts)
+        for d in drafts:  # the structured polarity balancing reads, beside the template's words
+            if d.category == "state_verification":
+                assert d.payload["polarity"] == (d.payload["response"] == "yes")
+            if d.category == "self_reflection" and not d.payload["response"].startswith("NEUTRAL"):
+                assert d.payload["polarity"] == d.payload["response"].startswith("GOOD")
 
 
 def test_critic_threshold_and_thought_consistency_drop_with_reasons(episodes) -> None:

@@ -45,3 +45,21 @@ def test_category_mix_follows_the_configured_shares() -> None:
     _, report = balance(pool, {}, settings)
     assert report.composition == {"action_prediction": 30, "reasoning": 30, "state_summary": 50}
     assert report.dropped == {"category_mix": 70}
+
+
+def test_balance_reads_the_structured_label_not_a_models_wording() -> None:
+    """A model rewrote the answers ("The step is correct…", "Yes, the task is done."): the
+    polarity the sample was derived from still decides the balance."""
+    good = [
+        Item(f"g{i}", "self_reflection", "q", "The step is correct: it opened Wi-Fi.", True)
+        for i in range(20)
+    ]
+    bad = [Item(f"b{i}", "self_reflection", "q", "This tap hurt progress.", False) for i in range(4)]
+    done = [Item(f"y{i}", "state_verification", "q", "Yes, the task is done.", True) for i in range(3)]
+    open_ = [
+        Item(f"n{i}", "state_verification", "q", "Not yet: the form is unsaved.", False) for i in range(9)
+    ]
+    decided, report = balance(good + bad + done + open_, {}, CurationSettings())
+    kept = Counter(i.uid[0] for i in good + bad + done + open_ if decided[i.uid][0] is None)
+    assert kept == {"g": 4, "b": 4, "y": 3, "n": 3}
+    assert report.dropped == {"class_balance": 22}
