@@ -77,6 +77,8 @@ def extract(
     out: list[SampleDraft] = []
     done: list[str] = []
     for i, (view, verdict) in enumerate(zip(steps, verdicts, strict=True)):
+        mark = len(out)
+        facts = {"outcome": success, "label": verdict.label, "history": list(done), "after": view.after}
         prov = {
             "episode": episode_uid,
             "steps": [i],
@@ -123,6 +125,7 @@ def extract(
             )
         )
         if view.action is None:
+            _anchor(out[mark:], facts)
             continue
         action = Action.model_validate(view.action)
         words = describe(action, view)
@@ -193,8 +196,14 @@ def extract(
         elif action.thought and not _consistent(action.thought, words):
             sample.reason = THOUGHT_ACTION_MISMATCH
         out.append(sample)
+        _anchor(out[mark:], facts)
         done.append(words)
     return out
+
+
+def _anchor(drafts: list[SampleDraft], facts: dict[str, Any]) -> None:
+    for draft in drafts:
+        draft.context = facts
 
 
 def _consistent(thought: str, words: str) -> bool:
@@ -209,16 +218,22 @@ WRITTEN_BY_MODEL = CATEGORIES[:5]  # reasoning a thinking model writes; 6 and 7 
 async def write_with_model(
     drafts: list[SampleDraft], gateway: LLMGateway, frames: Callable[[str], bytes]
 ) -> None:
-    """Step-GUI's extraction by a thinking model: it answers each knowledge prompt from the screenshots.
+    """Step-GUI's extraction by a thinking model, anchored (§2.1.4): it answers each knowledge
+    prompt from the screenshots before and after the step, told what the calibrated trajectory
+    established (the outcome, the step's label, the steps done before).
 
     The template answer stays in the payload as `reference`; provenance gains the model and
-    the request hash (the gateway's cache key). An empty answer drops the sample with a reason.
+    the request hash (the gateway's cache key). An empty answer drops the sample
+    (`llm_empty_response`); a verdict that contradicts the anchor (a self-reflection whose label
+    differs, a state verification whose yes/no differs) drops it (`llm_contradicts_anchor`).
     """
 
     async def one(draft: SampleDraft) -> None:
-        content = [text_part(draft.payload["prompt"])] + [
-            image_part(frames(sha)) for sha in draft.payload["images"]
-        ]
+        images = list(draft.payload["images"])
+        after = draft.context.get("after")
+        if after and after not in images and draft.category in ("effect_prediction", "progress_tracking"):
+            images.append(after)
+        content = [text_part(anchored_prompt(draft))] + [image_part(frames(sha)) for sha in images]
         result = await gateway.chat([{"role": "user", "content": content}], stage=f"csrs.{draft.category}")
         draft.payload = {
             **draft.payload,
@@ -232,8 +247,42 @@ async def write_with_model(
         }
         if not draft.payload["response"]:
             draft.reason = "llm_empty_response"
+        elif contradicts(draft):
+            draft.reason = "llm_contradicts_anchor"
 
     await asyncio.gather(*(one(d) for d in drafts if d.category in WRITTEN_BY_MODEL and d.reason is None))
+
+
+def anchored_prompt(draft: SampleDraft) -> str:
+    """The knowledge prompt plus the facts the trajectory's calibration established."""
+    facts = draft.context
+    if not facts:
+        return str(draft.payload["prompt"])
+    anchored = getattr(_PROMPTS, "anchored")  # noqa: B009 (a Jinja2 macro)
+    return str(
+        anchored(
+            draft.payload["prompt"],
+            draft.category,
+            "success" if facts["outcome"] else "failure",
+            facts["label"],
+            "; ".join(facts["history"]) or "none",
+            draft.payload.get("polarity") if draft.category == "state_verification" else None,
+        )
+    ).strip()
+
+
+def contradicts(draft: SampleDraft) -> bool:
+    """Whether a model's verdict differs from the anchor: the step's label for a self-reflection,
+    the structured yes/no of a state verification."""
+    words = draft.payload["response"].strip().casefold()
+    if draft.category == "self_reflection" and draft.context.get("label"):
+        said = next((w for w in ("good", "neutral", "harmful") if words.startswith(w)), None)
+        return said != str(draft.context["label"]).casefold()
+    wanted = draft.payload.get("polarity")
+    if draft.category == "state_verification" and wanted is not None:
+        said = next((w for w in ("yes", "no") if words.startswith(w)), None)
+        return said != ("yes" if wanted else "no")
+    return False
 
 
 def extract_round(

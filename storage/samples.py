@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,6 +27,9 @@ class SampleDraft:
     payload: dict[str, Any]
     provenance: dict[str, Any]
     reason: str | None = None  # set when the sample is dropped
+    # what the template answer was derived from (outcome, step label, history, the screen after):
+    # the anchor a model writing the answer is given and checked against; never stored
+    context: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def uid(self) -> str:

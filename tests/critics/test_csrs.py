@@ -108,9 +108,13 @@ def test_model_writes_knowledge_samples_through_the_gateway(
     store = open_object_store(settings)
 
     def answer(rec: Recorded) -> Reply:
-        return Reply(
-            content="" if "What will the screen show next" in rec.text else f"Thinking: {rec.images} images"
-        )
+        if "What will the screen show next" in rec.text:
+            return Reply(content="")
+        if "Was it right?" in rec.text:  # a model that finds every step good
+            return Reply(content="GOOD: fine.")
+        if "Is the task complete" in rec.text:  # one that follows the anchor
+            return Reply(content="yes, it is" if "the task is complete." in rec.text else "no, not yet")
+        return Reply(content=f"Thinking: {rec.images} images")
 
     with ScriptedLLM(responder=answer) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="thinker"), SqlResponseCache(sessions))
@@ -123,6 +127,19 @@ def test_model_writes_knowledge_samples_through_the_gateway(
         extract_round(sessions, 1, gateway, lambda sha: store.get(blob_key(sha)))
         assert len(llm.requests) == calls  # a rerun pays for nothing
     assert report.dropped.get("llm_empty_response", 0) > 0  # effect predictions the model left empty
+    # every model prompt carries its anchor; a verdict against it is dropped with its reason
+    prompts = [r.text for r in llm.requests]
+    assert prompts and all("Facts established for this trajectory" in p for p in prompts)
+    assert all("- the task ended in " in p and "- this step was judged " in p for p in prompts)
+    assert report.dropped.get("llm_contradicts_anchor", 0) > 0
+    with sessions() as s:
+        reflections = s.scalars(select(Sample).where(Sample.category == "self_reflection")).all()
+        verified = s.scalars(select(Sample).where(Sample.category == "state_verification")).all()
+        contradicted = s.scalars(select(Exclusion).where(Exclusion.reason == "llm_contradicts_anchor")).all()
+    kept = [r.payload["reference"] for r in reflections if r.status == "kept"]
+    assert kept and all(ref.startswith("GOOD") for ref in kept)  # it agreed with these anchors only
+    assert verified and all(v.reason != "llm_contradicts_anchor" for v in verified)  # it followed the anchor
+    assert contradicted
     with sessions() as s:
         summary = s.scalars(select(Sample).where(Sample.category == "state_summary")).first()
         action = s.scalars(select(Sample).where(Sample.category == "intent_execution")).first()
