@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
-from storage.models import Anchor, Episode, Exclusion, Step
+from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
 from trajforge.world.verify import UNVERIFIABLE
+
+MODEL_FAULTS = ("policy_error", "policy_timeout")  # episodes a rerun plays again
 
 EXCLUSION_KEY = ["stage", "item_type", "item_key", "reason"]
 
@@ -142,3 +144,36 @@ def record_attempts(
     if failures:
         with transaction(sessions) as s:
             insert_ignore(s, Exclusion, attempt_rows(round_id, uid, failures), EXCLUSION_KEY)
+
+
+def forget_model_faults(sessions: sessionmaker[Session], round_id: int, mine: set[str]) -> set[str]:
+    """The round's stored episode uids, less those of `mine` (this run's episodes; other shards
+    of the round are not touched) that the policy's endpoint failed (an HTTP error or a timeout)
+    and no later stage has used yet: those are deleted, to be played again."""
+    with transaction(sessions) as s:
+        rows = s.execute(
+            select(Episode.uid, Episode.id).where(
+                Episode.round_id == round_id, Episode.reason.in_(MODEL_FAULTS)
+            )
+        )
+        faulted = {uid: id_ for uid, id_ in rows if uid in mine}
+        used = set(s.scalars(select(Sample.episode_id).where(Sample.episode_id.in_(faulted.values())))) | set(
+            s.scalars(
+                select(Judgment.target_id).where(
+                    Judgment.target == "episode", Judgment.target_id.in_(faulted.values())
+                )
+            )
+        )
+        retry = {uid: id_ for uid, id_ in faulted.items() if id_ not in used}
+        if retry:
+            s.execute(delete(Step).where(Step.episode_id.in_(retry.values())))
+            s.execute(delete(Anchor).where(Anchor.episode_id.in_(retry.values())))
+            s.execute(
+                delete(Exclusion).where(
+                    Exclusion.stage == "rollout",
+                    Exclusion.item_type == "episode",
+                    Exclusion.item_key.in_(retry),
+                )
+            )
+            s.execute(delete(Episode).where(Episode.id.in_(retry.values())))
+        return set(s.scalars(select(Episode.uid).where(Episode.round_id == round_id)))

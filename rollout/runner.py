@@ -10,24 +10,24 @@ recorded with its reason, and the episode starts again on another device.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from rollout.env import Environment
 from rollout.policies.base import Policy, observed
 from rollout.pool import DevicePool, Lease, holder_name
-from rollout.records import record_attempts, store_episode
-from storage.db import transaction
-from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
+from rollout.records import forget_model_faults, record_attempts, store_episode
 from storage.models import Query as QueryRow
 from trajforge.actions import ActionKind, get_codec
 from trajforge.domain import Query
@@ -35,7 +35,6 @@ from trajforge.errors import DeviceCrashed, DeviceError, DeviceHung, LLMError, P
 from trajforge.logs import counts
 from trajforge.world.verify import UNVERIFIABLE
 
-MODEL_FAULTS = ("policy_error", "policy_timeout")  # episodes a rerun plays again
 T = TypeVar("T")
 
 
@@ -58,6 +57,13 @@ class RolloutConfig(BaseModel):
         "continue", description="continue: record the step with its reason and go on; end: end the episode."
     )
     lease_wait_s: float = Field(30.0, gt=0, description="How long to wait for a free device.")
+    io_threads: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="Threads for device calls and database writes; 0: sized to the farm (workers + 4), "
+        "so a device call that blocks (adb, a cloud emulator's API) never waits for a thread.",
+    )
 
 
 @dataclass
@@ -126,13 +132,16 @@ class EpisodeRunner:
         self.backend = backend  # lease only devices of this backend (None: any)
         self._envs: dict[str, Environment] = {}
         self._closed: list[Environment] = []  # kept for their statistics
+        self._executor = ThreadPoolExecutor(1)  # replaced, sized to the farm, by each run
+        self._freed = asyncio.Event()  # set when this runner frees a slot
 
     async def run(self, queries: list[Query], round_id: int, policy_id: int) -> RolloutReport:
         report = RolloutReport(requested=len(queries) * self.config.rollouts_per_query)
         started = time.monotonic()
         first = self.config.first_rollout
         todo = [(q, k) for q in queries for k in range(first, first + self.config.rollouts_per_query)]
-        stored = self._forget_model_faults(round_id, {episode_uid(round_id, q.uid, k) for q, k in todo})
+        mine = {episode_uid(round_id, q.uid, k) for q, k in todo}
+        stored = forget_model_faults(self.sessions, round_id, mine)
         with self.sessions() as s:
             query_ids: dict[str, int] = dict(
                 s.execute(select(QueryRow.uid, QueryRow.id).where(QueryRow.uid.in_([q.uid for q in queries])))
@@ -168,7 +177,10 @@ class EpisodeRunner:
     async def _all(self, jobs: list[Callable[[], Awaitable[T]]]) -> list[T]:
         """Run `jobs`, at most `workers` at once; after a failure, the others stop before the
         environments close."""
-        await asyncio.to_thread(self.pool.reclaim_orphans)  # a killed earlier run leaves leases behind
+        threads = self.config.io_threads or self.config.workers + 4
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="trajforge-io")
+        self._freed = asyncio.Event()
+        await self._io(self.pool.reclaim_orphans)  # a killed earlier run leaves leases behind
         gate = asyncio.Semaphore(self.config.workers)
 
         async def bounded(job: Callable[[], Awaitable[T]]) -> T:
@@ -183,51 +195,29 @@ class EpisodeRunner:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             for env in list(self._envs.values()):
-                await asyncio.to_thread(env.close)
+                await self._io(env.close)
             self._closed.extend(self._envs.values())
             self._envs.clear()
-
-    def _forget_model_faults(self, round_id: int, mine: set[str]) -> set[str]:
-        """The round's stored episode uids, less those of `mine` (this run's episodes; other shards
-        of the round are not touched) that the policy's endpoint failed (an HTTP error or a timeout)
-        and no later stage has used yet: those are deleted, to be played again."""
-        with transaction(self.sessions) as s:
-            rows = s.execute(
-                select(Episode.uid, Episode.id).where(
-                    Episode.round_id == round_id, Episode.reason.in_(MODEL_FAULTS)
-                )
-            )
-            faulted = {uid: id_ for uid, id_ in rows if uid in mine}
-            used = set(
-                s.scalars(select(Sample.episode_id).where(Sample.episode_id.in_(faulted.values())))
-            ) | set(
-                s.scalars(
-                    select(Judgment.target_id).where(
-                        Judgment.target == "episode", Judgment.target_id.in_(faulted.values())
-                    )
-                )
-            )
-            retry = {uid: id_ for uid, id_ in faulted.items() if id_ not in used}
-            if retry:
-                s.execute(delete(Step).where(Step.episode_id.in_(retry.values())))
-                s.execute(delete(Anchor).where(Anchor.episode_id.in_(retry.values())))
-                s.execute(
-                    delete(Exclusion).where(
-                        Exclusion.stage == "rollout",
-                        Exclusion.item_type == "episode",
-                        Exclusion.item_key.in_(retry),
-                    )
-                )
-                s.execute(delete(Episode).where(Episode.id.in_(retry.values())))
-            return set(s.scalars(select(Episode.uid).where(Episode.round_id == round_id)))
+            self._executor.shutdown(wait=False)
 
     async def _lease(self, holder: str) -> Lease:
+        """A free slot; while none is, wait for this runner to free one (an event, not a poll),
+        asking the database again at most every second for slots other processes free."""
         deadline = time.monotonic() + self.config.lease_wait_s
-        while (lease := await asyncio.to_thread(self.pool.lease, holder, self.backend)) is None:
-            if time.monotonic() > deadline:
+        pause = 0.05
+        while (lease := await self._io(self.pool.lease, holder, self.backend)) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise DeviceError(f"no healthy device free within {self.config.lease_wait_s}s")
-            await asyncio.sleep(0.05)
+            self._freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._freed.wait(), min(pause, left))
+            pause = min(pause * 2, 1.0)
         return lease
+
+    def _io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`fn(*args)` on the runner's own threads (sized to the farm, not to the CPU)."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
 
     async def _episode(
         self, query: Query, k: int, round_id: int, policy_id: int, query_id: int, report: RolloutReport
@@ -236,9 +226,10 @@ class EpisodeRunner:
         result, device, failures = await self._attempts(query, k, uid, report)
         if result is None:
             report.not_run += 1  # left for the next run, which resumes it: not the episode's failure
-            await asyncio.to_thread(record_attempts, self.sessions, round_id, uid, failures)
+            await self._io(record_attempts, self.sessions, round_id, uid, failures)
             return
-        if store_episode(self.sessions, uid, round_id, policy_id, query_id, k, device, result, failures):
+        args = (self.sessions, uid, round_id, policy_id, query_id, k, device, result, failures)
+        if await self._io(store_episode, *args):
             self._count(result, report)
 
     async def _attempts(
@@ -263,7 +254,8 @@ class EpisodeRunner:
                 failures.append({"attempt": attempt, "device": lease.key, "reason": reason})
                 await self._recover(lease)
                 continue
-            await asyncio.to_thread(self.pool.release, lease)
+            await self._io(self.pool.release, lease)
+            self._freed.set()
             return result, lease.key, failures
         exhausted: dict[str, Any] = {
             "steps": [],
@@ -275,13 +267,14 @@ class EpisodeRunner:
 
     async def _recover(self, lease: Lease) -> None:
         """Report the device, rebuild its environment, and put it back unless retired."""
-        health = await asyncio.to_thread(self.pool.report_failure, lease)
+        health = await self._io(self.pool.report_failure, lease)
+        self._freed.set()
         old = self._envs.pop(lease.key, None)
         if old is not None:
-            await asyncio.to_thread(old.close)
+            await self._io(old.close)
             self._closed.append(old)
         if health != "retired":
-            await asyncio.to_thread(self.pool.mark_healthy, lease.device)
+            await self._io(self.pool.mark_healthy, lease.device)
 
     def environments(self) -> list[Environment]:
         """Every environment this runner built, open or closed (for their statistics)."""
@@ -294,8 +287,9 @@ class EpisodeRunner:
 
     async def _play(self, query: Query, k: int, uid: str, lease: Lease) -> dict[str, Any]:
         cfg = self.config
-        env = self._env(lease)
+        env = await self._io(self._env, lease)  # building one may launch a browser: not on the loop
         policy = self.policies()
+        beat = time.monotonic()
         policy.start(query, seed=uid, guidance=self.guidance.get(query.uid), rollout=k)
         obs = await self._device(env.reset, query)
         steps: list[dict[str, Any]] = []
@@ -336,7 +330,9 @@ class EpisodeRunner:
                 }
             )
             obs = after
-            await asyncio.to_thread(self.pool.heartbeat, lease)
+            if time.monotonic() - beat > self.pool.ttl.total_seconds() / 4:  # not a write per step
+                beat = time.monotonic()
+                await self._io(self.pool.heartbeat, lease)
             if error is not None and cfg.on_parse_error == "end":
                 reason = f"unparseable_output:{error}"
                 break
@@ -345,7 +341,7 @@ class EpisodeRunner:
                 break
         else:
             reason = "max_steps"
-        verdict = env.verify()
+        verdict = await self._io(env.verify)
         success = verdict.success and status == "success"
         if not success and reason is None:
             reason = "gave_up" if status == "failure" else (verdict.failed or "terminated_early")
@@ -363,7 +359,7 @@ class EpisodeRunner:
     async def _device(self, fn: Callable[..., Any], arg: Any) -> Any:
         """A device call in a thread, bounded by the step timeout; failures become retries."""
         try:
-            return await asyncio.wait_for(asyncio.to_thread(fn, arg), self.config.step_timeout_s)
+            return await asyncio.wait_for(self._io(fn, arg), self.config.step_timeout_s)
         except DeviceCrashed as exc:
             raise _Retry("device_crashed") from exc
         except DeviceHung as exc:
