@@ -239,6 +239,11 @@ def dataset_card(man: dict[str, Any], action_format: str, splits: list[str]) -> 
         f"- rounds: {', '.join(map(str, lineage['rounds'])) or 'none'}",
         *(f"- round {p['round']}: policy {p['policy']} v{p['version']}" for p in lineage["policies"]),
         f"- critics: {', '.join(lineage['critics']) or 'none'}",
+        *(
+            f"- round {x['round']} sampling: temperature {x['temperature']}, top_p {x['top_p']} "
+            f"({x['episodes']} episodes)"
+            for x in lineage.get("sampling", [])
+        ),
         f"- parent: {('v' + str(man['parent']['version'])) if man['parent'] else 'none'}",
         "",
         "## Filters",

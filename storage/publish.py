@@ -51,7 +51,7 @@ from storage.models import (
     VersionShard,
 )
 from storage.objectstore import ObjectStore
-from storage.rounds import numbers, ready_rounds
+from storage.rounds import numbers, ready_rounds, sampling_by_round
 from storage.shards import PublishConfig, chunks, selected_rows, shard_bytes, write_shards
 from trajforge.errors import DatasetError, ObjectNotFound, SealedVersion, VersionConflict
 
@@ -105,10 +105,12 @@ def _lineage(sessions: sessionmaker[Session], rounds: list[int]) -> dict[str, An
             .where(Round.number.in_(rounds))
             .distinct()
         ).all()
+    sampling = sampling_by_round(sessions, rounds)
     return {
         "rounds": rounds,
         "policies": [{"round": n, "policy": name, "version": v} for n, name, v, _ in policies],
         "critics": sorted(f"{c}:{v}" for c, v in critics),
+        **({"sampling": sampling} if sampling else {}),  # manifests of offline rounds stay as they were
     }
 
 

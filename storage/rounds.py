@@ -6,13 +6,15 @@ never seals a round that is not ready (a sealed version cannot be taken back).
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import transaction
-from storage.models import Round
+from storage.models import Episode, Round
 from trajforge.errors import DatasetError
 
 JUDGED = "judged"
@@ -77,3 +79,23 @@ def ready_rounds(sessions: sessionmaker[Session], rounds: tuple[int, ...] | None
                     "or leave it out with --rounds"
                 )
     return wanted
+
+
+def sampling_by_round(sessions: sessionmaker[Session], rounds: list[int]) -> list[dict[str, Any]]:
+    """How the rounds' model policies sampled (`episode.meta.sampling`): per round, each
+    temperature/top_p with its episode count; empty when no episode recorded any (offline policies)."""
+    tally: Counter[tuple[int, float, float | None]] = Counter()
+    with sessions() as s:
+        rows = s.execute(
+            select(Round.number, Episode.meta)
+            .join(Round, Round.id == Episode.round_id)
+            .where(Round.number.in_(rounds))
+        ).tuples()
+        for number, meta in rows:
+            sampling = (meta or {}).get("sampling")
+            if sampling:
+                tally[(number, sampling.get("temperature"), sampling.get("top_p"))] += 1
+    return [
+        {"round": n, "temperature": t, "top_p": p, "episodes": c}
+        for (n, t, p), c in sorted(tally.items(), key=str)
+    ]

@@ -19,8 +19,9 @@ from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.farm import SimFarm
 from storage.keys import blob_key
-from storage.models import Episode, Step
+from storage.models import Episode, Round, Step
 from storage.objectstore import LocalObjectStore
+from storage.rounds import sampling_by_round
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
 from tests.support.spine import new_round
 from trajforge.appspec import load_app
@@ -128,3 +129,10 @@ def test_k_rollouts_of_a_query_are_diverse_and_record_their_sampling(
     assert all(m["temperature"] == 0.8 and m["top_p"] == 0.95 and m["seed"] is not None for m in sampled)
     assert len({m["seed"] for m in sampled}) == len(sampled)
     assert any("Step 1: Tap" in p and "step 0 done" in p for p in prompts)  # history in words + conclusion
+    with sessions() as s:
+        number = s.scalars(select(Round.number).where(Round.id == round_id)).one()
+    n = len(generated.kept)  # what a dataset version's lineage (and its card) says about sampling
+    assert sampling_by_round(sessions, [number]) == [
+        {"round": number, "temperature": 0.0, "top_p": None, "episodes": n},
+        {"round": number, "temperature": 0.8, "top_p": 0.95, "episodes": 3 * n},
+    ]
