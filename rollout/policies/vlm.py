@@ -97,10 +97,12 @@ class VLMPolicy:
         self._history: list[str] = []
         self._images: deque[str] = deque(maxlen=config.history_images)
         self._sampling = Sampling(0.0, None, None)
+        self._parts: dict[str, dict[str, Any]] = {}  # the window's screenshots, encoded
 
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self._query, self._guidance = query, guidance
         self._history, self._images = [], deque(maxlen=self.config.history_images)
+        self._parts = {}
         self._sampling = self.config.sampling(rollout, seed)
 
     async def act(self, observation: Observation) -> PolicyOutput:
@@ -114,7 +116,9 @@ class VLMPolicy:
             history=history,
             images=len(self._images),
         )
-        content = [text_part(user)] + [image_part(self.frames(sha)) for sha in self._images]
+        # each screenshot is read and encoded once, however many steps it stays in the window
+        self._parts = {sha: self._parts.get(sha) or image_part(self.frames(sha)) for sha in self._images}
+        content = [text_part(user)] + [self._parts[sha] for sha in self._images]
         result = await self.gateway.chat(
             [{"role": "system", "content": system}, {"role": "user", "content": content}],
             stage="policy",

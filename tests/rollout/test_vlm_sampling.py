@@ -25,7 +25,7 @@ from storage.rounds import sampling_by_round
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
 from tests.support.spine import new_round
 from trajforge.appspec import load_app
-from trajforge.domain import Observation
+from trajforge.domain import Observation, Query
 from trajforge.gateway import LLMGateway
 from trajforge.settings import LLMSettings, PolicySettings
 
@@ -136,3 +136,26 @@ def test_k_rollouts_of_a_query_are_diverse_and_record_their_sampling(
         {"round": number, "temperature": 0.0, "top_p": None, "episodes": n},
         {"round": number, "temperature": 0.8, "top_p": 0.95, "episodes": 3 * n},
     ]
+
+
+def test_each_screenshot_is_read_once_however_long_it_stays_in_the_window(scripted_llm: ScriptedLLM) -> None:
+    reads: list[str] = []
+
+    def frames(sha: str) -> bytes:
+        reads.append(sha)
+        return b"\x89PNG fake " + sha.encode()
+
+    scripted_llm.enqueue(*[Reply(content=TAP_WIFI)] * 4)
+    gateway = LLMGateway(LLMSettings(base_url=scripted_llm.url, model="m"))
+    policy = VLMPolicy(VLMPolicyConfig(history_images=3), gateway, frames)
+    query = Query(uid="q", app="settings", instruction="Open Wi-Fi", path=[], goal={})
+
+    async def play() -> None:
+        policy.start(query, seed="e", rollout=0)
+        for sha in ("a" * 64, "b" * 64, "b" * 64, "c" * 64):
+            await policy.act(SCREEN.model_copy(update={"screenshot": sha}))
+        await gateway.aclose()
+
+    asyncio.run(play())
+    assert reads == ["a" * 64, "b" * 64, "c" * 64]  # encoded once each, though sent up to three times
+    assert [r.images for r in scripted_llm.requests] == [1, 2, 3, 3]  # the window, repeats included
