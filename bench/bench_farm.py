@@ -4,7 +4,9 @@ Each device stands in for a cloud emulator: `reset` and `step` block their threa
 `--step-s` (an adb or HTTP round trip); the policy stands in for a VLM endpoint and answers
 after `--policy-s` (an awaited call, as the gateway's is). Episodes are 10 steps (9 taps and
 a terminate). The bound is N / (step + policy) steps/s; resets cost one more device call per
-episode, so a perfect engine reaches 10/10.5 = 95% of it.
+episode, so a perfect engine reaches 10/10.5 = 95% of it. Every device call returns a new
+1080x2400 PNG that is hashed and put into a local object store, as the sim and web devices do
+(`--no-frames`: one fixed hash, the engine's bookkeeping alone).
 
 Baseline, in the same run: the runner as it was, every device call on asyncio's default
 executor, min(32, cores + 4) threads (`io_threads` set to that), one episode per device.
@@ -16,11 +18,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import os
+import random
 import resource
 import tempfile
 import time
 from pathlib import Path
+
+from PIL import Image, ImageDraw
 
 from bench.common import table
 from querygen.pipeline import generate_queries, store_generation
@@ -28,6 +34,7 @@ from rollout.policies.base import PolicyOutput
 from rollout.pool import DevicePool, Lease
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from storage.db import create_db_engine, session_factory, upgrade
+from storage.objectstore import LocalObjectStore, ObjectStore, put_blob
 from tests.support.spine import new_round
 from trajforge.actions import Action, ActionKind, Screen, get_codec
 from trajforge.appspec import builtin_app_names, load_app
@@ -42,15 +49,36 @@ TAP = CANONICAL.format(Action(kind=ActionKind.CLICK, point=(500, 500)), SCREEN)
 DONE = CANONICAL.format(Action(kind=ActionKind.TERMINATE, status="success"), SCREEN)
 
 
-class LatencyDevice:
-    """A device whose every call blocks its thread for `latency` seconds."""
+def screenshots(n: int = 16) -> list[bytes]:
+    """`n` different 1080x2400 PNG screenshots (a list screen each), rendered once."""
+    out = []
+    for i in range(n):
+        image = Image.new("RGB", (SCREEN.width, SCREEN.height), (245, 245, 245))
+        draw = ImageDraw.Draw(image)
+        for row in range(24):
+            draw.rectangle(
+                (40, 100 * row + 20, 300 + 29 * ((row * 7 + i) % 24), 100 * row + 80), fill=(60, 90, 140)
+            )
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        out.append(buf.getvalue())
+    return out
 
-    def __init__(self, latency: float) -> None:
-        self.latency = latency
+
+class LatencyDevice:
+    """A device whose every call blocks its thread for `latency` seconds; with a store, every
+    observation is a new PNG screenshot the device hashes and puts, as the sim and web devices do."""
+
+    def __init__(self, latency: float, store: ObjectStore | None, frames: list[bytes]) -> None:
+        self.latency, self.store, self.frames = latency, store, frames
 
     def _observe(self) -> Observation:
         time.sleep(self.latency)
-        return Observation(screenshot=FRAME, width=SCREEN.width, height=SCREEN.height, elements=[])
+        sha = FRAME
+        if self.store is not None:  # a unique frame: trailing bytes after IEND change the hash only
+            png = self.frames[random.randrange(len(self.frames))] + os.urandom(8)
+            sha, _ = put_blob(self.store, png)
+        return Observation(screenshot=sha, width=SCREEN.width, height=SCREEN.height, elements=[])
 
     def reset(self, task: Query) -> Observation:
         return self._observe()
@@ -94,7 +122,7 @@ def _queries(sessions, n: int) -> list[Query]:
 
 
 def run(
-    devices: int, per_device: int, step_s: float, policy_s: float, io_threads: int
+    devices: int, per_device: int, step_s: float, policy_s: float, io_threads: int, frames: list[bytes]
 ) -> tuple[RolloutReport, float]:
     """(report, engine CPU seconds) for `devices` devices each playing `per_device` episodes."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,8 +144,10 @@ def run(
             lease_wait_s=600,
         )
 
+        store = LocalObjectStore(Path(tmp) / "objects") if frames else None
+
         def envs(_: Lease) -> LatencyDevice:
-            return LatencyDevice(step_s)
+            return LatencyDevice(step_s, store, frames)
 
         runner = EpisodeRunner(sessions, pool, envs, lambda: LatencyPolicy(policy_s), config)
         cpu = time.process_time()
@@ -132,16 +162,18 @@ def main() -> None:
     parser.add_argument("--policy-s", type=float, default=1.0, help="model latency per step")
     parser.add_argument("--episodes-per-device", type=int, default=2)
     parser.add_argument("--baseline-max", type=int, default=64, help="largest N the slow baseline runs at")
+    parser.add_argument("--no-frames", action="store_true", help="no PNG hashed and stored per step")
     args = parser.parse_args()
+    frames = [] if args.no_frames else screenshots()
     default_threads = min(32, (os.cpu_count() or 1) + 4)
     rows = []
     for n in [int(x) for x in args.sizes.split(",")]:
         bound = n / (args.step_s + args.policy_s)
-        report, cpu = run(n, args.episodes_per_device, args.step_s, args.policy_s, 0)
+        report, cpu = run(n, args.episodes_per_device, args.step_s, args.policy_s, 0, frames)
         rate = report.steps / report.seconds
         base_cell = "—"
         if n <= args.baseline_max:
-            base, _ = run(n, 1, args.step_s, args.policy_s, default_threads)
+            base, _ = run(n, 1, args.step_s, args.policy_s, default_threads, frames)
             base_rate = base.steps / base.seconds
             base_cell = f"{base_rate:.1f} ({base_rate / bound:.0%}); now {rate / base_rate:.1f}x"
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -169,7 +201,8 @@ def main() -> None:
     ]
     title = (
         f"farm throughput: devices {args.step_s:g} s per call, policy {args.policy_s:g} s per step, "
-        f"{STEPS}-step episodes, {os.cpu_count()} cores, SQLite"
+        f"{STEPS}-step episodes, {os.cpu_count()} cores, SQLite, "
+        + ("no frames" if not frames else f"a new {len(frames[0]) // 1024} KB PNG hashed and stored per call")
     )
     print(table(title, header, rows))
 
