@@ -51,7 +51,7 @@ def test_yaml_overrides_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         ("llm:\n  modle: x\n", "unknown key 'llm.modle'; known keys: api_key, backoff_base_s"),
         (
             "databse:\n  url: x\n",
-            "unknown section 'databse'; known sections: annotate, apps, critics, curate, db, evolve, home, llm, s3, store, trainer",
+            "unknown section 'databse'; known sections: annotate, apps, critics, curate, db, evolve, home, llm, policy, s3, store, trainer",
         ),
         (
             "llm:\n  concurrency: 0\n",
@@ -178,6 +178,7 @@ def test_every_section_of_a_run_config_reaches_the_settings(tmp_path: Path) -> N
         "annotate": ("project_by", "purpose"),
         "evolve": ("rounds", 2),
         "trainer": ("action_format", "uitars"),
+        "policy": ("temperature", 1.2),
     }
     assert set(values) == set(_SECTIONS)  # a new section gets a line here
     cfg = tmp_path / "run.yaml"
