@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import os
 import random
 import resource
@@ -26,9 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from PIL import Image, ImageDraw
-
-from bench.common import table
+from bench.common import list_screens, table
 from querygen.pipeline import generate_queries, store_generation
 from rollout.policies.base import PolicyOutput
 from rollout.pool import DevicePool, Lease
@@ -47,22 +44,6 @@ SCREEN = Screen(1080, 2400)
 CANONICAL = get_codec("canonical")
 TAP = CANONICAL.format(Action(kind=ActionKind.CLICK, point=(500, 500)), SCREEN)
 DONE = CANONICAL.format(Action(kind=ActionKind.TERMINATE, status="success"), SCREEN)
-
-
-def screenshots(n: int = 16) -> list[bytes]:
-    """`n` different 1080x2400 PNG screenshots (a list screen each), rendered once."""
-    out = []
-    for i in range(n):
-        image = Image.new("RGB", (SCREEN.width, SCREEN.height), (245, 245, 245))
-        draw = ImageDraw.Draw(image)
-        for row in range(24):
-            draw.rectangle(
-                (40, 100 * row + 20, 300 + 29 * ((row * 7 + i) % 24), 100 * row + 80), fill=(60, 90, 140)
-            )
-        buf = io.BytesIO()
-        image.save(buf, format="PNG")
-        out.append(buf.getvalue())
-    return out
 
 
 class LatencyDevice:
@@ -164,7 +145,7 @@ def main() -> None:
     parser.add_argument("--baseline-max", type=int, default=64, help="largest N the slow baseline runs at")
     parser.add_argument("--no-frames", action="store_true", help="no PNG hashed and stored per step")
     args = parser.parse_args()
-    frames = [] if args.no_frames else screenshots()
+    frames = [] if args.no_frames else list_screens(16)
     default_threads = min(32, (os.cpu_count() or 1) + 4)
     rows = []
     for n in [int(x) for x in args.sizes.split(",")]:

@@ -10,36 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
-import random
 import tempfile
 from pathlib import Path
 
-from PIL import Image, ImageDraw
-
-from bench.common import scripted_server, table, timed
+from bench.common import list_screens, scripted_server, table, timed
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.llm_cache import SqlResponseCache
 from trajforge.gateway import LLMGateway, ResponseCache, image_part
 from trajforge.settings import LLMSettings
-
-
-def screenshots(n: int) -> list[dict]:
-    """`n` 1080x2400 screenshots as the policy sends them (PNG data URLs, encoded once)."""
-    rng = random.Random(0)
-    parts = []
-    for i in range(n):
-        image = Image.new("RGB", (1080, 2400), (245, 245, 245))
-        draw = ImageDraw.Draw(image)
-        for row in range(24):  # a list screen: rows of text-like noise
-            y = 100 * row + 20
-            draw.rectangle(
-                (40, y, 40 + rng.randrange(300, 1000), y + 60), fill=(rng.randrange(60), 90, 140 + i)
-            )
-        buf = io.BytesIO()
-        image.save(buf, format="PNG")
-        parts.append(image_part(buf.getvalue()))
-    return parts
 
 
 def run(
@@ -67,7 +45,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--images", type=int, default=0, help="1080x2400 screenshots per request")
     args = parser.parse_args()
-    images = screenshots(args.images)
+    images = [image_part(png) for png in list_screens(args.images)]
     size_kb = sum(len(p["image_url"]["url"]) for p in images) / 1024
     bound = args.concurrency / (args.latency_ms / 1000)
     rows = []

@@ -68,3 +68,22 @@ def scratch_postgres() -> Iterator[str | None]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def list_screens(n: int, width: int = 1080, height: int = 2400) -> list[bytes]:
+    """`n` different phone-sized PNG screenshots of a list screen (rows of text-like bars)."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    out = []
+    for i in range(n):
+        image = Image.new("RGB", (width, height), (245, 245, 245))
+        draw = ImageDraw.Draw(image)
+        for row in range(24):
+            right = 300 + 29 * ((row * 7 + i) % 24)
+            draw.rectangle((40, 100 * row + 20, right, 100 * row + 80), fill=(60, 90, 140))
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        out.append(buf.getvalue())
+    return out

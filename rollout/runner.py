@@ -132,8 +132,8 @@ class EpisodeRunner:
         self.backend = backend  # lease only devices of this backend (None: any)
         self._envs: dict[str, Environment] = {}
         self._closed: list[Environment] = []  # kept for their statistics
-        self._executor = ThreadPoolExecutor(1)  # replaced, sized to the farm, by each run
-        self._freed = asyncio.Event()  # set when this runner frees a slot
+        self._executor: ThreadPoolExecutor  # each run's, sized to the farm (`_all`)
+        self._freed: asyncio.Event  # set when this runner frees a slot
 
     async def run(self, queries: list[Query], round_id: int, policy_id: int) -> RolloutReport:
         report = RolloutReport(requested=len(queries) * self.config.rollouts_per_query)
