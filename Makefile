@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first and pinned: 2.13.0 is the local CPU wheel; anything else pulls CUDA.
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,miniwob]'
 	touch $(STAMP)
 
 ## run: install, then evolve 6 rounds on the embedded default (SQLite, local store, offline) and write the report

@@ -43,7 +43,8 @@ TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
 )
 REPLAY = "replay"  # the reference is a demonstration: the ground-truth path replayed in the simulator
-Demonstrator = Callable[[Query], list[StepView]]  # a query's demonstration, recorded as steps
+# A query's demonstration, recorded as steps; None where there is none (a suite task's query).
+Demonstrator = Callable[[Query], list[StepView] | None]
 
 
 @dataclass
@@ -92,9 +93,8 @@ def pick_reference(
     if won:
         best = min(won, key=lambda r: (len(r.steps), r.uid))
         return best.uid, best.steps, best.labels
-    if demonstrate is None:
-        return None
-    return REPLAY, demonstrate(group[0].query), None
+    replay = demonstrate(group[0].query) if demonstrate is not None else None
+    return (REPLAY, replay, None) if replay is not None else None
 
 
 def describe_offline(views: list[StepView], labels: list[str] | None) -> list[Described]:
@@ -187,8 +187,8 @@ async def write_guidance(
     async def one(group: list[Rollout], rate: float) -> dict[str, Any] | None:
         query = group[0].query
         picked = pick_reference(group, demonstrate)
-        if picked is None:
-            report.failed["no_reference"] += 1
+        if picked is None:  # unsolved, and nothing to replay: never a made-up reference
+            report.failed["unsolved_no_reference"] += 1
             return None
         ref, views, labels = picked
         report.references["rollout" if labels is not None else REPLAY] += 1

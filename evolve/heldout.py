@@ -33,6 +33,7 @@ from evolve.policies import policy_factory
 from evolve.spine import Spine, open_farm, open_pool, open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.runner import EpisodeRunner, RolloutConfig
+from rollout.suites.queries import environment_queries, heldout_seeds
 from storage.db import transaction
 from storage.models import App, Round
 from storage.models import Policy as PolicyRow
@@ -62,6 +63,13 @@ def heldout_queries(spine: Spine) -> list[Query]:
             )  # fmt: skip
             store_generation(spine.sessions, spec, report, meta={LABEL: True})
             have = _stored(spine, spec.name)
+        out.extend(have[: ev.heldout_per_app])
+    for app in spine.suites:  # fixed seeds of each suite task, beyond every round's
+        have = _stored(spine, app)
+        if len(have) < ev.heldout_per_app:
+            wanted = {app: heldout_seeds(len(have), ev.heldout_per_app - len(have))}
+            environment_queries(spine.sessions, {app: spine.suites[app]}, wanted, meta={LABEL: True})
+            have = _stored(spine, app)
         out.extend(have[: ev.heldout_per_app])
     return out
 

@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rollout.pool import DevicePool
 from rollout.sim.farm import SimFarm
+from rollout.suites import Suite, is_suite_ref, resolve
+from rollout.suites.farm import SuiteFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
 from storage.apps import check_apps
@@ -43,10 +45,22 @@ class Spine:
 
     @cached_property
     def apps(self) -> list[AppSpec]:
-        """The run's apps (`apps:` in the config), each checked against the spec stored under its name."""
-        apps = load_apps(self.settings.apps)
+        """The run's app specs (`apps:` in the config), each checked against the spec stored under its
+        name; none where `apps:` names only suite tasks, every built-in one where it names nothing."""
+        refs = [r for r in self.settings.apps if not is_suite_ref(r)]
+        apps = load_apps(refs) if refs or not self.settings.apps else []
         check_apps(self.sessions, apps)
         return apps
+
+    @cached_property
+    def suites(self) -> dict[str, Suite]:
+        """The run's suite tasks (`SUITE:TASK` in `apps:`), by app name, each checked against its suite."""
+        out: dict[str, Suite] = {}
+        for ref in self.settings.apps:
+            if is_suite_ref(ref):
+                app, suite, _ = resolve(ref)
+                out[app] = suite
+        return out
 
     @cached_property
     def frames(self) -> Callable[[str], bytes]:
@@ -73,15 +87,18 @@ def open_spine(settings: Settings) -> Spine:
         return _OPEN[key]
 
 
-def open_farm(spine: Spine) -> SimFarm | WebFarm:
-    """The loop's devices: simulated phones, or the same apps as pages in Chromium (`evolve.backend`)."""
-    if spine.settings.evolve.backend == "web":
-        if not chromium_available():
-            raise ConfigError(
-                "evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
-            )
-        return WebFarm(spine.apps, store=spine.store, faults=spine.settings.evolve.faults)
-    return SimFarm(spine.apps, store=spine.store, faults=spine.settings.evolve.faults)
+def open_farm(spine: Spine) -> SimFarm | WebFarm | SuiteFarm:
+    """The loop's devices: simulated phones, or the same apps as pages in Chromium (`evolve.backend`);
+    with suite tasks in `apps:`, each slot also plays them in their suite's environment."""
+    web = spine.settings.evolve.backend == "web"
+    if (web or spine.suites) and not chromium_available():
+        raise ConfigError(
+            "evolve.backend 'web' and suite tasks need Chromium and Playwright: apt-get install chromium "
+            "(see README)"
+        )
+    farm_type = WebFarm if web else SimFarm
+    farm = farm_type(spine.apps or None, store=spine.store, faults=spine.settings.evolve.faults)
+    return SuiteFarm(farm, spine.suites, spine.store) if spine.suites else farm
 
 
 def open_pool(spine: Spine) -> DevicePool:

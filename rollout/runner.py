@@ -293,7 +293,7 @@ class EpisodeRunner:
         policy.start(query, seed=uid, guidance=self.guidance.get(query.uid), rollout=k)
         obs = await self._device(env.reset, query)
         steps: list[dict[str, Any]] = []
-        status, reason = None, None
+        status, reason, ended_by_env = None, None, False
         policy_failure: dict[str, Any] | None = None
         sampling: dict[str, Any] | None = None
         for index in range(cfg.max_steps):
@@ -339,10 +339,15 @@ class EpisodeRunner:
             if action is not None and action.kind == ActionKind.TERMINATE:
                 status = action.status
                 break
+            if after.done:  # the environment ended the episode (MiniWoB++'s WOB_DONE_GLOBAL)
+                ended_by_env = True
+                break
         else:
             reason = "max_steps"
         verdict = await self._io(env.verify)
-        success = verdict.success and status == "success"
+        # An environment that ends its own episodes decides it with its reward; elsewhere the
+        # policy must also claim success (a verified state reached by chance is not a success).
+        success = verdict.success and (status == "success" or ended_by_env)
         if not success and reason is None:
             reason = "gave_up" if status == "failure" else (verdict.failed or "terminated_early")
             if verdict.success and status is None:

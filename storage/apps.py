@@ -8,6 +8,8 @@ from here, so a round rolled out from a spec file needs no config to be judged.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 
 from sqlalchemy import select
@@ -34,6 +36,14 @@ def register_app(session: Session, spec: AppSpec) -> int:
     return int(app_id)
 
 
+def register_suite_app(session: Session, app: str, suite: str) -> int:
+    """The id of a suite task's app (`SUITE:TASK`): no spec, the suite named in its place."""
+    spec_json = {"suite": suite, "task": app.rpartition(":")[2]}
+    digest = hashlib.sha256(json.dumps(spec_json, sort_keys=True).encode()).hexdigest()
+    insert_ignore(session, App, [{"name": app, "spec": spec_json, "spec_sha256": digest}], ["name"])
+    return int(session.execute(select(App.id).where(App.name == app)).scalar_one())
+
+
 def check_apps(sessions: sessionmaker[Session], specs: Sequence[AppSpec]) -> None:
     """Refuse, writing nothing, specs whose names are stored with different specs."""
     with sessions() as s:
@@ -55,7 +65,9 @@ def stored_apps(sessions: sessionmaker[Session]) -> list[AppSpec]:
     """Every spec the database holds, by name."""
     with sessions() as s:
         rows = s.scalars(select(App).order_by(App.name)).all()
-        return [AppSpec.model_validate(r.spec) for r in rows]
+        return [
+            AppSpec.model_validate(r.spec) for r in rows if "suite" not in r.spec
+        ]  # a suite task has none
 
 
 def round_apps(sessions: sessionmaker[Session], configured: Sequence[AppSpec]) -> list[AppSpec]:

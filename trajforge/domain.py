@@ -63,6 +63,7 @@ class Observation(BaseModel):
     height: int = Field(gt=0)
     elements: list[dict[str, Any]] | None = Field(None, description="a11y / element tree, if any.")
     meta: dict[str, Any] = Field(default_factory=dict)
+    done: bool = Field(False, description="The environment ended the episode itself (its own done signal).")
 
 
 def tapped(

@@ -86,6 +86,8 @@ def replay_reference(query: Query, apps: list[AppSpec], store: ObjectStore | Non
     return views
 
 
-def demonstrator(apps: list[AppSpec], store: ObjectStore | None) -> Callable[[Query], list[StepView]]:
-    """`replay_reference` on these apps and store, as curation's guidance takes it."""
-    return lambda query: replay_reference(query, apps, store)
+def demonstrator(apps: list[AppSpec], store: ObjectStore | None) -> Callable[[Query], list[StepView] | None]:
+    """`replay_reference` on these apps and store, as curation's guidance takes it; None for a query
+    of an app that is no spec here (a suite task: there is no simulator to replay it in)."""
+    names = {a.name for a in apps}
+    return lambda query: replay_reference(query, apps, store) if query.app in names and query.path else None

@@ -5,23 +5,14 @@ Taps are touch taps at the action's point, swipes are real scroll gestures (CDP
 ones), typing goes through the keyboard, back and home are
 navigation keys the page serves. Screenshots are Chromium's; the element tree is read
 from the DOM (what is on screen and not covered); the verifier reads the app state the
-page embeds. Playwright's sync API is bound to its thread, so every call runs on one
-worker thread of this environment.
+page embeds. Every browser call runs on the browser's own thread (`rollout.web.browser`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import struct
-import tempfile
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import TypeVar
-from xml.sax.saxutils import escape
 
-from rollout.sim.render import packaged_cjk_font
+from rollout.web.browser import CHROMIUM, BrowserThread, chromium_available, chromium_env, png_size
 from rollout.web.server import WebAppServer
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
@@ -34,19 +25,8 @@ from trajforge.world.model import FaultConfig
 from trajforge.world.verify import VerifierResult, check_exported_state
 
 log = logging.getLogger("trajforge.web")
+__all__ = ["CHROMIUM", "WebEnv", "chromium_available", "chromium_env"]
 
-T = TypeVar("T")
-CHROMIUM = "/usr/bin/chromium"
-# Flags this closed network needs (no background connections) and a root user needs (no sandbox).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 DEVICE = "Pixel 7"
 SCROLL_FRACTION = 0.6
 
@@ -72,41 +52,6 @@ _LINK_AT_JS = (
 )
 
 
-def chromium_env() -> dict[str, str | float | bool]:
-    """Chromium's environment: fontconfig sees the system fonts plus the CJK font that comes with
-    trajforge's Python dependencies, so pages with Chinese text render on a machine without a
-    system CJK font package."""
-    env: dict[str, str | float | bool] = dict(os.environ)
-    font = packaged_cjk_font()
-    if font is None:
-        return env
-    conf = Path(tempfile.gettempdir()) / f"trajforge-fonts-{os.getuid()}.conf"
-    text = (
-        '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>\n'
-        '  <include ignore_missing="yes">/etc/fonts/fonts.conf</include>\n'
-        f"  <dir>{escape(str(Path(font).parent))}</dir>\n</fontconfig>\n"
-    )
-    if not conf.is_file() or conf.read_text() != text:
-        partial = conf.with_suffix(f".{os.getpid()}.partial")
-        partial.write_text(text)
-        partial.replace(conf)
-    env["FONTCONFIG_FILE"] = str(conf)
-    return env
-
-
-def chromium_available() -> bool:
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        return False
-    return Path(CHROMIUM).is_file()
-
-
-def _png_size(png: bytes) -> tuple[int, int]:
-    width, height = struct.unpack(">II", png[16:24])
-    return int(width), int(height)
-
-
 class WebEnv:
     """One browser page on one app server. `close()` ends both."""
 
@@ -118,35 +63,13 @@ class WebEnv:
         timeout_ms: int = 15_000,
     ) -> None:
         self.store = store
-        self.timeout_ms = timeout_ms
         self.server = WebAppServer(SimDevice(apps, faults=faults))
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webenv")
         self._task: Query | None = None
-        self._stored: set[str] = set()
-        self._call(self._launch)
-
-    def _call(self, fn: Callable[[], T]) -> T:
-        """`fn` on the browser's thread; a browser failure (a screenshot Chromium could not take
-        under load, a crashed page) is the device's crash, which the runner retries on a new page."""
-        from playwright.sync_api import Error as BrowserError
-
-        try:
-            return self._thread.submit(fn).result()
-        except BrowserError as exc:
-            raise DeviceCrashed(f"Chromium: {str(exc).splitlines()[0]}") from exc
-
-    def _launch(self) -> None:
-        from playwright.sync_api import sync_playwright
-
-        self._pw = sync_playwright().start()
-        self._browser = self._pw.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, env=chromium_env()
-        )
-        self._context = self._browser.new_context(**self._pw.devices[DEVICE])
-        self._page = self._context.new_page()
-        self._page.set_default_timeout(self.timeout_ms)
-        self._cdp = self._context.new_cdp_session(self._page)
-        self._dpr = float(self._pw.devices[DEVICE]["device_scale_factor"])
+        self._browser = BrowserThread(lambda pw: dict(pw.devices[DEVICE]), timeout_ms)
+        self._call = self._browser.call
+        self._page = self._browser.page
+        self._cdp = self._call(lambda: self._browser.context.new_cdp_session(self._page))
+        self._dpr = float(self._call(lambda: self._browser.pw.devices[DEVICE]["device_scale_factor"]))
 
     # --- protocol ------------------------------------------------------------------------
     def reset(self, task: Query) -> Observation:
@@ -164,16 +87,9 @@ class WebEnv:
         return check_exported_state(self._task.goal, raw or "")
 
     def close(self) -> None:
-        def stop() -> None:
-            self._browser.close()
-            self._pw.stop()
-
         try:
-            self._call(stop)
-        except DeviceCrashed as exc:  # a crashed browser is closed already, as far as it can be
-            log.warning("closing a crashed browser: %s", exc)
+            self._browser.close()
         finally:
-            self._thread.shutdown()
             self.server.close()
 
     # --- inside the browser thread ---------------------------------------------------------
@@ -234,7 +150,7 @@ class WebEnv:
 
     def _observe(self) -> Observation:
         png = self._page.screenshot(type="png")
-        width, height = _png_size(png)
+        width, height = png_size(png)
         digest = put_blob(self.store, png)[0] if self.store is not None else sha256_hex(png)
         return Observation(
             screenshot=digest,

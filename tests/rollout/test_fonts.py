@@ -71,7 +71,7 @@ def _glyph_shots(env: dict) -> list[bytes]:
     """Screenshots of two different Chinese words, drawn by Chromium with `env`."""
     from playwright.sync_api import sync_playwright
 
-    from rollout.web.env import CHROMIUM, CHROMIUM_ARGS
+    from rollout.web.browser import CHROMIUM, CHROMIUM_ARGS
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, env=env)

@@ -109,7 +109,7 @@ def logged_in_page(server: LabelStudioServer) -> Iterator[Any]:
     """A Playwright page in Debian's Chromium, logged in to Label Studio."""
     from playwright.sync_api import sync_playwright
 
-    from rollout.web.env import CHROMIUM, CHROMIUM_ARGS
+    from rollout.web.browser import CHROMIUM, CHROMIUM_ARGS
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

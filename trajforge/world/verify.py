@@ -34,9 +34,11 @@ class VerifierResult:
     success: bool
     failed: str | None = None  # which constraint: "app", "screen" or "slot:<name>"
     detail: str = ""
+    reward: float | None = None  # an environment's own reward, where it computes one (MiniWoB++'s raw reward)
 
     def to_json(self) -> dict[str, Any]:
-        return {"success": self.success, "failed": self.failed, "detail": self.detail}
+        out: dict[str, Any] = {"success": self.success, "failed": self.failed, "detail": self.detail}
+        return out if self.reward is None else {**out, "reward": self.reward}
 
 
 def verify(goal: Goal, device: SimDevice) -> VerifierResult:

@@ -1,0 +1,259 @@
+"""A web suite: task pages in a real Chromium whose own JavaScript generates the task and computes
+the reward. MiniWoB++ is one (`rollout.suites.miniwob`); a user's web app is another, declared in
+YAML (`WebSuite.from_yaml`, docs/environments.md).
+
+The page is shown at its own size, on a desktop viewport with no device emulation and no zoom:
+the screenshot is the page's task region (`region`, a CSS selector) at 1 CSS pixel per pixel,
+and action points are relative to that screenshot. Clicks are mouse clicks, typing goes through
+the keyboard, swipes are wheel scrolls; back, home and app launches do nothing (a page has
+none). The element tree is read from the DOM as an agent would see it: every visible control
+(buttons, links, fields, checkboxes, anything with a pointer cursor or a widget role) and every
+visible text outside a control, with its text, kind, bounds and checked/focused state.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rollout.suites import seed_of
+from rollout.web.browser import BrowserThread, png_size
+from storage.keys import sha256_hex
+from storage.objectstore import ObjectStore, put_blob
+from trajforge.actions import Action, ActionKind, Screen
+from trajforge.domain import Observation, Query
+from trajforge.errors import ConfigError
+from trajforge.world.verify import VerifierResult
+
+_ELEMENTS_JS = """(sel) => {
+  const box = ((sel && document.querySelector(sel)) || document.documentElement).getBoundingClientRect();
+  const BUTTONS = ['button', 'submit', 'reset'];
+  const ROLES = ['button', 'link', 'tab', 'checkbox', 'radio', 'option', 'menuitem', 'switch'];
+  const control = (el) => {
+    const tag = el.tagName.toLowerCase(), role = el.getAttribute('role');
+    if (['button', 'a', 'input', 'select', 'textarea', 'option'].includes(tag)) return true;
+    if (role && ROLES.includes(role)) return true;
+    const cur = getComputedStyle(el).cursor;
+    const up = el.parentElement;
+    return cur === 'pointer' && (!up || getComputedStyle(up).cursor !== 'pointer');
+  };
+  const ownText = (el) => Array.from(el.childNodes).filter(n => n.nodeType === 3)
+    .map(n => n.data).join(' ').replace(/\\s+/g, ' ').trim();
+  const out = [];
+  const walk = (el, inControl, inText) => {
+    const r = el.getBoundingClientRect(), st = getComputedStyle(el);
+    if (st.display === 'none' || st.visibility === 'hidden') return;
+    const isControl = !inControl && control(el);
+    const visible = r.width > 0 && r.height > 0 && r.right > box.left && r.bottom > box.top
+      && r.left < box.right && r.top < box.bottom;
+    const text = isControl || inControl || inText || !ownText(el) ? '' : el.innerText;
+    if (visible && (isControl || text)) {
+      const hit = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+      if (hit && (el === hit || el.contains(hit) || hit.contains(el))) {
+        const tag = el.tagName.toLowerCase(), type = (el.getAttribute('type') || '').toLowerCase();
+        let kind = 'text', label = text, checked = null;
+        if (isControl) {
+          if (tag === 'input' && (type === 'checkbox' || type === 'radio')) {
+            kind = 'toggle'; checked = el.checked;
+            const lab = el.closest('label') || (el.id && document.querySelector(`label[for="${el.id}"]`));
+            label = lab ? lab.innerText : (el.value || '');
+          } else if (tag === 'textarea' || (tag === 'input' && !BUTTONS.includes(type))) {
+            kind = 'input'; label = el.value || el.placeholder || '';
+          } else {
+            kind = 'button';
+            label = el.innerText || el.value || el.getAttribute('aria-label') || el.title || '';
+          }
+        }
+        out.push({id: el.id || '', kind, tag, text: label.replace(/\\s+/g, ' ').trim(), checked,
+                  focused: document.activeElement === el,
+                  bounds: [r.left - box.left, r.top - box.top, r.right - box.left, r.bottom - box.top]
+                    .map(v => Math.max(0, Math.round(v)))});
+      }
+    }
+    for (const child of el.children) walk(child, inControl || isControl, inText || !!text);
+  };
+  walk(document.body, false, false);
+  return out;
+}"""
+_REGION_JS = """(sel) => {
+  const el = (sel && document.querySelector(sel)) || document.documentElement;
+  const r = el.getBoundingClientRect();
+  return [r.left, r.top, Math.max(1, Math.min(r.width, innerWidth - r.left)),
+          Math.max(1, Math.min(r.height, innerHeight - r.top))];
+}"""
+SCROLL_PX = 120
+
+
+class Hooks(BaseModel):
+    """JavaScript the suite runs in the page: each an expression of a function."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reset: str = Field(description="`({task, seed}) => ...`: start the task under this seed (page loaded).")
+    instruction: str = Field(description="`() => ...`: the instruction (a string), or {instruction, params}.")
+    done: str = Field(description="`() => ...`: true once the environment has ended the episode.")
+    reward: str = Field(description="`() => ...`: the environment's reward (a number); > 0 is success.")
+    reason: str | None = Field(None, description="`() => ...`: optional, why the reward is what it is.")
+
+
+class WebSuite(BaseModel):
+    """A suite of task pages: where the page is, the region shown, and the hooks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    url: str = Field(description="The task page (http, https or file); `{task}` becomes the task name.")
+    tasks: list[str] | None = Field(None, description="The suite's task names; none: any the page accepts.")
+    viewport: tuple[int, int] = (500, 320)
+    region: str | None = Field(None, description="CSS selector of the part of the page that is the screen.")
+    hooks: Hooks
+    settle_ms: int = Field(0, ge=0, le=5000, description="Wait after each action (animations).")
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> WebSuite:
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            suite = cls.model_validate(data)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"web suite {path}: file not found; pass an existing YAML file") from exc
+        except (yaml.YAMLError, ValidationError) as exc:
+            raise ConfigError(f"web suite {path}: {exc}".splitlines()[0] + f" ({_first_error(exc)})") from exc
+        if suite.url.startswith("file://") and not suite.url.startswith("file:///"):  # relative to the file
+            suite = suite.model_copy(update={"url": (path.parent / suite.url[7:]).resolve().as_uri()})
+        return suite
+
+    def check_task(self, task: str) -> None:
+        if self.tasks is not None and task not in self.tasks:
+            raise ConfigError(
+                f"apps: suite {self.name!r} has no task {task!r}; its tasks: {', '.join(self.tasks)}"
+            )
+
+    def environment(self, store: ObjectStore | None) -> PageEnv:
+        return PageEnv(self, store)
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+    return str(exc).splitlines()[0]
+
+
+class PageEnv:
+    """One browser page of a web suite; it stays on a task's page across its episodes."""
+
+    def __init__(self, suite: WebSuite, store: ObjectStore | None = None, timeout_ms: int = 15_000) -> None:
+        self.suite, self.store = suite, store
+        width, height = suite.viewport
+        self._browser = BrowserThread(lambda pw: {"viewport": {"width": width, "height": height}}, timeout_ms)
+        self._call = self._browser.call
+        self._page = self._browser.page
+        self._url: str | None = None
+
+    # --- the suite's side ---------------------------------------------------------------------
+    def describe(self, task: str, seed: int) -> tuple[str, dict[str, str]]:
+        def run() -> tuple[str, dict[str, str]]:
+            self._start(task, seed)
+            return self._instruction()
+
+        return self._call(run)
+
+    # --- protocol ----------------------------------------------------------------------------
+    def reset(self, task: Query) -> Observation:
+        name, seed = seed_of(task)
+
+        def run() -> Observation:
+            self._start(name, seed)
+            shown, _ = self._instruction()
+            obs = self._observe()
+            if shown != task.instruction:  # the page generated another task than the one queried
+                return obs.model_copy(update={"meta": {**obs.meta, "instruction_drift": shown}})
+            return obs
+
+        return self._call(run)
+
+    def step(self, action: Action) -> Observation:
+        return self._call(lambda: self._step(action))
+
+    def verify(self) -> VerifierResult:
+        def run() -> VerifierResult:
+            done, reward, reason = self._outcome()
+            if not done:
+                return VerifierResult(False, "not_done", "the environment did not end the episode", None)
+            detail = f"reward {reward:g}" + (f" ({reason})" if reason else "")
+            return VerifierResult(reward > 0, None if reward > 0 else "environment_reward", detail, reward)
+
+        return self._call(run)
+
+    def close(self) -> None:
+        self._browser.close()
+
+    # --- inside the browser thread ------------------------------------------------------------
+    def _start(self, task: str, seed: int) -> None:
+        url = self.suite.url.replace("{task}", task)
+        if url != self._url:
+            self._page.goto(url)
+            self._url = url
+        self._page.evaluate(f"({self.suite.hooks.reset})({json.dumps({'task': task, 'seed': seed})})")
+
+    def _instruction(self) -> tuple[str, dict[str, str]]:
+        value = self._page.evaluate(f"({self.suite.hooks.instruction})()")
+        if isinstance(value, dict):
+            params = {str(k): str(v) for k, v in (value.get("params") or {}).items()}
+            return str(value.get("instruction") or ""), params
+        return str(value or ""), {}
+
+    def _outcome(self) -> tuple[bool, float, str | None]:
+        hooks = self.suite.hooks
+        done = bool(self._page.evaluate(f"({hooks.done})()"))
+        reward = float(self._page.evaluate(f"({hooks.reward})()") or 0.0)
+        reason = self._page.evaluate(f"({hooks.reason})()") if hooks.reason else None
+        return done, reward, (str(reason) if reason is not None else None)
+
+    def _region(self) -> tuple[float, float, float, float]:
+        x, y, w, h = self._page.evaluate(_REGION_JS, self.suite.region)
+        return float(x), float(y), float(w), float(h)
+
+    def _step(self, action: Action) -> Observation:
+        page, kind = self._page, action.kind
+        x0, y0, w, h = self._region()
+        screen = Screen(round(w), round(h))
+        if kind in (ActionKind.CLICK, ActionKind.LONG_PRESS, ActionKind.TYPE) and action.point is not None:
+            x, y = screen.to_px(action.point)
+            delay = 800 if kind == ActionKind.LONG_PRESS else 0
+            page.mouse.click(x0 + x, y0 + y, delay=delay)
+        if kind == ActionKind.TYPE:
+            page.keyboard.type(action.text or "")
+        elif kind == ActionKind.SWIPE and action.point is not None:
+            x, y = screen.to_px(action.point)
+            page.mouse.move(x0 + x, y0 + y)
+            page.mouse.wheel(0, SCROLL_PX if action.swipe_direction() == "up" else -SCROLL_PX)
+        elif kind == ActionKind.PRESS and action.key == "enter":
+            page.keyboard.press("Enter")
+        elif kind == ActionKind.WAIT:
+            page.wait_for_timeout(100)
+        if self.suite.settle_ms:
+            page.wait_for_timeout(self.suite.settle_ms)
+        return self._observe()
+
+    def _observe(self) -> Observation:
+        x, y, w, h = self._region()
+        png = self._page.screenshot(type="png", clip={"x": x, "y": y, "width": w, "height": h})
+        width, height = png_size(png)
+        digest = put_blob(self.store, png)[0] if self.store is not None else sha256_hex(png)
+        done, reward, _ = self._outcome()
+        return Observation(
+            screenshot=digest,
+            width=width,
+            height=height,
+            elements=self._page.evaluate(_ELEMENTS_JS, self.suite.region),
+            meta={"backend": "web", "suite": self.suite.name, **({"reward": reward} if done else {})},
+            done=done,
+        )
+
+    def frame(self) -> bytes:
+        """The current screenshot's PNG bytes."""
+        return self._call(lambda: self._page.screenshot(type="png"))
