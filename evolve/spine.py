@@ -91,10 +91,9 @@ def open_farm(spine: Spine) -> SimFarm | WebFarm | SuiteFarm:
     """The loop's devices: simulated phones, or the same apps as pages in Chromium (`evolve.backend`);
     with suite tasks in `apps:`, each slot also plays them in their suite's environment."""
     web = spine.settings.evolve.backend == "web"
-    if (web or spine.suites) and not chromium_available():
+    if web and not chromium_available():
         raise ConfigError(
-            "evolve.backend 'web' and suite tasks need Chromium and Playwright: apt-get install chromium "
-            "(see README)"
+            "evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
         )
     farm_type = WebFarm if web else SimFarm
     farm = farm_type(spine.apps or None, store=spine.store, faults=spine.settings.evolve.faults)

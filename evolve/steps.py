@@ -32,11 +32,11 @@ from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
 from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
 from evolve.spine import Spine, open_farm, open_pool, open_spine
+from evolve.suite_tasks import suite_round_queries
 from querygen.pipeline import generate_round
 from rollout.policies import NoisyOracle, OracleNoise, Policy
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.env import demonstrator
-from rollout.suites.queries import environment_queries, round_seeds
 from storage.anchors import CONSENSUS
 from storage.datasets import manifest
 from storage.db import transaction
@@ -135,26 +135,8 @@ def round_queries(settings: Settings, number: int) -> list[str]:
             generated = generate_round(spine.sessions, spec, ev.queries_per_app, rnd, ev.mix_of(number))
             have = sorted(q.uid for q in generated.kept)
         uids.extend(have)
-    uids.extend(_suite_queries(spine, rnd))
+    uids.extend(suite_round_queries(spine, rnd))
     return uids + [u for u in revisit_queries(spine, settings, rnd) if u not in uids]
-
-
-def _suite_queries(spine: Spine, rnd: Round) -> list[str]:
-    """The round's queries of each suite task: stored ones, else `queries_per_app` seeds of the
-    round, each worded by the environment itself."""
-    stored: dict[str, list[str]] = {}
-    with spine.sessions() as s:
-        for uid, app in s.execute(
-            select(QueryRow.uid, App.name)
-            .join(App, App.id == QueryRow.app_id)
-            .where(QueryRow.round_id == rnd.id, App.name.in_(list(spine.suites)), QueryRow.status == "kept")
-            .order_by(QueryRow.uid)
-        ):
-            stored.setdefault(app, []).append(uid)
-    n = spine.settings.evolve.queries_per_app
-    missing = {app: round_seeds(rnd.seed, n) for app in spine.suites if app not in stored}
-    made = environment_queries(spine.sessions, spine.suites, missing, round_id=rnd.id)
-    return [u for app in spine.suites for u in stored.get(app) or sorted(q.uid for q in made[app])]
 
 
 def load_queries(spine: Spine, uids: list[str]) -> list[Query]:

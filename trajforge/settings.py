@@ -159,7 +159,8 @@ class Settings(BaseModel):
     evolve: EvolveSettings = Field(default_factory=EvolveSettings)
     trainer: TrainerSettings = Field(default_factory=TrainerSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
-    # The run's apps: built-in names and/or spec paths (relative to the config file); empty: the built-ins.
+    # The run's apps: built-in names, spec paths (relative to the config file) and suite tasks
+    # (`miniwob:click-button`, `shop.yaml:checkout`); empty: the built-ins.
     apps: list[str] = Field(default_factory=list)
 
     @property
@@ -214,16 +215,25 @@ def load_settings(config_file: Path | None = None) -> Settings:
 
 
 def _app_refs(value: Any, config_file: Path | None) -> list[str]:
-    """`apps:` as a list of built-in names and spec paths, paths made relative to the config file."""
+    """`apps:` as a list of built-in names, spec paths and suite tasks (`SUITE:TASK`), paths made
+    relative to the config file."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(
-            f"config {config_file}: `apps` must be a list of built-in app names and spec paths, got {value!r}"
+            f"config {config_file}: `apps` must be a list of built-in app names, spec paths and suite "
+            f"tasks (SUITE:TASK), got {value!r}"
         )
     base = config_file.parent if config_file is not None else Path.cwd()
-    return [
-        str(base / ref) if ref.endswith((".yaml", ".yml")) and not Path(ref).is_absolute() else ref
-        for ref in value
-    ]
+    return [_relative(ref, base) for ref in value]
+
+
+def _relative(ref: str, base: Path) -> str:
+    """A spec path (`apps/x.yaml`) or a web suite's task (`shop.yaml:checkout`) made relative to `base`."""
+    path, sep, task = (
+        ref.rpartition(":") if ":" in ref and not ref.endswith((".yaml", ".yml")) else (ref, "", "")
+    )
+    if path.endswith((".yaml", ".yml")) and not Path(path).is_absolute():
+        return f"{base / path}{sep}{task}"
+    return ref
 
 
 # Reserved for the test suite and CI (e.g. TRAJFORGE_TEST_REQUIRE_SERVICES), never settings.

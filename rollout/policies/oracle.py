@@ -8,6 +8,7 @@ has wandered off; its mistakes are seeded per episode.
 from __future__ import annotations
 
 import random
+import re
 from collections import deque
 from typing import Any
 
@@ -148,7 +149,8 @@ class NoisyOracle:
 
 
 class RandomExplorer:
-    """Taps random clickable elements, sometimes scrolls or goes back; stops after `max_actions`."""
+    """Taps random clickable elements, sometimes scrolls or goes back; stops after `max_actions`.
+    After tapping an empty text field, it types one of the instruction's quoted values (or words)."""
 
     def __init__(self, fmt: str = "qwen", max_actions: int = 15, version: int = 0) -> None:
         self.name, self.version = "random-explorer", version
@@ -159,11 +161,14 @@ class RandomExplorer:
 
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self._rng, self._taken = random.Random(seed), 0
+        self._phrases = phrases(query.instruction)
+        self._field = False  # the last action tapped an empty text field
 
     async def act(self, observation: Observation) -> PolicyOutput:
         self._taken += 1
         rng = self._rng
         clickable = [e for e in observation.elements or [] if e.get("kind") != "text"]
+        target: dict[str, Any] = {}
         roll = rng.random()
         if self._taken > self.max_actions:
             action = Action(kind=ActionKind.TERMINATE, status="success")
@@ -172,6 +177,24 @@ class RandomExplorer:
         elif roll < 0.25 or not clickable:
             action = Action(kind=ActionKind.SWIPE, point=(500, 600), direction=rng.choice(["up", "down"]))
         else:
-            x, y = element_center(rng.choice(clickable))
-            action = Action(kind=ActionKind.CLICK, point=observed(observation).from_px(x, y))
+            target = rng.choice(clickable)
+            point = observed(observation).from_px(*element_center(target))
+            action = Action(kind=ActionKind.CLICK, point=point)
+        if self._field and self._phrases and action.kind != ActionKind.TERMINATE:
+            action = Action(
+                kind=ActionKind.TYPE, text=rng.choice(self._phrases)
+            )  # into the field just tapped
+        self._field = (
+            action.kind == ActionKind.CLICK and target.get("kind") == "input" and not target.get("text")
+        )
         return PolicyOutput(self.codec.format(action, observed(observation)), self.codec.name)
+
+
+_QUOTED = re.compile(r"[\"“]([^\"”]{1,60})[\"”]")
+
+
+def phrases(instruction: str) -> list[str]:
+    """What an explorer may type into an empty text field: the instruction's quoted values, else
+    its single words (a task names what it wants typed)."""
+    quoted = _QUOTED.findall(instruction)
+    return quoted or [w.strip(",.;:!?") for w in instruction.split() if len(w.strip(",.;:!?")) > 2]

@@ -135,6 +135,15 @@ class WebSuite(BaseModel):
         return PageEnv(self, store)
 
 
+def need_chromium(suite: str) -> None:
+    from rollout.web.env import chromium_available
+
+    if not chromium_available():
+        raise ConfigError(
+            f"suite {suite!r} runs in Chromium through Playwright: apt-get install chromium (see README)"
+        )
+
+
 def _first_error(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         err = exc.errors()[0]
@@ -146,6 +155,7 @@ class PageEnv:
     """One browser page of a web suite; it stays on a task's page across its episodes."""
 
     def __init__(self, suite: WebSuite, store: ObjectStore | None = None, timeout_ms: int = 15_000) -> None:
+        need_chromium(suite.name)
         self.suite, self.store = suite, store
         width, height = suite.viewport
         self._browser = BrowserThread(lambda pw: {"viewport": {"width": width, "height": height}}, timeout_ms)

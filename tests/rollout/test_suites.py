@@ -1,0 +1,147 @@
+"""The suite contract on real pages in real Chromium: MiniWoB++'s own task pages (any task name)
+and a declarative web suite of our own (docs/examples/webapp)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rollout.suites import get_suite, is_suite_ref, resolve, task_query
+from rollout.suites.webpage import PageEnv, WebSuite
+from storage.keys import blob_key
+from storage.objectstore import LocalObjectStore
+from tests.conftest import service_missing
+from trajforge.actions import Action, ActionKind, Screen
+from trajforge.domain import Observation
+from trajforge.errors import ConfigError
+
+pytestmark = pytest.mark.browser
+EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "webapp" / "suite.yaml"
+
+
+def _need_chromium() -> None:
+    from rollout.web.env import chromium_available
+
+    if not chromium_available():
+        service_missing("Chromium or Playwright missing (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def miniwob() -> Iterator[PageEnv]:
+    _need_chromium()
+    env = get_suite("miniwob").environment(None)
+    assert isinstance(env, PageEnv)
+    yield env
+    env.close()
+
+
+def _tap(obs: Observation, element: dict) -> Action:
+    x1, y1, x2, y2 = element["bounds"]
+    return Action(
+        kind=ActionKind.CLICK, point=Screen(obs.width, obs.height).from_px((x1 + x2) // 2, (y1 + y2) // 2)
+    )
+
+
+def _named(obs: Observation, text: str) -> dict:
+    return next(e for e in obs.elements or [] if e["kind"] == "button" and e["text"] == text)
+
+
+def test_references_are_told_apart_from_app_specs() -> None:
+    assert is_suite_ref("miniwob:click-button") and is_suite_ref("shop.yaml:checkout")
+    assert not is_suite_ref("takeout") and not is_suite_ref("apps/my.yaml")
+
+
+def test_an_unknown_task_or_suite_is_refused_with_the_fix() -> None:
+    with pytest.raises(ConfigError, match="no task 'click-buton'; did you mean click-button"):
+        resolve("miniwob:click-buton")
+    with pytest.raises(ConfigError, match="no environment suite called 'nosuch'.*trajforge.suites"):
+        resolve("nosuch:task")
+
+
+def test_the_page_words_the_task_from_its_seed(miniwob: PageEnv) -> None:
+    first = miniwob.describe("click-button", 11)
+    assert first == miniwob.describe("click-button", 11)
+    words = {miniwob.describe("click-button", seed)[0] for seed in range(8)}
+    assert len(words) > 1 and all(w.startswith("Click on the ") for w in words)
+
+
+def test_a_right_click_ends_the_episode_with_the_pages_reward(miniwob: PageEnv, tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path / "objects")
+    miniwob.store = store
+    instruction, params = miniwob.describe("click-button", 3)
+    query = task_query("miniwob:click-button", 3, instruction, params)
+    obs = miniwob.reset(query)
+    # MiniWoB's task region at its own size: no phone emulation, no zoom.
+    assert (obs.width, obs.height) == (160, 210) and not obs.done
+    assert store.exists(blob_key(obs.screenshot))
+    assert any(e["text"] == instruction for e in obs.elements or [])  # the utterance is on screen
+    target = instruction.split('"')[1]
+    after = miniwob.step(_tap(obs, _named(obs, target)))
+    assert after.done and after.meta["reward"] == 1.0
+    verdict = miniwob.verify()
+    assert verdict.success and verdict.reward == 1.0
+
+
+def test_a_wrong_click_is_a_failure_by_the_pages_reward(miniwob: PageEnv) -> None:
+    instruction, params = miniwob.describe("click-button", 3)
+    obs = miniwob.reset(task_query("miniwob:click-button", 3, instruction, params))
+    wrong = next(
+        e for e in obs.elements or [] if e["kind"] == "button" and e["text"] != instruction.split('"')[1]
+    )
+    assert miniwob.step(_tap(obs, wrong)).done
+    verdict = miniwob.verify()
+    assert not verdict.success and verdict.failed == "environment_reward" and verdict.reward == -1.0
+
+
+def test_typing_into_a_field_is_rewarded(miniwob: PageEnv) -> None:
+    instruction, params = miniwob.describe("enter-text", 5)
+    obs = miniwob.reset(task_query("miniwob:enter-text", 5, instruction, params))
+    field = next(e for e in obs.elements or [] if e["kind"] == "input")
+    typed = miniwob.step(
+        _tap(obs, field).model_copy(update={"kind": ActionKind.TYPE, "text": instruction.split('"')[1]})
+    )
+    assert not typed.done and any(e["text"] == instruction.split('"')[1] for e in typed.elements or [])
+    assert miniwob.step(_tap(typed, _named(typed, "Submit"))).done
+    assert miniwob.verify().success
+
+
+def test_an_episode_not_ended_by_the_page_is_not_a_success(miniwob: PageEnv) -> None:
+    instruction, params = miniwob.describe("enter-text", 6)
+    miniwob.reset(task_query("miniwob:enter-text", 6, instruction, params))
+    verdict = miniwob.verify()
+    assert not verdict.success and verdict.failed == "not_done"
+
+
+@pytest.mark.parametrize("task", ["click-widget", "enter-date", "click-collapsible", "use-spinner"])
+def test_any_miniwob_task_name_works(miniwob: PageEnv, task: str) -> None:
+    resolve(f"miniwob:{task}")
+    instruction, params = miniwob.describe(task, 1)
+    obs = miniwob.reset(task_query(f"miniwob:{task}", 1, instruction, params))
+    assert instruction and obs.elements and not obs.done and "instruction_drift" not in obs.meta
+
+
+def test_a_declarative_web_suite_runs_a_users_page() -> None:
+    _need_chromium()
+    suite = WebSuite.from_yaml(EXAMPLE)
+    env = suite.environment(None)
+    try:
+        instruction, params = env.describe("count-up", 4)
+        target = int(params["target"])
+        assert instruction == f"Set the counter to {target}, then press Done."
+        obs = env.reset(task_query("counter:count-up", 4, instruction, params))
+        for _ in range(target):
+            obs = env.step(_tap(obs, _named(obs, "+")))
+        assert not obs.done
+        assert env.step(_tap(obs, _named(obs, "Done"))).done
+        assert env.verify().success
+    finally:
+        env.close()
+
+
+def test_a_web_suite_file_with_a_mistake_names_it(tmp_path: Path) -> None:
+    bad = tmp_path / "suite.yaml"
+    bad.write_text("name: shop\nurl: http://127.0.0.1/\nhooks: {reset: '() => 0'}\n")
+    with pytest.raises(ConfigError, match=r"web suite .*suite.yaml.*hooks.instruction: Field required"):
+        WebSuite.from_yaml(bad)
