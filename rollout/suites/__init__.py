@@ -123,7 +123,7 @@ def task_query(app: str, seed: int, instruction: str, params: dict[str, str]) ->
         app=app,
         instruction=instruction,
         slots={**params, "seed": str(seed)},
-        goal={"suite": suite, "task": task, "seed": seed},
+        goal={"app": app, "suite": suite, "task": task, "seed": seed},
         source="environment",
     )
 

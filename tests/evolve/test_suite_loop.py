@@ -8,9 +8,9 @@ import os
 import subprocess
 from pathlib import Path
 
-import polars as pl
 import pytest
 import yaml
+from PIL import Image
 
 from tests.conftest import service_missing
 from tests.flows.test_cli import TRAJFORGE
@@ -43,29 +43,36 @@ def test_miniwob_tasks_beside_a_built_in_app_evolve_and_export(tmp_path: Path) -
     }  # fmt: skip
     table = _evolve(tmp_path / "run", config)
     first = table["rounds"][0]
-    assert set(first["per_app"]) == {"miniwob:click-button", "miniwob:enter-text", "takeout"}
+    apps = first["apps"]
+    assert set(apps) == {"miniwob:click-button", "miniwob:enter-text", "takeout"}
     for app in ("miniwob:click-button", "miniwob:enter-text"):
-        assert first["per_app"][app][1] == 8  # 4 seeds x 2 rollouts, judged by MiniWoB's reward
-    assert first["per_app"]["miniwob:click-button"][0] > 0
-    assert set(first["heldout"]["per_app"]) == set(first["per_app"])
+        # 4 seeds x 2 rollouts, decided by MiniWoB's own reward
+        assert apps[app]["episodes"] == 8 and apps[app]["outcome_sources"] == {"verifier": 8}
+    assert apps["miniwob:click-button"]["successes"] > 0
+    assert set(first["heldout"]["per_app"]) == set(apps)
 
     out = tmp_path / "export"
     home = {"TRAJFORGE_HOME": str(tmp_path / "run" / "home")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")} | home
     done = subprocess.run(
-        [TRAJFORGE, "datasets", "export", "1", "--format", "rl-verl", "--out", str(out)],
+        [TRAJFORGE, "datasets", "export", "1", "--format", "sft-sharegpt", "--out", str(out)],
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = pl.concat([pl.read_parquet(p) for p in sorted(out.rglob("*.parquet"))], how="diagonal_relaxed")
-    apps = rows["extra_info"].struct.field("app")
-    assert apps.str.starts_with("miniwob:").sum() > 0
-    miniwob = rows.filter(apps.str.starts_with("miniwob:"))
-    # no launcher: a MiniWoB episode starts on its task page, and every image is MiniWoB's 160x210
-    prompts = miniwob["prompt"].cast(pl.Utf8)
-    assert not prompts.str.contains("launcher").any()
-    for image in miniwob["images"].explode().struct.field("image").head(20):
-        assert Path(image).is_file() if not str(image).startswith("data:") else True
+    rows = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    sizes = {image: Image.open(image).size for row in rows for image in row["images"]}  # every path resolves
+    miniwob = [
+        r for r in rows if any(_is_miniwob(m["content"]) for m in r["messages"] if m["role"] == "user")
+    ]
+    assert miniwob and len(miniwob) < len(rows)
+    # no launcher: a MiniWoB episode starts on its task page, so each of its images is MiniWoB's 160x210
+    assert {sizes[image] for row in miniwob for image in row["images"]} == {(160, 210)}
+
+
+def _is_miniwob(prompt: str) -> bool:
+    return (
+        "Click on the" in prompt and "button." in prompt
+    ) or "into the text field and press Submit" in prompt
 
 
 @pytest.mark.slow
@@ -73,12 +80,14 @@ def test_a_suite_registered_through_the_entry_point_runs_a_round(tmp_path: Path)
     dist = tmp_path / "site" / "tally_suite-0.1.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tally-suite\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[trajforge.suites]\ntally = tests.support.tally_suite:TallySuite\n")
+    (dist / "entry_points.txt").write_text(
+        "[trajforge.suites]\ntally = tests.support.tally_suite:TallySuite\n"
+    )
     path = os.pathsep.join([str(tmp_path / "site"), str(REPO), os.environ.get("PYTHONPATH", "")])
     config = {"apps": ["tally:reach"], "evolve": {"rounds": 2, "queries_per_app": 4, "rollouts": 2,
               "heldout_per_app": 4, "heldout_rollouts": 1}}  # fmt: skip
     table = _evolve(tmp_path / "run", config, {"PYTHONPATH": path})
     rounds = table["rounds"]
     assert [r["status"] for r in rounds] == ["done", "done"]
-    assert set(rounds[0]["per_app"]) == {"tally:reach"} and rounds[0]["per_app"]["tally:reach"][1] == 8
+    assert set(rounds[0]["apps"]) == {"tally:reach"} and rounds[0]["apps"]["tally:reach"]["episodes"] == 8
     assert rounds[1]["heldout"]["per_app"]["tally:reach"][1] == 4
