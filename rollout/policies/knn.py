@@ -22,8 +22,10 @@ set it apart on its screen, the instruction says) gets a vote above the best nei
 and beats the one a demonstration tapped; among several, the one the task says first. A
 text field just tapped waits for its text. Once the task's named moves are done
 (`knn_text.Coverage`), a neighbour's tap on a control its own task named, and ours does
-not, votes to end. When the last action changed nothing, only actions not yet tried on
-this screen are voted on, and with none left the policy presses back. The memory it votes
+not, votes to end. A named control waits while a value the task quotes before it ('Enter
+"Myron" ... and press Submit') has not been typed or picked. When the last action changed
+nothing, only actions not yet tried on this screen are voted on, and with none left the
+policy presses back. The memory it votes
 from, and its checkpoint, are `knn_memory.Memory`.
 """
 
@@ -201,7 +203,7 @@ class KnnPolicy:
         named_here = [  # what the task names on this screen and we have not tapped yet; none while
             (share, e)  # a text field we just tapped waits for its text
             for e in obs.elements or []
-            if not self._focused and (share := self._said(e)) and self._fresh(e)
+            if not self._focused and (share := self._said(e)) and self._fresh(e) and not self._waits(e)
         ]
         named_here.sort(  # named whole, or a text field ("Search products" for "search for ..."), first
             key=lambda se: (se[0] < 1.0 and se[1].get("kind") != "input", self._cover.position(se[1]))
@@ -215,6 +217,10 @@ class KnnPolicy:
     def _fresh(self, element: dict[str, Any]) -> bool:
         """Not tapped yet as a named control, and showing a task word not acted on yet."""
         return label(element) not in self._spent and not self._cover.spent(element)
+
+    def _waits(self, element: dict[str, Any]) -> bool:
+        """A value the task quotes before this control is still to be typed or picked."""
+        return self._cover.value_pending(self._cover.position(element))
 
     def _said(self, element: dict[str, Any]) -> float:
         return said(element, self._words, self._common)
@@ -254,7 +260,10 @@ class KnnPolicy:
             peers = [
                 e
                 for e in obs.elements
-                if e.get("kind") in CONTROLS and self._named(e) == 1.0 and self._fresh(e)
+                if e.get("kind") in CONTROLS
+                and self._named(e) == 1.0
+                and self._fresh(e)
+                and not self._waits(e)
             ]
             hit = peers[0] if peers else hit
         return Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(hit))), why

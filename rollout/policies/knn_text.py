@@ -17,6 +17,7 @@ TASK_PREFIX = "Task: "
 CONTROLS = ("button", "toggle")  # what a task can name and a tap uses
 HALF_NAMED = 0.5  # a control counts as named from this share of its words up
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_QUOTED = re.compile(r"[\"“]([^\"”]{1,60})[\"”]")
 _PUNCT = ",.'\""
 
 
@@ -30,6 +31,11 @@ def words(text: str) -> list[str]:
     for w in _WORD.findall(text.casefold()):
         out.extend(list(w) if cjk(w) else [w])
     return out
+
+
+def quoted(instruction: str) -> list[str]:
+    """The values a task quotes ('Enter "Myron" into the text field'): what it wants typed or picked."""
+    return _QUOTED.findall(instruction)
 
 
 def instruction_of(prompt: str) -> str:
@@ -119,6 +125,7 @@ class Coverage:
     def __init__(self, instruction: str) -> None:
         self.tokens = words(instruction)
         self.vocab = set(self.tokens)
+        self.values = [set(words(v)) for v in quoted(instruction) if words(v)]
         self.covered: set[str] = set()
         self.seen: set[str] = set()  # instruction words a control on some screen showed
         self._last: set[str] = set()  # words the last action covered
@@ -131,8 +138,15 @@ class Coverage:
 
     def position(self, element: dict[str, Any]) -> int:
         """Where the instruction first says one of the element's words (its length if nowhere)."""
-        mine = set(words(label(element)))
+        return self.first(set(words(label(element))))
+
+    def first(self, mine: set[str]) -> int:
         return next((i for i, w in enumerate(self.tokens) if w in mine), len(self.tokens))
+
+    def value_pending(self, before: int) -> bool:
+        """A value the task quotes before token `before` has not been acted on yet ("press Submit"
+        waits for the "Myron" that 'Enter "Myron" ... and press Submit' says first)."""
+        return any(self.first(v) < before and not v <= self.covered for v in self.values)
 
     def spent(self, element: dict[str, Any]) -> bool:
         """Every task word the element shows was acted on already (GMT+8 after Singapore (GMT+8))."""

@@ -8,13 +8,13 @@ has wandered off; its mistakes are seeded per episode.
 from __future__ import annotations
 
 import random
-import re
 from collections import deque
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from rollout.policies.base import PolicyOutput, observed
+from rollout.policies.knn_text import quoted
 from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.domain import Observation, Query
 
@@ -190,11 +190,9 @@ class RandomExplorer:
         return PolicyOutput(self.codec.format(action, observed(observation)), self.codec.name)
 
 
-_QUOTED = re.compile(r"[\"“]([^\"”]{1,60})[\"”]")
-
-
 def phrases(instruction: str) -> list[str]:
     """What an explorer may type into an empty text field: the instruction's quoted values, else
     its single words (a task names what it wants typed)."""
-    quoted = _QUOTED.findall(instruction)
-    return quoted or [w.strip(",.;:!?") for w in instruction.split() if len(w.strip(",.;:!?")) > 2]
+    return quoted(instruction) or [
+        w.strip(",.;:!?") for w in instruction.split() if len(w.strip(",.;:!?")) > 2
+    ]

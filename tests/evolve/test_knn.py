@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -303,3 +304,49 @@ def test_a_list_row_is_named_only_whole() -> None:
     row = {"kind": "list_item", "widget": "stores", "text": "Taco Town"}
     assert said(row, set(words("Order 3 Fish Taco from Falafel Stop"))) == 0.0
     assert said(dict(row, kind="button"), set(words("Order 3 Fish Taco from Falafel Stop"))) == 0.5
+
+
+def test_a_named_button_waits_for_the_value_the_task_quotes_before_it() -> None:
+    """MiniWoB's enter-text: 'Enter "Myron" ... and press Submit' types first, then submits."""
+    field = {"id": "", "kind": "input", "text": "", "bounds": [17, 64, 145, 85]}
+    submit = {"id": "", "kind": "button", "text": "Submit", "bounds": [17, 104, 112, 135]}
+    said = 'Enter "Tamra" into the text field and press Submit.'
+    demos = [
+        _row(_png(40), said, {"kind": "click", "point": [500, 355]}, [106, 305, 906, 405], 0, "e"),
+        _row(_png(40), said, {"kind": "type", "text": "Tamra"}, None, 1, "e"),
+        _row(_png(40), said, {"kind": "click", "point": [400, 567]}, [106, 495, 700, 643], 2, "e"),
+    ]
+    policy = KnnPolicy(train(demos), {"a": _png(40)}.__getitem__, version=1)
+    policy.start(
+        Query(uid="q", app="miniwob:enter-text", instruction=said.replace("Tamra", "Myron")), seed="s"
+    )
+    tap = policy.decide(Observation(screenshot="a", width=160, height=210, elements=[field, submit]))
+    assert tap.kind == ActionKind.CLICK and tap.point is not None and tap.point[1] < 450  # the field
+    typed = policy.decide(Observation(screenshot="a", width=160, height=210, elements=[field, submit]))
+    assert typed.kind == ActionKind.TYPE and typed.text == "Myron"
+    filled = {**field, "text": "Myron"}
+    press = policy.decide(Observation(screenshot="a", width=160, height=210, elements=[filled, submit]))
+    assert press.kind == ActionKind.CLICK and press.point is not None and press.point[1] > 450  # Submit
+
+
+def test_the_explorer_types_a_quoted_value_into_the_field_it_tapped() -> None:
+    import asyncio
+
+    from rollout.policies.oracle import RandomExplorer, phrases
+
+    assert phrases('Enter "Myron" into the text field.') == ["Myron"]
+    assert phrases("Search burgers") == ["Search", "burgers"]
+    field = {"id": "", "kind": "input", "text": "", "bounds": [0, 0, 160, 210]}
+    obs = Observation(screenshot="a", width=160, height=210, elements=[field])
+    kinds = []
+    for seed in range(6):
+        explorer = RandomExplorer(fmt="canonical")
+        explorer.start(
+            Query(uid="q", app="a", instruction='Enter "Myron" into the text field.'), seed=str(seed)
+        )
+        outs = [asyncio.run(explorer.act(obs)).text for _ in range(4)]
+        kinds += [json.loads(o)["kind"] for o in outs]
+        assert all(
+            json.loads(b).get("text") == "Myron" for a, b in itertools.pairwise(outs) if '"click"' in a
+        )
+    assert "type" in kinds
