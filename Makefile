@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean miniwob
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 ## run: install, then evolve 6 rounds on the embedded default (SQLite, local store, offline) and write the report
 run: $(STAMP)
 	$(BIN)/trajforge evolve
+
+## miniwob: install, then evolve 2 rounds on MiniWoB++'s click-button and enter-text beside takeout (needs Chromium)
+miniwob: $(STAMP)
+	@test -x /usr/bin/chromium || { echo "MiniWoB++ runs in Chromium: apt-get install chromium"; exit 1; }
+	$(BIN)/trajforge evolve --config docs/examples/miniwob.yaml
 
 ## test: install, then lint, type-check and run the whole test suite
 test: $(STAMP)
@@ -31,4 +36,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .trajforge
+	rm -rf $(VENV) .trajforge .trajforge-miniwob .trajforge-miniwob10

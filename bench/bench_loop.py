@@ -14,6 +14,10 @@ with the promotion gate's decisions), the revisited queries' pass rate before an
 and the checks of issue 19's targets; it writes `loop.png` (the three curves, overall and per
 app) and `loop.json` under `--out`. With HOMEs (`default=PATH` ...) it reads finished homes
 instead of running.
+
+`--miniwob` runs the loop on ten MiniWoB++ tasks instead (`docs/examples/miniwob10.yaml`, in
+Chromium; `--miniwob-home DIR` reads a finished home): held-out success by MiniWoB's own reward,
+per task and per round. Round 1's policy is the random explorer, the baseline.
 """
 
 from __future__ import annotations
@@ -52,6 +56,48 @@ def run(home: Path, rounds: int, env: dict[str, str]) -> float:
         stdout=subprocess.DEVNULL,
     )
     return time.monotonic() - started
+
+
+MINIWOB = Path(__file__).resolve().parents[1] / "docs" / "examples" / "miniwob10.yaml"
+
+
+def run_config(home: Path, config: Path, rounds: int) -> float:
+    """`trajforge evolve --config` with the config's apps and sizes, in `home`; its wall time."""
+    import yaml
+
+    home.mkdir(parents=True, exist_ok=True)
+    settings = {**yaml.safe_load(config.read_text()), "home": str(home / ".trajforge")}
+    (home / "run.yaml").write_text(yaml.safe_dump(settings))
+    trajforge = Path(sys.executable).with_name("trajforge")
+    started = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    subprocess.run(
+        [str(trajforge), "evolve", "--config", "run.yaml", "--rounds", str(rounds)],
+        cwd=home, env=env, check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    return time.monotonic() - started
+
+
+def miniwob(rounds: int, home: Path | None) -> None:
+    """The loop on ten MiniWoB++ tasks: held-out success per task and round."""
+    with tempfile.TemporaryDirectory(prefix="trajforge-miniwob-") as tmp:
+        seconds = 0.0
+        if home is None:
+            home = Path(tmp)
+            seconds = run_config(home, MINIWOB, rounds)
+        c = curves(home)
+    n = len(c["heldout"])
+    header = ["task", *(f"r{i}" for i in range(1, n + 1))]
+    rows = [[app, *(_pct(v) for v in ys)] for app, ys in sorted(c["heldout_apps"].items())]
+    rows.append(["all ten", *(_pct(v) for v in c["heldout"])])
+    title = "MiniWoB++: held-out success by MiniWoB's reward (r1: the random explorer, the baseline)"
+    print(table(title, header, rows))
+    rows = [[app, *(f"{v:.0%}" for v in ys)] for app, ys in sorted(c["apps"].items())]
+    rows.append(["all ten", *(f"{v:.0%}" for v in c["overall"])])
+    print(table("MiniWoB++: success on each round's new seeds (the round's policy)", header, rows))
+    last = c["heldout"][-1]
+    gain = f"{last / c['heldout'][0]:.2f}x the explorer" if last and c["heldout"][0] else ""
+    print(f"held-out at round {n}: {_pct(last)} ({gain}; aim: >= 80%); {seconds:.0f}s")
 
 
 def curves(home: Path) -> dict[str, Any]:
@@ -163,7 +209,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--out", type=Path, default=Path("bench-loop"))
     parser.add_argument("homes", nargs="*", help="NAME=HOME of finished runs to read instead of running")
+    parser.add_argument("--miniwob", action="store_true", help="the loop on ten MiniWoB++ tasks instead")
+    parser.add_argument("--miniwob-home", type=Path, help="a finished MiniWoB run's home to read")
     args = parser.parse_args()
+    if args.miniwob or args.miniwob_home:
+        miniwob(args.rounds, args.miniwob_home)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     homes = dict(h.split("=", 1) for h in args.homes)
     seconds: dict[str, float] = {}

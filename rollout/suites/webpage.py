@@ -14,6 +14,7 @@ visible text outside a control, with its text, kind, bounds and checked/focused 
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -162,6 +163,12 @@ class PageEnv:
         self._call = self._browser.call
         self._page = self._browser.page
         self._url: str | None = None
+        self._shown: tuple[float, ...] = (
+            0.0,
+            0.0,
+            float(width),
+            float(height),
+        )  # the last screenshot's region
 
     # --- the suite's side ---------------------------------------------------------------------
     def describe(self, task: str, seed: int) -> tuple[str, dict[str, str]]:
@@ -217,19 +224,26 @@ class PageEnv:
         return str(value or ""), {}
 
     def _outcome(self) -> tuple[bool, float, str | None]:
-        hooks = self.suite.hooks
-        done = bool(self._page.evaluate(f"({hooks.done})()"))
-        reward = float(self._page.evaluate(f"({hooks.reward})()") or 0.0)
-        reason = self._page.evaluate(f"({hooks.reason})()") if hooks.reason else None
-        return done, reward, (str(reason) if reason is not None else None)
+        read = self._page.evaluate(f"() => ({self._outcome_js})")
+        return bool(read["done"]), float(read["reward"]), read["reason"]
 
-    def _region(self) -> tuple[float, float, float, float]:
-        x, y, w, h = self._page.evaluate(_REGION_JS, self.suite.region)
-        return float(x), float(y), float(w), float(h)
+    @cached_property
+    def _outcome_js(self) -> str:
+        hooks = self.suite.hooks
+        reason = f"(({hooks.reason})() ?? null)" if hooks.reason else "null"
+        return f"{{done: !!({hooks.done})(), reward: Number(({hooks.reward})()) || 0, reason: {reason}}}"
+
+    @cached_property
+    def _read_js(self) -> str:
+        """One round trip per observation: the region, the element tree and the outcome hooks."""
+        return (
+            f"(sel) => ({{region: ({_REGION_JS})(sel), elements: ({_ELEMENTS_JS})(sel), "
+            f"outcome: ({self._outcome_js})}})"
+        )
 
     def _step(self, action: Action) -> Observation:
         page, kind = self._page, action.kind
-        x0, y0, w, h = self._region()
+        x0, y0, w, h = self._shown  # the points are relative to the screenshot the policy saw
         screen = Screen(round(w), round(h))
         if kind in (ActionKind.CLICK, ActionKind.LONG_PRESS, ActionKind.TYPE) and action.point is not None:
             x, y = screen.to_px(action.point)
@@ -250,17 +264,19 @@ class PageEnv:
         return self._observe()
 
     def _observe(self) -> Observation:
-        x, y, w, h = self._region()
+        read = self._page.evaluate(self._read_js, self.suite.region)
+        x, y, w, h = self._shown = tuple(float(v) for v in read["region"])
         png = self._page.screenshot(type="png", clip={"x": x, "y": y, "width": w, "height": h})
         width, height = png_size(png)
         digest = put_blob(self.store, png)[0] if self.store is not None else sha256_hex(png)
-        done, reward, _ = self._outcome()
+        done = bool(read["outcome"]["done"])
         return Observation(
             screenshot=digest,
             width=width,
             height=height,
-            elements=self._page.evaluate(_ELEMENTS_JS, self.suite.region),
-            meta={"backend": "web", "suite": self.suite.name, **({"reward": reward} if done else {})},
+            elements=read["elements"],
+            meta={"backend": "web", "suite": self.suite.name}
+            | ({"reward": float(read["outcome"]["reward"])} if done else {}),
             done=done,
         )
 

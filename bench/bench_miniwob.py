@@ -1,0 +1,139 @@
+"""MiniWoB++ rollout speed: steps/s with 1, 2 and 4 workers (Chromium pages in parallel), and the
+engine's own share of a step.
+
+Every run rolls the random explorer out on the same seeds of a few MiniWoB tasks through the
+production runner (device pool, episode records in SQLite, screenshots hashed into the local
+object store). Each environment call is timed inside the browser's thread (`Timed`); the rest
+of a step's wall time (the policy, parsing, recording, hashing, storing, the pool) is the
+engine's. The baseline is the 1-worker run of the same invocation.
+Usage: python -m bench.bench_miniwob [--seeds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import table
+from rollout.policies import RandomExplorer
+from rollout.pool import DevicePool
+from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
+from rollout.sim.farm import SimFarm
+from rollout.suites import Suite, resolve
+from rollout.suites.farm import SuiteFarm
+from rollout.suites.queries import environment_queries
+from storage.db import create_db_engine, session_factory, upgrade
+from storage.objectstore import LocalObjectStore
+from tests.support.spine import new_round
+from trajforge.actions import Action
+from trajforge.domain import Observation, Query
+
+TASKS = ["click-test", "click-button", "click-link", "enter-text", "focus-text", "click-option"]
+
+
+class Timed:
+    """An environment whose calls add up their time (the browser's share of a step)."""
+
+    def __init__(self, env: Any, clock: dict[str, float], lock: threading.Lock) -> None:
+        self.env, self.clock, self.lock = env, clock, lock
+
+    def _timed(self, fn: Any, *args: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            with self.lock:
+                self.clock["env"] += time.perf_counter() - started
+
+    def reset(self, task: Query) -> Observation:
+        return self._timed(self.env.reset, task)
+
+    def step(self, action: Action) -> Observation:
+        return self._timed(self.env.step, action)
+
+    def verify(self) -> Any:
+        return self._timed(self.env.verify)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def run(seeds: int, workers: int) -> tuple[RolloutReport, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = create_db_engine(f"sqlite:///{Path(tmp) / 'bench.db'}")
+        upgrade(engine)
+        sessions = session_factory(engine)
+        suites: dict[str, Suite] = {}
+        for task in TASKS:
+            app, suite, _ = resolve(f"miniwob:{task}")
+            suites[app] = suite
+        made = environment_queries(sessions, suites, {app: list(range(seeds)) for app in suites})
+        queries = [q for app in suites for q in made[app]]
+        ids = new_round(sessions)
+        store = LocalObjectStore(Path(tmp) / "objects")
+        farm = SuiteFarm(SimFarm(store=store), suites, store)
+        clock, lock = {"env": 0.0}, threading.Lock()
+        pool = DevicePool(sessions, max_failures=50)
+        farm.register(pool, workers)
+        runner = EpisodeRunner(
+            sessions,
+            pool,
+            lambda lease: Timed(farm(lease), clock, lock),
+            RandomExplorer,
+            RolloutConfig(workers=workers, max_steps=10),
+            backend=farm.backend,
+        )
+        report = asyncio.run(runner.run(queries, *ids))
+        return report, clock["env"]
+
+
+def _warm() -> None:
+    """One page load before timing: Chromium's first start reads its files from disk."""
+    env = resolve("miniwob:click-test")[1].environment(None)
+    env.describe("click-test", 0)
+    env.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=8, help="per task")
+    args = parser.parse_args()
+    from rollout.web.env import chromium_available
+
+    if not chromium_available():
+        print("bench_miniwob: skipped, Chromium is not installed (apt-get install chromium)")
+        return
+    _warm()
+    rows, base = [], None
+    for workers in (1, 2, 4):
+        report, env_seconds = run(args.seeds, workers)
+        rate = report.steps / report.seconds
+        base = base or rate
+        busy = report.seconds * workers  # worker-seconds; the browser's calls are part of them
+        engine_ms = 1000 * max(busy - env_seconds, 0.0) / max(report.steps, 1)
+        rows.append(
+            [
+                f"{workers}",
+                f"{report.completed}/{report.requested}",
+                f"{report.successes}",
+                f"{rate:.1f}",
+                f"{rate / base:.2f}x",
+                f"{1000 * env_seconds / max(report.steps, 1):.0f}",
+                f"{engine_ms:.0f}",
+                f"{engine_ms / (engine_ms + 1000 * env_seconds / max(report.steps, 1)):.0%}",
+            ]
+        )
+    header = ["workers", "episodes", "successes", "steps/s", "vs 1 worker", "browser ms/step",
+              "engine ms/step", "engine share"]  # fmt: skip
+    print(
+        table(f"MiniWoB++ rollouts, random explorer, {len(TASKS)} tasks x {args.seeds} seeds", header, rows)
+    )
+
+
+if __name__ == "__main__":
+    main()
