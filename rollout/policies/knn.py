@@ -91,6 +91,17 @@ def _widget(element: dict[str, Any]) -> str:
     return str(element.get("widget") or label(element))
 
 
+def _nearest_control(elements: list[dict[str, Any]], box: tuple[int, int, int, int]) -> dict[str, Any] | None:
+    """The control (anything but text) whose centre is nearest the box's centre, if any."""
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    controls = [e for e in elements if e.get("kind") != "text"]
+    return min(
+        controls,
+        key=lambda e: math.dist(element_center(e), (cx, cy)),
+        default=None,
+    )
+
+
 class KnnPolicy:
     """Args: memory: the trained checkpoint; frames maps a screenshot hash to PNG bytes;
     vectors: screenshot features by hash, shared by the episodes of one rollout (screens recur).
@@ -243,8 +254,11 @@ class KnnPolicy:
         (x1, y1), (x2, y2) = here.to_px((bbox[0], bbox[1])), here.to_px((bbox[2], bbox[3]))
         box = (x1, y1, x2, y2)
         hit = max(obs.elements, key=lambda e: box_overlap(element_bounds(e), box))
-        if box_overlap(element_bounds(hit), box) <= 0.0:
-            return action, ""
+        if box_overlap(element_bounds(hit), box) <= 0.0:  # the page moved its controls (a new seed):
+            nearest = _nearest_control(obs.elements, box)  # the demonstrated tap goes to the nearest one
+            if nearest is None:
+                return action, ""
+            hit = nearest
         why = ""
         if self._named(hit, self._instr[i]) == 1.0:  # the neighbour's task named all of what it tapped
             why = AGAIN if _widget(hit) in self._tapped else "" if self._said(hit) else THEIRS

@@ -350,3 +350,22 @@ def test_the_explorer_types_a_quoted_value_into_the_field_it_tapped() -> None:
             json.loads(b).get("text") == "Myron" for a, b in itertools.pairwise(outs) if '"click"' in a
         )
     assert "type" in kinds
+
+
+def test_a_demonstrated_tap_that_hits_nothing_here_goes_to_the_nearest_control() -> None:
+    """MiniWoB's focus-text puts its field elsewhere for each seed: the tap follows the field."""
+    demo = _row(
+        _png(40),
+        "Focus into the textbox.",
+        {"kind": "click", "point": [500, 400]},
+        [100, 380, 900, 420],
+        0,
+        "e",
+    )
+    policy = KnnPolicy(train([demo]), {"a": _png(40)}.__getitem__, version=1)
+    policy.start(Query(uid="q", app="miniwob:focus-text", instruction="Focus into the textbox."), seed="s")
+    field = {"id": "tt", "kind": "input", "text": "", "bounds": [17, 137, 145, 158]}
+    label = {"id": "query", "kind": "text", "text": "Focus into the textbox.", "bounds": [0, 0, 160, 50]}
+    tap = policy.decide(Observation(screenshot="a", width=160, height=210, elements=[label, field]))
+    assert tap.kind == ActionKind.CLICK and tap.point is not None
+    assert 137 <= tap.point[1] * 210 / 1000 <= 158  # on the field, not where the demo's field was

@@ -56,7 +56,7 @@ def test_references_are_told_apart_from_app_specs() -> None:
 def test_an_unknown_task_or_suite_is_refused_with_the_fix() -> None:
     with pytest.raises(ConfigError, match="no task 'click-buton'; did you mean click-button"):
         resolve("miniwob:click-buton")
-    with pytest.raises(ConfigError, match="no environment suite called 'nosuch'.*trajforge.suites"):
+    with pytest.raises(ConfigError, match=r"no environment suite called 'nosuch'.*trajforge\.suites"):
         resolve("nosuch:task")
 
 

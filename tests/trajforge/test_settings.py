@@ -152,7 +152,9 @@ def test_apps_are_built_in_names_or_spec_paths_relative_to_the_config(tmp_path: 
     assert load_settings(config).apps == [str(tmp_path / "cfg" / "mine.yaml"), "settings", "/abs/other.yml"]
     assert load_settings().apps == []  # the built-ins
     config.write_text("apps: settings\n")
-    with pytest.raises(ConfigError, match="`apps` must be a list of built-in app names, spec paths and suite"):
+    with pytest.raises(
+        ConfigError, match="`apps` must be a list of built-in app names, spec paths and suite"
+    ):
         load_settings(config)
 
 
