@@ -76,7 +76,7 @@ def run(seeds: int, workers: int) -> tuple[RolloutReport, float]:
         queries = [q for app in suites for q in made[app]]
         ids = new_round(sessions)
         store = LocalObjectStore(Path(tmp) / "objects")
-        farm = SuiteFarm(SimFarm(store=store), suites, store)
+        farm = SuiteFarm(SimFarm(store=store), suites)
         clock, lock = {"env": 0.0}, threading.Lock()
         pool = DevicePool(sessions, max_failures=50)
         farm.register(pool, workers)

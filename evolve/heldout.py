@@ -64,14 +64,16 @@ def heldout_queries(spine: Spine) -> list[Query]:
             store_generation(spine.sessions, spec, report, meta={LABEL: True})
             have = _stored(spine, spec.name)
         out.extend(have[: ev.heldout_per_app])
-    for app in spine.suites:  # fixed seeds of each suite task, beyond every round's
-        have = _stored(spine, app)
-        if len(have) < ev.heldout_per_app:
-            wanted = {app: heldout_seeds(len(have), ev.heldout_per_app - len(have))}
-            environment_queries(spine.sessions, {app: spine.suites[app]}, wanted, meta={LABEL: True})
-            have = _stored(spine, app)
-        out.extend(have[: ev.heldout_per_app])
-    return out
+    stored = {app: _stored(spine, app) for app in spine.suites}  # fixed seeds, beyond every round's
+    wanted = {
+        app: heldout_seeds(len(have), ev.heldout_per_app - len(have))
+        for app, have in stored.items()
+        if len(have) < ev.heldout_per_app
+    }
+    if wanted:  # one environment per suite words them all
+        environment_queries(spine.sessions, spine.suites, wanted, meta={LABEL: True})
+        stored |= {app: _stored(spine, app) for app in wanted}
+    return out + [q for have in stored.values() for q in have[: ev.heldout_per_app]]
 
 
 def _stored(spine: Spine, app: str) -> list[Query]:

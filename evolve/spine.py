@@ -97,7 +97,7 @@ def open_farm(spine: Spine) -> SimFarm | WebFarm | SuiteFarm:
         )
     farm_type = WebFarm if web else SimFarm
     farm = farm_type(spine.apps or None, store=spine.store, faults=spine.settings.evolve.faults)
-    return SuiteFarm(farm, spine.suites, spine.store) if spine.suites else farm
+    return SuiteFarm(farm, spine.suites) if spine.suites else farm
 
 
 def open_pool(spine: Spine) -> DevicePool:

@@ -65,9 +65,7 @@ def stored_apps(sessions: sessionmaker[Session]) -> list[AppSpec]:
     """Every spec the database holds, by name."""
     with sessions() as s:
         rows = s.scalars(select(App).order_by(App.name)).all()
-        return [
-            AppSpec.model_validate(r.spec) for r in rows if "suite" not in r.spec
-        ]  # a suite task has none
+        return [AppSpec.model_validate(r.spec) for r in rows if "suite" not in r.spec]  # suites: no spec
 
 
 def round_apps(sessions: sessionmaker[Session], configured: Sequence[AppSpec]) -> list[AppSpec]:

@@ -25,8 +25,7 @@ text field just tapped waits for its text. Once the task's named moves are done
 not, votes to end. A named control waits while a value the task quotes before it ('Enter
 "Myron" ... and press Submit') has not been typed or picked. When the last action changed
 nothing, only actions not yet tried on this screen are voted on, and with none left the
-policy presses back. The memory it votes
-from, and its checkpoint, are `knn_memory.Memory`.
+policy presses back. The memory it votes from, and its checkpoint, are `knn_memory.Memory`.
 """
 
 from __future__ import annotations

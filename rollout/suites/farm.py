@@ -14,7 +14,7 @@ from collections.abc import Callable
 from rollout.env import Environment
 from rollout.farm import AppFarm
 from rollout.pool import DevicePool, Lease
-from rollout.suites import Suite, SuiteEnvironment
+from rollout.suites import Suite, SuiteEnvironment, split_ref
 from storage.objectstore import ObjectStore
 from trajforge.actions import Action
 from trajforge.domain import Observation, Query
@@ -67,15 +67,15 @@ class RoutedEnv:
 class SuiteFarm:
     """A farm of app specs (`base`) extended with suite tasks (`suites`, by app name `SUITE:TASK`)."""
 
-    def __init__(self, base: AppFarm, suites: dict[str, Suite], store: ObjectStore | None = None) -> None:
-        self.base, self.suites, self.store = base, suites, store
+    def __init__(self, base: AppFarm, suites: dict[str, Suite]) -> None:
+        self.base, self.suites = base, suites
         self.backend, self.prefix, self.address = base.backend, base.prefix, base.address
 
     def register(self, pool: DevicePool, count: int) -> None:
         self.base.register(pool, count)
 
     def __call__(self, lease: Lease) -> RoutedEnv:
-        return RoutedEnv(lambda: self.base(lease), self.suites, self.store)  # type: ignore[operator]
+        return RoutedEnv(lambda: self.base(lease), self.suites, self.base.store)  # type: ignore[operator]
 
 
 def describe_tasks(
@@ -87,9 +87,10 @@ def describe_tasks(
     try:
         for app, seeds in wanted.items():
             suite = suites[app]
-            env = envs.get(suite.name) or envs.setdefault(suite.name, suite.environment(None))
-            task = app.rpartition(":")[2]
-            out[app] = [(seed, *env.describe(task, seed)) for seed in seeds]
+            if suite.name not in envs:
+                envs[suite.name] = suite.environment(None)
+            task = split_ref(app)[1]
+            out[app] = [(seed, *envs[suite.name].describe(task, seed)) for seed in seeds]
     finally:
         for env in envs.values():
             env.close()

@@ -14,6 +14,7 @@ reward that decides success is the raw one, which the time does not scale.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from functools import cached_property
 from pathlib import Path
@@ -52,20 +53,19 @@ class MiniWobSuite:
         return WebSuite(
             name=self.name,
             url=(miniwob_html() / "{task}.html").as_uri().replace("%7Btask%7D", "{task}"),
-            tasks=self.tasks(),
+            tasks=self.tasks,
             viewport=(500, 320),
             region="#wrap",
             hooks=HOOKS,
         )
 
+    @cached_property
     def tasks(self) -> list[str]:
         return sorted(p.stem for p in miniwob_html().glob("*.html"))
 
     def check_task(self, task: str) -> None:
-        if task not in self.tasks():
-            import difflib
-
-            close = difflib.get_close_matches(task, self.tasks(), n=3)
+        if task not in self.tasks:
+            close = difflib.get_close_matches(task, self.tasks, n=3)
             hint = f"did you mean {', '.join(close)}?" if close else f"its tasks are in {miniwob_html()}"
             raise ConfigError(f"apps: MiniWoB++ has no task {task!r}; {hint}")
 

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.suites import seed_of
-from rollout.web.browser import BrowserThread, png_size
+from rollout.web.browser import BrowserThread, chromium_available, png_size
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
@@ -137,8 +137,6 @@ class WebSuite(BaseModel):
 
 
 def need_chromium(suite: str) -> None:
-    from rollout.web.env import chromium_available
-
     if not chromium_available():
         raise ConfigError(
             f"suite {suite!r} runs in Chromium through Playwright: apt-get install chromium (see README)"
@@ -163,12 +161,7 @@ class PageEnv:
         self._call = self._browser.call
         self._page = self._browser.page
         self._url: str | None = None
-        self._shown: tuple[float, ...] = (
-            0.0,
-            0.0,
-            float(width),
-            float(height),
-        )  # the last screenshot's region
+        self._shown: tuple[float, ...] = (0.0, 0.0, float(width), float(height))  # the last shot's region
 
     # --- the suite's side ---------------------------------------------------------------------
     def describe(self, task: str, seed: int) -> tuple[str, dict[str, str]]:
@@ -279,7 +272,3 @@ class PageEnv:
             | ({"reward": float(read["outcome"]["reward"])} if done else {}),
             done=done,
         )
-
-    def frame(self) -> bytes:
-        """The current screenshot's PNG bytes."""
-        return self._call(lambda: self._page.screenshot(type="png"))
