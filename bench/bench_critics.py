@@ -5,7 +5,9 @@ for 4 rounds on the simulator (the random explorer, then the trained knn policy 
 round) and `trajforge rollout --backend web` (Chromium) of the noisy oracle on a built-in
 app and on docs/examples/pantry.yaml, an app spec the critics were not written for. It then
 judges every round again with the current offline critics and prints consensus and
-per-channel accuracy against the verifier by round, backend, policy and app. Then it hides
+per-channel accuracy against the verifier by round, backend, policy and app, and the learned
+critic out of sample: on held-out queries and leave-one-app-out (a MiniWoB++ home: leave one
+task out, since each task is an app). Then it hides
 the verifier (a person labels a third of each round) and prints how the trusted consensus
 decides the rest (`critics.outcome: anchor_else_critic`) against the hidden verdicts.
 `python -m bench.bench_critics HOME...` measures existing homes instead (nothing is rolled
@@ -23,24 +25,27 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.judge import judge_round
+from critics.learned import cross_judge, fit_all
+from critics.trained import seen_episodes
 from rollout.web.env import chromium_available
-from storage.anchors import CONSENSUS, anchors_by_episode, backend_of, deciding_anchor
+from storage.anchors import CONSENSUS, anchors_by_episode, backend_of, deciding_anchor, episode_apps
 from storage.apps import round_apps
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Anchor, Episode, Judgment, Policy, Round
 from storage.models import Query as QueryRow
-from storage.objectstore import LocalObjectStore, frame_reader
+from storage.objectstore import LocalObjectStore
 from storage.outcomes import decide_outcomes
 from trajforge.appspec import load_apps
 from trajforge.metrics import ChannelStats
 from trajforge.settings import CriticSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-OFFLINE = ("heuristic_step", "heuristic_textual", "heuristic_visual", CONSENSUS[0])
+OFFLINE = ("heuristic_step", "heuristic_visual", "learned_trajectory", CONSENSUS[0])
 
 
 def _cli(home: Path, *args: str) -> None:
@@ -80,9 +85,9 @@ def _judge_all(sessions: sessionmaker[Session], home: Path) -> list[tuple[int, i
             (rid, number) for rid, number in s.execute(select(Round.id, Round.number).order_by(Round.number))
         ]
     apps = round_apps(sessions, load_apps(()))
-    frames = frame_reader(LocalObjectStore(home / ".trajforge" / "objects"))
+    store = LocalObjectStore(home / ".trajforge" / "objects")
     for round_id, _ in rounds:
-        judge_round(sessions, round_id, apps, frames)
+        judge_round(sessions, round_id, apps, store)
     return rounds
 
 
@@ -159,17 +164,62 @@ def verifier_free(home: Path, labelled_share: float = 1 / 3) -> str:
     return "\n".join(lines)
 
 
+def out_of_sample(home: Path) -> str:
+    """The learned critic on episodes it was not fitted on: held-out queries (5 folds by query, as
+    the loop judges) and leave-one-app-out (fitted on the other apps only), per app, against the
+    deciding anchor; accuracy, precision, recall and Cohen's kappa."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sessions = _copy(home, tmp)
+        with sessions() as s:
+            seen = seen_episodes(s)
+            apps = episode_apps(s)
+            anchored = anchors_by_episode(s)
+    truth = {
+        e.episode_id: d.label == "success"
+        for e in seen
+        if (d := deciding_anchor(anchored.get(e.episode_id, []))) is not None
+    }
+    rows = [e for e in seen if e.episode_id in truth]
+    train = [(e.query, e.features, truth[e.episode_id]) for e in rows]
+    held: dict[str, ChannelStats] = defaultdict(ChannelStats)
+    for e, p in zip(rows, cross_judge(train, [(e.query, e.features) for e in rows]), strict=True):
+        if p.success is not None:
+            held[apps[e.episode_id]].add(p.success, truth[e.episode_id])
+            held["all"].add(p.success, truth[e.episode_id])
+    loao: dict[str, ChannelStats] = defaultdict(ChannelStats)
+    for app in sorted({apps[e.episode_id] for e in rows}):
+        model = fit_all([t for e, t in zip(rows, train, strict=True) if apps[e.episode_id] != app])
+        mine = [e for e in rows if apps[e.episode_id] == app]
+        if model is None or not mine:
+            continue
+        for e, p in zip(mine, model.prob(np.array([e.features for e in mine])), strict=True):
+            loao[app].add(bool(p >= 0.5), truth[e.episode_id])
+            loao["all"].add(bool(p >= 0.5), truth[e.episode_id])
+    lines = [
+        f"{'learned critic, out of sample':32} {'n':>5} {'accuracy':>9} {'precision':>9} "
+        f"{'recall':>7} {'kappa':>6}"
+    ]
+    for title, stats in (("held-out queries", held), ("leave one app out", loao)):
+        for app in sorted(stats, key=lambda a: (a != "all", a)):
+            st = stats[app].summary()
+            lines.append(
+                f"{title + ': ' + app:32} {st['n']:>5} {st['accuracy']:>9.1%} {st['precision']:>9.1%} "
+                f"{st['recall']:>7.1%} {st['kappa']:>6.2f}"
+            )
+    return "\n".join(lines)
+
+
 def render(stats: dict[tuple[int, str, str, str], dict[str, ChannelStats]]) -> str:
     lines = [
         f"{'round':>5} {'backend':8} {'policy':16} {'app':9} {'n':>4} {'consensus':>9} "
-        f"{'textual':>8} {'visual':>13}"
+        f"{'learned':>8} {'visual':>13}"
     ]
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for key in sorted(stats):
         number, backend, policy, app = key
         by = {c: s.summary() for c, s in stats[key].items()}
         cons = by.get(CONSENSUS[0], {"n": 0, "accuracy": 0.0})
-        text = by.get("heuristic_textual", {"accuracy": 0.0})
+        text = by.get("learned_trajectory", {"accuracy": 0.0})
         vis = by.get("heuristic_visual")
         visual = f"{vis['accuracy']:6.1%} ({vis['n']:>3})" if vis else "   abstained"
         lines.append(
@@ -193,6 +243,7 @@ def main() -> None:
     for home in homes:
         print(f"== {home}")
         print(render(measure(home)))
+        print(out_of_sample(home))
         print(
             "verifier-free (a person labels a third of each round; the trusted consensus decides the rest):"
         )

@@ -1,7 +1,9 @@
 """Calibration: the critics' verdicts scored against the deciding anchors (Step-GUI's CSRS).
 
-Per critic channel, accuracy, precision and recall of "the trajectory succeeded" against
-the anchor that decides each episode (a human, else the verifier); the step labels seen in
+Per critic channel, overall and per app, accuracy, precision, recall and Cohen's kappa of "the
+trajectory succeeded" against the anchor that decides each episode (a human, else the
+verifier); out of sample for the learned critic, whose verdict on an episode comes from a model
+that never saw its query (`critics.learned.cross_judge`); the step labels seen in
 successful and failed episodes; and the disagreements, which go to human review.
 """
 
@@ -13,7 +15,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.anchors import CONSENSUS, SILENT, deciding_anchor, reversed_verifier
+from storage.anchors import CONSENSUS, SILENT, deciding_anchor, episode_apps, reversed_verifier
 from storage.db import transaction
 from storage.models import Anchor, Episode, Judgment, Round, Step
 from trajforge.logs import counts
@@ -23,11 +25,13 @@ from trajforge.metrics import ChannelStats, channel_row
 def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str, Any]:
     """Critic verdicts against anchors; stored in round.stats['calibration'] and returned."""
     channels: dict[str, ChannelStats] = {}
+    by_app: dict[str, dict[str, ChannelStats]] = {}
     by_outcome: dict[str, Counter[str]] = {"success": Counter(), "failure": Counter()}
     review: list[dict[str, Any]] = []
     sources: Counter[str] = Counter()
     with transaction(sessions) as s:
         episodes = s.scalars(select(Episode).where(Episode.round_id == round_id)).all()
+        apps = episode_apps(s, Episode.round_id == round_id)
         for episode in episodes:
             anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
             anchor = deciding_anchor(anchors)
@@ -48,6 +52,7 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
             unsure = [f"{j.critic}:{j.critic_version}" for j in judged if j.label == "unparsed"]
             for key, predicted in verdicts.items():
                 channels.setdefault(key, ChannelStats()).add(predicted, actual)
+                by_app.setdefault(apps[episode.id], {}).setdefault(key, ChannelStats()).add(predicted, actual)
             disagree = len(set(verdicts.values())) > 1 or verdicts.get(":".join(CONSENSUS)) not in (
                 None,
                 actual,
@@ -63,6 +68,10 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
             by_outcome["success" if actual else "failure"].update(labels)
         report = {
             "channels": {k: v.summary() for k, v in sorted(channels.items())},
+            "by_app": {
+                app: {k: v.summary() for k, v in sorted(stats.items())}
+                for app, stats in sorted(by_app.items())
+            },
             "step_labels_by_outcome": {k: dict(v) for k, v in by_outcome.items()},
             "review_queue": review,
             "anchors": dict(sources),

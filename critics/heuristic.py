@@ -159,14 +159,15 @@ def frame_signature(png: bytes) -> int:
 class VisualTrajectoryCritic:
     """The final frame against the end frames of recorded successful episodes of the same goal.
 
-    `references` maps a goal key to {end frame hash: uids of the successful episodes ending
-    there}; an episode is never its own reference. Without a reference the channel abstains.
+    `references` maps a goal key to {end frame hash: uids of the queries of successful episodes
+    ending there}; an episode's own query is never its reference (the channel is judged out of
+    sample). Without a reference the channel abstains.
     Frames match when their hashes are equal or, given `frames` (bytes by hash), when their
     signatures (`frame_signature`) differ in at most `tolerance` of their bits. It abstains on a
     suite's task (MiniWoB++ covers the page once it has ended the episode: every end looks alike).
     """
 
-    name, version = "heuristic_visual", "3"
+    name, version = "heuristic_visual", "4"
 
     def __init__(
         self,
@@ -194,15 +195,13 @@ class VisualTrajectoryCritic:
         mine = self._signature(frame)
         return any((mine ^ self._signature(r)).bit_count() <= limit for r in references)
 
-    def judge(
-        self, query: Query, steps: list[StepView], episode: str = "", backend: str = ""
-    ) -> ChannelVerdict:
+    def judge(self, query: Query, steps: list[StepView], backend: str = "") -> ChannelVerdict:
         if not steps:
             return ChannelVerdict("visual", False, "no_steps")
         if query.source == "environment":  # a page that ends its own episode covers its end state
             return ChannelVerdict("visual", None, "environment_task")
         references = self.references.get(goal_key(query.goal, backend), {})
-        frames = {frame for frame, uids in references.items() if uids - {episode}}
+        frames = {frame for frame, uids in references.items() if uids - {query.uid}}
         if not frames:
             return ChannelVerdict("visual", None, "no_reference")
         ok = self._matches(steps[-1].after, frames)

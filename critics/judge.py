@@ -16,18 +16,18 @@ from typing import Any
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.heuristic import (
-    ChannelVerdict,
-    HeuristicStepCritic,
-    TextualTrajectoryCritic,
-    VisualTrajectoryCritic,
-    consensus,
-)
+from critics.consensus import SUMMARY, compose_round, label
+from critics.heuristic import ChannelVerdict, HeuristicStepCritic, VisualTrajectoryCritic, consensus
+from critics.learned import NAME as LEARNED
+from critics.learned import VERSION as LEARNED_VERSION
+from critics.learned import Prediction
 from critics.llm import LLMJudgment, LLMStepCritic, LLMTrajectoryCritic
-from storage.anchors import CONSENSUS, backend_of, success_references
+from critics.trained import learned_round
+from storage.anchors import backend_of, success_references
 from storage.db import insert_ignore, record_exclusions, transaction
 from storage.episodes import round_episodes, step_view
 from storage.models import Episode, Exclusion, Judgment, Step
+from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import JUDGED, mark_stage
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
@@ -35,6 +35,7 @@ from trajforge.domain import Query, describe
 from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
+from trajforge.settings import CriticSettings
 
 PENDING_STAGE = "critic_pending"  # exclusion stage of episodes the model critics could not judge yet
 
@@ -57,86 +58,93 @@ class JudgeReport:
         return line
 
 
-def _label(success: bool | None, silent: str = "abstain") -> str:
-    if success is None:
-        return silent
-    return "correct" if success else "incorrect"
-
-
-CONSENSUS_SUMMARY = {
-    "correct": "the voting channels agree",
-    "incorrect": "a channel says incorrect",
-    "undecided": "every channel abstained",
-}
-
-
 def judge_round(
     sessions: sessionmaker[Session],
     round_id: int,
     apps: list[AppSpec],
-    frames: Callable[[str], bytes] | None = None,
+    store: ObjectStore | None = None,
+    settings: CriticSettings | None = None,
 ) -> JudgeReport:
-    """The offline critics on every step and episode of a round (idempotent).
+    """The offline critics on every step and episode of a round, then the consensus (idempotent).
 
-    With `frames` (screenshot bytes by hash) the visual channel also accepts near-equal end
-    frames; without, only equal ones.
+    Trajectory channels: the learned critic (`critics.trained`: fitted on the anchors so far,
+    each episode judged by a model that never saw its query; its checkpoint goes to `store`) and
+    the visual channel (end frames of other queries' anchored successes; near-equal frames
+    count when `store` can show them). Step labels come from the route check on the app's spec.
     """
-    step_critic, textual = HeuristicStepCritic(apps), TextualTrajectoryCritic()
+    settings = settings or CriticSettings()
+    step_critic = HeuristicStepCritic(apps)
+    frames = frame_reader(store) if store is not None else None
     report = JudgeReport()
     with transaction(sessions) as s:
+        learned = learned_round(s, round_id, store)
         visual = VisualTrajectoryCritic(success_references(s, round_id), frames)
         for episode, query, steps in round_episodes(s, round_id):
             views = [step_view(st) for st in steps]
             trace = step_critic.follow(query, views)
-            channels = [
-                ((textual.name, textual.version), textual.judge(trace, views)),
-                (
-                    (visual.name, visual.version),
-                    visual.judge(query, views, episode.uid, backend_of(episode.device)),
-                ),
-            ]
-            agreed = consensus([c for _, c in channels])
             rows: list[dict[str, Any]] = [
-                {
-                    "critic": step_critic.name,
-                    "critic_version": step_critic.version,
-                    "target": "step",
-                    "target_id": st.id,
-                    "label": v.label,
-                    "summary": v.summary,
-                    "analysis": v.reason,
-                }
+                _judgment(step_critic.name, step_critic.version, "step", st.id, v.label, v.summary, v.reason)
                 for st, v in zip(steps, trace.verdicts, strict=True)
             ]
-            rows += [
-                {
-                    "critic": critic[0],
-                    "critic_version": critic[1],
-                    "target": "episode",
-                    "target_id": episode.id,
-                    "label": _label(c.success),
-                    "summary": c.reason,
-                    "analysis": c.reason,
-                }
-                for critic, c in channels
-            ]
+            seen = visual.judge(query, views, backend_of(episode.device))
             rows.append(
-                {
-                    "critic": CONSENSUS[0],
-                    "critic_version": CONSENSUS[1],
-                    "target": "episode",
-                    "target_id": episode.id,
-                    "label": _label(agreed, "undecided"),
-                    "summary": CONSENSUS_SUMMARY[_label(agreed, "undecided")],
-                    "analysis": "",
-                }
+                _judgment(
+                    visual.name,
+                    visual.version,
+                    "episode",
+                    episode.id,
+                    label(seen.success),
+                    seen.reason,
+                    seen.reason,
+                )
             )
+            rows.append(_learned(episode.id, learned[episode.id]))
             insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
             report.episodes += 1
-            report.correct += bool(agreed)
             report.steps.update(v.label for v in trace.verdicts)
+    report.correct = compose_round(sessions, round_id, settings)
     mark_stage(sessions, round_id, JUDGED)
     return report
+
+
+def _judgment(
+    critic: str,
+    version: str,
+    target: str,
+    target_id: int,
+    verdict: str,
+    summary: str,
+    analysis: str,
+    score: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "critic": critic,
+        "critic_version": version,
+        "target": target,
+        "target_id": target_id,
+        "label": verdict,
+        "summary": summary,
+        "analysis": analysis,
+        "score": score,
+    }
+
+
+def _learned(episode_id: int, p: Prediction) -> dict[str, Any]:
+    if p.probability is None:
+        why = "untrained: too few anchored episodes of other queries, of both outcomes"
+        return _judgment(LEARNED, LEARNED_VERSION, "episode", episode_id, "abstain", why, "untrained")
+    summary = f"success probability {p.probability:.2f} by model {p.model} (fitted without this query)"
+    confidence = max(p.probability, 1 - p.probability)  # the score of a verdict, as every critic's
+    return _judgment(
+        LEARNED,
+        LEARNED_VERSION,
+        "episode",
+        episode_id,
+        label(p.success),
+        summary,
+        f"model {p.model}",
+        confidence,
+    )
 
 
 async def judge_round_llm(
@@ -145,11 +153,13 @@ async def judge_round_llm(
     gateway: LLMGateway,
     frames: Callable[[str], bytes],
     model: str | None = None,
+    settings: CriticSettings | None = None,
 ) -> JudgeReport:
     """The model critics on every step and episode of a round, in parallel within the gateway's bounds.
 
     Idempotent: judgments are keyed by critic, version and target, and the gateway's cache
-    answers every request it has already paid for, so a rerun costs no model calls.
+    answers every request it has already paid for, so a rerun costs no model calls. The round's
+    consensus is composed again afterwards, with the model channels' votes.
     """
     step_critic = LLMStepCritic(gateway, frames, model)
     channels = [LLMTrajectoryCritic(c, gateway, frames, model) for c in ("textual", "multimodal")]
@@ -195,8 +205,8 @@ async def judge_round_llm(
                 "critic_version": step_critic.version,
                 "target": "episode",
                 "target_id": episode.id,
-                "label": _label(agreed, "undecided"),
-                "summary": CONSENSUS_SUMMARY[_label(agreed, "undecided")],
+                "label": label(agreed, "undecided"),
+                "summary": SUMMARY[label(agreed, "undecided")],
                 "analysis": "",
                 "raw_output": "",
                 "parse_error": None,
@@ -225,6 +235,7 @@ async def judge_round_llm(
         record_exclusions(
             s, round_id, PENDING_STAGE, "episode", [(uid, r, d) for uid, (r, d) in failed.items()]
         )
+    compose_round(sessions, round_id, settings or CriticSettings())  # the model channels vote too
     return report
 
 

@@ -32,7 +32,7 @@ from storage.anchors import CONSENSUS
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
 from storage.models import App, Episode, Policy, Round, Step
 from storage.models import Query as QueryRow
-from storage.objectstore import frame_reader, open_object_store
+from storage.objectstore import open_object_store
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
 from trajforge.logs import redact_url
@@ -137,7 +137,7 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
     report.frames_written = sum(getattr(env, "frames_written", 0) for env in runner.environments())
     report.frames_deduped = sum(getattr(env, "frames_deduped", 0) for env in runner.environments())
     _count(sessions, round_id, report)
-    judged = judge_round(sessions, round_id, farm.apps, frame_reader(store))
+    judged = judge_round(sessions, round_id, farm.apps, store, settings.critics)
     report.labels.update(judged.steps)
     report.calibration = calibrate_round(sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
     report.samples = extract_round(sessions, round_id, settings=settings.critics)

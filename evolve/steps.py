@@ -247,11 +247,11 @@ def judge(settings: Settings, number: int) -> dict[str, Any]:
     """Offline critics on every step and episode; the model critics too when an endpoint is set."""
     spine = open_spine(settings)
     rnd = _round(spine, number)
-    report = judge_round(spine.sessions, rnd.id, spine.apps, spine.frames)
+    report = judge_round(spine.sessions, rnd.id, spine.apps, spine.store, settings.critics)
     out: dict[str, Any] = {"episodes": report.episodes, "steps": dict(report.steps)}
     gateway = spine.gateway()
     if gateway is not None:
-        judged = judge_round_llm(spine.sessions, rnd.id, gateway, spine.frames)
+        judged = judge_round_llm(spine.sessions, rnd.id, gateway, spine.frames, settings=settings.critics)
         out["model_judged"] = asyncio.run(closing(gateway, judged)).episodes
     return out
 

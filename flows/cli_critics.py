@@ -25,7 +25,7 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     sessions, round_id, number = cli_round(settings, round_number)
     store = open_spine(settings).store
     apps = round_apps(sessions, load_apps(settings.apps))
-    report = judge_round(sessions, round_id, apps, frame_reader(store))
+    report = judge_round(sessions, round_id, apps, store, settings.critics)
     typer.echo(f"round {number}: {report.render()} (offline critics)")
     if settings.llm.offline:
         return
@@ -34,7 +34,9 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
         gateway = build_gateway(settings.llm, sessions)
         assert gateway is not None  # not offline
         try:
-            judged = await judge_round_llm(sessions, round_id, gateway, frame_reader(store))
+            judged = await judge_round_llm(
+                sessions, round_id, gateway, frame_reader(store), settings=settings.critics
+            )
             return judged.render()
         finally:
             await gateway.aclose()

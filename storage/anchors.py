@@ -13,7 +13,7 @@ from storage.models import Anchor, Episode, Judgment, Step
 from storage.models import Query as QueryRow
 from trajforge.domain import goal_key
 
-CONSENSUS = ("consensus_and", "4")  # bump with any channel version
+CONSENSUS = ("consensus", "5")  # the configured channels combined (`critics.consensus`)
 
 
 def deciding_anchor(anchors: Sequence[Anchor]) -> Anchor | None:
@@ -64,7 +64,8 @@ def backend_of(device: str | None) -> str:
 
 
 def success_references(s: Session, round_id: int) -> dict[str, dict[str, set[str]]]:
-    """End frames of episodes an anchor calls successful, this round and earlier, by goal and backend."""
+    """End frames of episodes an anchor calls successful, this round and earlier, by goal and backend:
+    {goal key: {end frame: uids of the queries of those episodes}}."""
     up_to = Episode.round_id <= round_id
     won = {
         episode_id
@@ -72,8 +73,16 @@ def success_references(s: Session, round_id: int) -> dict[str, dict[str, set[str
         if (decided := deciding_anchor(found)) is not None and decided.label == "success"
     }
     out: dict[str, dict[str, set[str]]] = {}
+    columns = (
+        Episode.id,
+        QueryRow.uid,
+        Episode.device,
+        QueryRow.goal,
+        Step.screenshot_after,
+        Step.screenshot,
+    )
     for episode_id, uid, device, goal, after, before in s.execute(
-        select(Episode.id, Episode.uid, Episode.device, QueryRow.goal, Step.screenshot_after, Step.screenshot)
+        select(*columns)
         .join(QueryRow, QueryRow.id == Episode.query_id)
         .join(Step, (Step.episode_id == Episode.id) & (Step.index == Episode.num_steps - 1))
         .where(up_to)

@@ -25,3 +25,8 @@ def shard_key(sha256: str, fmt: str = "parquet") -> str:
 
 def manifest_key(dataset: str, version: int) -> str:
     return f"datasets/{dataset}/v{version:05d}/manifest.json"
+
+
+def critic_checkpoint_key(critic: str, version: str) -> str:
+    """`critics/<critic>/<version>.json`: a learned critic's fitted weights, by content hash."""
+    return f"critics/{critic}/{version}.json"

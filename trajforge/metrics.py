@@ -23,6 +23,16 @@ class ChannelStats:
         else:
             self.tn += 1
 
+    def kappa(self) -> float:
+        """Cohen's kappa: agreement with the anchor beyond what the two base rates give by chance."""
+        n = self.tp + self.fp + self.tn + self.fn
+        if not n:
+            return 0.0
+        chance = (
+            (self.tp + self.fp) * (self.tp + self.fn) + (self.tn + self.fn) * (self.tn + self.fp)
+        ) / n**2
+        return ((self.tp + self.tn) / n - chance) / (1 - chance) if chance < 1 else 1.0
+
     def summary(self) -> dict[str, float | int]:
         n = self.tp + self.fp + self.tn + self.fn
         return {
@@ -30,6 +40,7 @@ class ChannelStats:
             "accuracy": (self.tp + self.tn) / n if n else 0.0,
             "precision": self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0,
             "recall": self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0,
+            "kappa": self.kappa(),
             "tp": self.tp,
             "fp": self.fp,
             "tn": self.tn,

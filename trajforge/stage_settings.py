@@ -121,6 +121,19 @@ class CriticSettings(BaseSettings):
     trust_min_anchored: int = Field(
         20, ge=1, description="Anchored episodes (this round and earlier) an app's accuracy needs."
     )
+    channels: list[str] = Field(
+        default_factory=lambda: ["learned_trajectory", "heuristic_visual", "llm_textual", "llm_multimodal"],
+        description="Trajectory critics the consensus composes (those that judged an episode and did not "
+        "abstain vote): learned_trajectory (fitted on the anchors, judged out of sample), heuristic_visual "
+        "(end frames of other queries' successes), llm_textual and llm_multimodal (model critics).",
+    )
+    rule: Literal["and", "majority", "weighted"] = Field(
+        "and", description="How the channels' votes combine: all agree (GUI-Owl), majority, or weighted."
+    )
+    weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per channel weight of the weighted rule (a channel without one: 1).",
+    )
     tau_c: float = Field(
         0.5,
         ge=0,

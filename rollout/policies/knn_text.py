@@ -8,34 +8,18 @@ simulator's state, so it works the same on the web and android backends.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from trajforge.text import cjk as cjk
+from trajforge.text import quoted as quoted
+from trajforge.text import words as words
+
 TASK_PREFIX = "Task: "
 CONTROLS = ("button", "toggle")  # what a task can name and a tap uses
 HALF_NAMED = 0.5  # a control counts as named from this share of its words up
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_QUOTED = re.compile(r"[\"“]([^\"”]{1,60})[\"”]")
 _PUNCT = ",.'\""
-
-
-def cjk(text: str) -> bool:
-    return any("\u4e00" <= c <= "\u9fff" for c in text)
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased word tokens; CJK text becomes one token per character."""
-    out: list[str] = []
-    for w in _WORD.findall(text.casefold()):
-        out.extend(list(w) if cjk(w) else [w])
-    return out
-
-
-def quoted(instruction: str) -> list[str]:
-    """The values a task quotes ('Enter "Myron" into the text field'): what it wants typed or picked."""
-    return _QUOTED.findall(instruction)
 
 
 def instruction_of(prompt: str) -> str:

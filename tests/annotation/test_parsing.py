@@ -16,6 +16,7 @@ from annotation.images import ImageLinks, image_mode, overlay
 from annotation.pull import clicked_action, independence, parse_correction, parse_result, resolve
 from annotation.queue import review_queue
 from annotation.stats import inter_annotator
+from storage.anchors import CONSENSUS
 from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Judgment
 from storage.objectstore import LocalObjectStore, put_blob
@@ -223,7 +224,7 @@ def test_review_queue_takes_disagreements_low_confidence_and_an_audit_sample(
 ) -> None:
     ids = seed_episodes(sessions, 5)
     episode = [
-        # (textual, visual, consensus, consensus score, verifier)
+        # (learned, visual, consensus, consensus score, verifier)
         ("correct", "correct", "correct", None, "success"),  # agreed with the verifier: audit only
         ("correct", "incorrect", "incorrect", None, "failure"),  # channels disagree
         ("correct", "correct", "correct", None, "failure"),  # the verifier disagrees
@@ -238,14 +239,14 @@ def test_review_queue_takes_disagreements_low_confidence_and_an_audit_sample(
         rows = []
         for eid, (textual, visual, agreed, score, verifier) in zip(ids, episode, strict=True):
             for critic, label, sc in (
-                ("heuristic_textual", textual, None),
+                ("learned_trajectory", textual, None),
                 ("heuristic_visual", visual, None),
-                ("consensus_and", agreed, score),
+                (CONSENSUS[0], agreed, score),
             ):
                 rows.append(
                     {
                         "critic": critic,
-                        "critic_version": "4",  # the current consensus version
+                        "critic_version": CONSENSUS[1],  # the current consensus version
                         "target": "episode",
                         "target_id": eid,
                         "label": label,

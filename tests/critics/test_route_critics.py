@@ -125,15 +125,16 @@ def _pantry_path() -> list[dict]:
     raise AssertionError("no terminal screen within 10 moves")
 
 
-def test_visual_channel_abstains_without_a_reference_and_never_uses_itself() -> None:
+def test_visual_channel_abstains_without_a_reference_and_never_uses_its_own_query() -> None:
     query = _query("takeout", SAMPLED, GOAL)
     steps, _ = _play(TAKEOUT, query, SAMPLED)
     end = steps[-1].after
-    visual = VisualTrajectoryCritic({goal_key(query.goal): {end: {"ep-1"}}})
-    assert visual.judge(query, steps, "ep-1").success is None  # its own end frame is no reference
-    assert visual.judge(query, steps, "ep-2") == ChannelVerdict("visual", True, "matches_a_successful_end")
-    elsewhere = VisualTrajectoryCritic({goal_key(query.goal): {"f" * 64: {"ep-1"}}})
-    assert elsewhere.judge(query, steps, "ep-2").success is False
+    own = VisualTrajectoryCritic({goal_key(query.goal): {end: {query.uid}}})
+    assert own.judge(query, steps).success is None  # a success of its own query is no reference
+    visual = VisualTrajectoryCritic({goal_key(query.goal): {end: {query.uid, "q-other"}}})
+    assert visual.judge(query, steps) == ChannelVerdict("visual", True, "matches_a_successful_end")
+    elsewhere = VisualTrajectoryCritic({goal_key(query.goal): {"f" * 64: {"q-other"}}})
+    assert elsewhere.judge(query, steps).success is False
     abstain, yes, no = (
         ChannelVerdict("visual", None, "x"),
         ChannelVerdict("t", True, "y"),
@@ -161,11 +162,12 @@ def test_visual_channel_matches_a_near_equal_end_frame_but_not_another_screen() 
         "other": frame("10:02", "list"),
     }
     query = _query("takeout", SAMPLED, GOAL)
-    visual = VisualTrajectoryCritic({goal_key(query.goal): {"ref": {"ep-1"}}}, shots.__getitem__)
+    visual = VisualTrajectoryCritic({goal_key(query.goal): {"ref": {"q-other"}}}, shots.__getitem__)
     end = StepView(DONE.model_dump(mode="json"), None, "now", "now", [], 540, 1200)
-    assert visual.judge(query, [end], "ep-2").success is True  # only the clock differs
+    assert visual.judge(query, [end]).success is True  # only the clock differs
     other = StepView(DONE.model_dump(mode="json"), None, "other", "other", [], 540, 1200)
-    assert visual.judge(query, [other], "ep-2").success is False
+    assert visual.judge(query, [other]).success is False
     assert (
-        VisualTrajectoryCritic({goal_key(query.goal): {"ref": {"ep-1"}}}).judge(query, [end]).success is False
+        VisualTrajectoryCritic({goal_key(query.goal): {"ref": {"q-other"}}}).judge(query, [end]).success
+        is False
     )

@@ -41,7 +41,9 @@ def test_smoke_rounds_write_the_spine(
     second = run_smoke_round(settings, queries_per_app=2, rollouts=1)
     assert second.round_number == 2 and second.frames_deduped > 0  # the launcher, home screens: stored once
     assert first.rollout.completed == 8 and first.rollout.requested == 8
-    assert first.calibration["n"] == 8 and first.calibration["accuracy"] >= 0.75
+    # 8 anchored episodes fit no learned critic on other queries: round 1's consensus never votes;
+    # in round 2 it has 16 anchors, and every round-2 episode is judged by a model fitted without its query
+    assert first.calibration == {} and second.calibration["n"] == 8
 
     sessions = session_factory(engine)
     with sessions() as s:
@@ -49,7 +51,7 @@ def test_smoke_rounds_write_the_spine(
         assert s.scalar(select(func.count()).select_from(Episode)) == 16
         steps = s.scalar(select(func.count()).select_from(Step))
         assert steps == first.rollout.steps + second.rollout.steps
-        # one per step, then per episode: textual channel, visual channel, consensus
+        # one per step, then per episode: learned channel, visual channel, consensus
         assert s.scalar(select(func.count()).select_from(Judgment)) == steps + 3 * 16
         assert s.scalar(select(func.count()).select_from(Anchor)) == 16
         broken = s.scalars(select(Step).where(Step.parse_error.is_not(None))).all()

@@ -385,7 +385,7 @@ def test_critics_run_is_idempotent_and_calibrate_reports(tmp_path: Path) -> None
     report = cli("critics", "calibrate", cwd=tmp_path)
     assert report.returncode == 0
     lines = report.stdout.splitlines()
-    assert lines[0] == "round 1 calibration" and any(line.startswith("consensus_and:4") for line in lines)
+    assert lines[0] == "round 1 calibration" and any(line.startswith("consensus:5") for line in lines)
     assert any(line.startswith("step labels in failure episodes") for line in lines)
 
 

@@ -37,14 +37,16 @@ def test_a_user_spec_rolls_out_is_judged_curated_and_published(tmp_path: Path) -
         apps = [r[0] for r in db.execute("select name from app")]
     assert outcomes.get("success", 0) > 0 and judged > 0 and apps == ["pantry"]
 
-    # critics written before this app: the consensus agrees with the verifier on its episodes
+    # four anchored episodes of a new app are too few to fit the learned critic on other queries:
+    # it abstains, and the consensus leaves every episode undecided rather than guess
     with sqlite3.connect(tmp_path / ".trajforge" / "trajforge.db") as db:
-        pairs = db.execute(
-            "select j.label, a.label from judgment j join anchor a on a.episode_id = j.target_id "
-            "where j.target = 'episode' and j.critic = 'consensus_and' and a.source = 'verifier'"
+        learned = db.execute(
+            "select label, analysis from judgment where target = 'episode' and critic = 'learned_trajectory'"
         ).fetchall()
-    agree = sum((judge == "correct") == (anchor == "success") for judge, anchor in pairs)
-    assert pairs and agree / len(pairs) >= 0.95, pairs
+        consensus = db.execute("select label from judgment where target = 'episode' and critic = 'consensus'")
+        labels = {label for (label,) in consensus}
+    assert len(learned) == 4 and set(learned) == {("abstain", "untrained")}
+    assert labels == {"undecided"}
 
 
 def test_clashing_names_and_unreachable_apps_are_one_line_and_write_nothing(tmp_path: Path) -> None:

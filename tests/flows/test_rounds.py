@@ -60,7 +60,7 @@ def test_evolve_rounds_then_rerun_and_report(
     r2 = table["rounds"][1]
     assert r2["policy"] == "knn@1" and r2["dataset_version"] == 2
     assert r2["overall"]["episodes"] == figures[1].episodes == sum(a["episodes"] for a in r2["apps"].values())
-    consensus = r2["overall"]["accuracy"]["consensus_and:4"]
+    consensus = r2["overall"]["accuracy"]["consensus:5"]
     assert consensus["n"] > 0 and 0 <= consensus["accuracy"] <= 1
     assert sum(r2["overall"]["outcome_sources"].values()) > 0 and set(r2["overall"]["outcome_sources"]) <= {
         "verifier",

@@ -1,0 +1,351 @@
+"""An offline trajectory critic that learns from the anchors (UI-Genie's reward model, GUI-Critic-R1's
+idea, sized for a CPU).
+
+It reads only a `CriticView` (the instruction, screenshots by hash, the element trees as the
+device reported them, the actions), turns an episode into observation features, and fits a
+ridge-regularised logistic regression on anchored episodes (a verifier's or a human's
+verdict). The features say how the task's words and quoted values were covered by what was
+tapped and typed and by the screens shown, how the run ended (a success claim, giving up,
+running out), and how much of it went nowhere (no-op actions, repeated screens, misses,
+unparsed output). Nothing in them names an app, a widget or a task, so a critic trained on
+some apps judges others.
+
+`cross_judge` gives every episode a verdict from a model that never saw an episode of its query
+(k folds by query), so its measured accuracy is out of sample by construction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from critics.view import CriticView, SeenElement
+from trajforge.text import quoted, words
+
+NAME, VERSION = "learned_trajectory", "1"  # bump with the features or the fit
+FOLDS = 5
+MIN_TRAIN = 8  # anchored episodes (with both outcomes) before the critic votes at all
+RIDGE = 1.0
+_GENERIC = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "please",
+        "the",
+        "then",
+        "this",
+        "that",
+        "to",
+        "with",
+        "you",
+        "your",
+    ]
+)
+_TOUCH = ("click", "long_press")
+_AWAY = ("back", "home")
+FEATURES = (
+    "claims_success",
+    "gives_up",
+    "no_end_claim",
+    "steps",
+    "no_op_share",
+    "repeat_share",
+    "unparsed_share",
+    "miss_share",
+    "away_share",
+    "covered_by_actions",
+    "covered_on_end_screen",
+    "covered_anywhere",
+    "has_quoted",
+    "quoted_typed",
+    "quoted_touched",
+    "quoted_on_end_screen",
+    "typed_unasked",
+    "last_touch_named",
+    "named_checked",
+    "named_unchecked",
+    "end_changed",
+    "claim_x_end_covered",
+    "claim_x_no_op",
+    "clauses_acted",
+    "last_clause_acted",
+    "last_touch_in_last_clause",
+    "acted_after_last_clause",
+    "ends_on_last_clause",
+    "claim_x_ends_on_last",
+    "seen_not_acted",
+    "claim_x_clauses",
+    "last_touch_unnamed",
+    "last_touch_role_named",
+)
+# the words a task uses for an element of each role ("Focus into the textbox", "Click the link")
+_ROLE_WORDS = {
+    "input": {"textbox", "field", "input", "box", "text"},
+    "button": {"button", "btn"},
+    "link": {"link"},
+    "toggle": {"checkbox", "radio", "toggle", "switch", "box"},
+    "tab": {"tab"},
+    "option": {"option", "dropdown"},
+    "list_item": {"item", "option", "row"},
+}
+_CLAUSE = re.compile(r"[,;，、。；]|\bthen\b|\band\b|\bwith\b")
+
+
+def clauses(instruction: str) -> list[set[str]]:
+    """The task's parts in order ("Open Sound, then open Ring volume"), each as its content words."""
+    parts = [set(words(p)) - _GENERIC for p in _CLAUSE.split(instruction.casefold())]
+    return [p for p in parts if p]
+
+
+def _acted(part: set[str], acted: set[str]) -> bool:
+    return len(part & acted) * 2 >= len(part)
+
+
+def _share(part: set[str], whole: set[str]) -> float:
+    return len(part & whole) / len(whole) if whole else 0.0
+
+
+def _texts(elements: Sequence[SeenElement]) -> set[str]:
+    return {w for e in elements for w in words(e.text)}
+
+
+def _shown_task(view: CriticView) -> CriticView:
+    """The view without the elements that show the task's own words (MiniWoB++ prints its
+    instruction on the page): the instruction on a screen says nothing about progress."""
+    task = " ".join(words(view.instruction))
+
+    def own(e: SeenElement) -> bool:
+        mine = " ".join(words(e.text))
+        return bool(mine) and (
+            task in mine or (mine in task and mine.count(" ") >= 3 and len(mine) >= 0.6 * len(task))
+        )
+
+    return CriticView(
+        view.instruction,
+        tuple(replace(st, elements=tuple(e for e in st.elements if not own(e))) for st in view.steps),
+    )
+
+
+def features(view: CriticView) -> list[float]:
+    """The episode's observation features, in `FEATURES` order."""
+    view = _shown_task(view)
+    asked = set(words(view.instruction)) - _GENERIC
+    values = [q.casefold().strip() for q in quoted(view.instruction)]
+    steps = view.steps
+    n = max(len(steps), 1)
+    last = (steps[-1].action or {}) if steps else {}
+    claim = last.get("kind") == "terminate" and last.get("status") == "success"
+    touched = [(st, st.touched()) for st in steps if (st.action or {}).get("kind") in _TOUCH]
+    typed = [str((st.action or {}).get("text") or "").casefold().strip() for st in steps]
+    typed = [t for t in typed if t]
+    acted = {w for _, e in touched if e is not None for w in words(e.text)} | {
+        w for t in typed for w in words(t)
+    }
+    end = steps[-1].elements if steps else ()
+    end_words = _texts(end)
+    touched_texts = [e.text.casefold() for _, e in touched if e is not None]
+    end_texts = [e.text.casefold() for e in end]
+    seen: set[str] = set()
+    repeats = 0
+    for st in steps:
+        repeats += st.before in seen
+        seen.add(st.before)
+    moving = [st for st in steps if (st.action or {}).get("kind") != "terminate"]
+    no_op = sum(st.before == st.after for st in moving) / max(len(moving), 1)
+    last_touch = next((e for _, e in reversed(touched) if e is not None), None)
+    named = [e for e in end if e.checked is not None and set(words(e.text)) & asked]
+    end_covered = _share(end_words, asked)
+    parts = clauses(view.instruction)
+    per_action = [
+        set(words(e.text)) if e is not None else set()
+        for e in (st.touched() if (st.action or {}).get("kind") in _TOUCH else None for st in steps)
+    ]
+    per_action = [
+        w | set(words(str((st.action or {}).get("text") or "")))
+        for w, st in zip(per_action, steps, strict=True)
+    ]
+    done_at = next((i for i, w in enumerate(per_action) if parts and _acted(parts[-1], w)), None)
+    last_hit = max((i for i, w in enumerate(per_action) if parts and w & parts[-1]), default=None)
+    moved = [i for i, st in enumerate(moving) if st.before != st.after]
+    after_last = sum(i > last_hit for i in moved) if last_hit is not None else len(moved)
+    ends_on_last = float(bool(parts) and _acted(parts[-1], acted) and last_hit is not None and not after_last)
+    visible = {w for st in steps for w in _texts(st.elements)}
+    clauses_acted = sum(_acted(p, acted) for p in parts) / len(parts) if parts else 0.0
+    row = {
+        "claims_success": float(claim),
+        "gives_up": float(last.get("kind") == "terminate" and not claim),
+        "no_end_claim": float(last.get("kind") != "terminate"),
+        "steps": len(steps) / 30,
+        "no_op_share": no_op,
+        "repeat_share": repeats / n,
+        "unparsed_share": sum(st.action is None for st in steps) / n,
+        "miss_share": sum(e is None for _, e in touched) / max(len(touched), 1),
+        "away_share": sum((st.action or {}).get("kind") in _AWAY for st in steps) / n,
+        "covered_by_actions": _share(acted, asked),
+        "covered_on_end_screen": end_covered,
+        "covered_anywhere": _share({w for st in steps for w in _texts(st.elements)} | acted, asked),
+        "has_quoted": float(bool(values)),
+        "quoted_typed": sum(v in typed for v in values) / len(values) if values else 0.0,
+        "quoted_touched": (
+            sum(any(v in t for t in touched_texts) for v in values) / len(values) if values else 0.0
+        ),
+        "quoted_on_end_screen": (
+            sum(any(v in t for t in end_texts) for v in values) / len(values) if values else 0.0
+        ),
+        "typed_unasked": sum(t not in view.instruction.casefold() for t in typed) / max(len(typed), 1),
+        "last_touch_named": _share(asked, set(words(last_touch.text))) if last_touch is not None else 0.0,
+        "named_checked": sum(bool(e.checked) for e in named) / max(len(named), 1),
+        "named_unchecked": sum(e.checked is False for e in named) / max(len(named), 1),
+        "end_changed": float(bool(steps) and steps[-1].before != steps[-1].after),
+        "claim_x_end_covered": float(claim) * end_covered,
+        "claim_x_no_op": float(claim) * no_op,
+        "clauses_acted": clauses_acted,
+        "last_clause_acted": float(done_at is not None),
+        "last_touch_in_last_clause": float(
+            last_touch is not None and bool(parts) and bool(set(words(last_touch.text)) & parts[-1])
+        ),
+        "acted_after_last_clause": min(after_last, 10) / 10,
+        "ends_on_last_clause": ends_on_last,
+        "claim_x_ends_on_last": float(claim) * ends_on_last,
+        "seen_not_acted": len((asked & visible) - acted) / len(asked) if asked else 0.0,
+        "claim_x_clauses": float(claim) * clauses_acted,
+        "last_touch_role_named": float(
+            last_touch is not None and bool(_ROLE_WORDS.get(last_touch.role, set()) & asked)
+        ),
+        "last_touch_unnamed": float(
+            last_touch is not None
+            and bool(words(last_touch.text))
+            and not set(words(last_touch.text)) & asked
+        ),
+    }
+    return [row[f] for f in FEATURES]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A fitted critic: standardisation, weights and what it was trained on (stored as JSON)."""
+
+    features: tuple[str, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    weights: tuple[float, ...]
+    bias: float
+    trained_on: int
+    positives: int
+
+    @property
+    def version(self) -> str:
+        return hashlib.sha256(self.to_json()).hexdigest()[:12]
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Checkpoint:
+        raw = json.loads(data)
+        return cls(
+            tuple(raw["features"]),
+            tuple(raw["mean"]),
+            tuple(raw["scale"]),
+            tuple(raw["weights"]),
+            float(raw["bias"]),
+            int(raw["trained_on"]),
+            int(raw["positives"]),
+        )
+
+    def prob(self, x: np.ndarray) -> np.ndarray:
+        z = (x - np.array(self.mean)) / np.array(self.scale)
+        return 1 / (1 + np.exp(-(z @ np.array(self.weights) + self.bias)))
+
+
+def fit(x: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> Checkpoint | None:
+    """Ridge logistic regression by Newton's method; None with too few anchors or one outcome only."""
+    if len(y) < MIN_TRAIN or y.min() == y.max():
+        return None
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
+    w = np.zeros(z.shape[1])
+    penalty = np.eye(z.shape[1]) * ridge
+    penalty[-1, -1] = 0.0  # the bias is not shrunk
+    for _ in range(50):
+        p = 1 / (1 + np.exp(-(z @ w)))
+        grad = z.T @ (p - y) + penalty @ w
+        hess = (z * (p * (1 - p))[:, None]).T @ z + penalty
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return Checkpoint(
+        FEATURES,
+        tuple(float(v) for v in mean),
+        tuple(float(v) for v in scale),
+        tuple(float(v) for v in w[:-1]),
+        float(w[-1]),
+        len(y),
+        int(y.sum()),
+    )
+
+
+def fold_of(group: str, folds: int = FOLDS) -> int:
+    return int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) % folds
+
+
+@dataclass(frozen=True)
+class Prediction:
+    success: bool | None  # None: no model could be fitted without this episode's query
+    probability: float | None
+    model: str  # the checkpoint version that judged it, "" when none
+
+
+def cross_judge(
+    train: Sequence[tuple[str, list[float], bool]],
+    targets: Sequence[tuple[str, list[float]]],
+    folds: int = FOLDS,
+) -> list[Prediction]:
+    """Every target (query uid, features) judged by a model fitted on the anchored episodes
+    (`train`: query uid, features, success) of the other folds of queries: never its own query."""
+    out: list[Prediction | None] = [None] * len(targets)
+    for fold in range(folds):
+        mine = [i for i, (group, _) in enumerate(targets) if fold_of(group, folds) == fold]
+        if not mine:
+            continue
+        rows = [(x, y) for group, x, y in train if fold_of(group, folds) != fold]
+        model = fit(np.array([x for x, _ in rows]), np.array([float(y) for _, y in rows])) if rows else None
+        if model is None:
+            for i in mine:
+                out[i] = Prediction(None, None, "")
+            continue
+        probs = model.prob(np.array([targets[i][1] for i in mine]))
+        for i, p in zip(mine, probs, strict=True):
+            out[i] = Prediction(bool(p >= 0.5), float(p), model.version)
+    return [p or Prediction(None, None, "") for p in out]
+
+
+def fit_all(train: Sequence[tuple[str, list[float], bool]]) -> Checkpoint | None:
+    """The checkpoint of a round: fitted on every anchored episode so far."""
+    if not train:
+        return None
+    return fit(np.array([x for _, x, _ in train]), np.array([float(y) for _, _, y in train]))

@@ -1,0 +1,95 @@
+"""The learned critic over a round: fitted on the anchors so far, judged out of sample, stored.
+
+Training data are the anchored episodes (a human's verdict, else the verifier's) of this round
+and earlier. Each episode of the round is judged by a model fitted without any episode of its
+query (`critics.learned.cross_judge`); the model fitted on them all is the round's checkpoint,
+stored in the object store under its content hash and named in `round.stats["learned_critic"]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from critics.learned import NAME, Checkpoint, Prediction, cross_judge, features, fit_all
+from critics.view import critic_view
+from storage.anchors import anchors_by_episode, deciding_anchor
+from storage.keys import critic_checkpoint_key
+from storage.models import Episode, Round, Step
+from storage.models import Query as QueryRow
+from storage.objectstore import ObjectStore
+
+
+@dataclass(frozen=True)
+class Seen:
+    episode_id: int
+    round_id: int
+    query: str  # the query's uid: the unit of out-of-sample folds
+    features: list[float]
+
+
+def seen_episodes(s: Session, *where: Any) -> list[Seen]:
+    """Features of the episodes `where` selects (conditions on `Episode`), from their critic views."""
+    rows = s.execute(
+        select(Episode.id, Episode.round_id, QueryRow.uid, QueryRow.instruction)
+        .join(QueryRow, QueryRow.id == Episode.query_id)
+        .where(*where)
+        .order_by(Episode.id)
+    ).all()
+    steps: dict[int, list[Step]] = {}
+    for st in s.scalars(
+        select(Step)
+        .join(Episode, Episode.id == Step.episode_id)
+        .where(*where)
+        .order_by(Step.episode_id, Step.index)
+    ):
+        steps.setdefault(st.episode_id, []).append(st)
+    return [
+        Seen(eid, rid, uid, features(critic_view(instruction, steps.get(eid, []))))
+        for eid, rid, uid, instruction in rows
+    ]
+
+
+def anchored_training(s: Session, seen: Sequence[Seen], up_to: Any) -> list[tuple[str, list[float], bool]]:
+    """(query, features, success) of every episode in `seen` an anchor decides."""
+    anchors = anchors_by_episode(s, up_to)
+    out = []
+    for e in seen:
+        decided = deciding_anchor(anchors.get(e.episode_id, []))
+        if decided is not None:
+            out.append((e.query, e.features, decided.label == "success"))
+    return out
+
+
+def learned_round(s: Session, round_id: int, store: ObjectStore | None) -> dict[int, Prediction]:
+    """Out-of-sample verdicts on the round's episodes, by episode id; stores the round's checkpoint."""
+    up_to = Episode.round_id <= round_id
+    seen = seen_episodes(s, up_to)
+    train = anchored_training(s, seen, up_to)
+    mine = [e for e in seen if e.round_id == round_id]
+    predictions = cross_judge(train, [(e.query, e.features) for e in mine])
+    checkpoint = fit_all(train)
+    rnd = s.get(Round, round_id)
+    if rnd is not None:
+        stats = dict(rnd.stats or {})
+        stats["learned_critic"] = _record(checkpoint, store, len(train))
+        rnd.stats = stats
+    return {e.episode_id: p for e, p in zip(mine, predictions, strict=True)}
+
+
+def _record(checkpoint: Checkpoint | None, store: ObjectStore | None, anchored: int) -> dict[str, Any]:
+    if checkpoint is None:
+        return {"version": None, "anchored": anchored, "why": "too few anchored episodes of both outcomes"}
+    key = critic_checkpoint_key(NAME, checkpoint.version)
+    if store is not None and not store.exists(key):
+        store.put(key, checkpoint.to_json(), "application/json")
+    return {
+        "version": checkpoint.version,
+        "key": key if store is not None else None,
+        "anchored": checkpoint.trained_on,
+        "positives": checkpoint.positives,
+    }

@@ -1,0 +1,129 @@
+"""The critic view carries nothing a critic must not see; the learned critic fits, and judges every
+episode with a model that never saw its query."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import critics.learned as learned
+from critics.learned import FEATURES, Checkpoint, clauses, cross_judge, features, fit, fold_of
+from critics.view import CriticView, SeenElement, SeenStep, critic_view
+
+# what a critic is never shown: the spec's ids and slots, the query's path and goal, the anchor
+HIDDEN = {"id", "widget", "value", "slot", "slots", "path", "goal", "screen", "verifier", "anchor", "success"}
+
+
+def test_view_types_have_no_field_for_hidden_state() -> None:
+    for kind in (CriticView, SeenStep, SeenElement):
+        names = {f.name for f in dataclasses.fields(kind)}
+        assert not names & HIDDEN, f"{kind.__name__} carries {names & HIDDEN}"
+
+
+class _Row:  # a stored step row, with the spec's fields the simulator writes
+    def __init__(self, action: dict, elements: list[dict], after: str = "b") -> None:
+        self.action, self.raw_output, self.parse_error = action, '{"action": "click"}', None
+        self.screenshot, self.screenshot_after = "a", after
+        self.elements, self.width, self.height = elements, 1000, 2000
+
+
+def test_a_stored_tree_reaches_the_critic_without_spec_fields() -> None:
+    node = {
+        "id": "tip",
+        "widget": "tip",
+        "value": "15%",
+        "kind": "list_item",
+        "text": "15%",
+        "bounds": [0, 0, 9, 9],
+    }
+    view = critic_view("Tip 15%", [_Row({"kind": "click", "point": [1, 1]}, [node])])
+    (element,) = view.steps[0].elements
+    assert element == SeenElement("15%", "list_item", (0, 0, 9, 9))
+    assert "tip" not in json.dumps(dataclasses.asdict(view)).replace("Tip", "")
+
+
+def test_a_tap_beside_a_button_goes_to_the_nearest_within_the_touch_slop() -> None:
+    ok = SeenElement("OK", "button", (100, 100, 300, 200))
+    far = SeenElement("Cancel", "button", (700, 100, 900, 200))
+    near = SeenStep(
+        {"kind": "click", "point": [310, 70]}, "", None, "a", "b", (ok, far), 1000, 2000
+    )  # 10 px off
+    assert near.touched() == ok
+    away = SeenStep({"kind": "click", "point": [500, 70]}, "", None, "a", "b", (ok, far), 1000, 2000)
+    assert away.touched() is None
+
+
+def test_clauses_split_the_task_into_its_parts() -> None:
+    assert clauses("Open Settings, then open Sound, then open Ring volume") == [
+        {"open", "settings"},
+        {"open", "sound"},
+        {"open", "ring", "volume"},
+    ]
+
+
+def _episode(instruction: str, tapped: str, claim: bool) -> CriticView:
+    button = SeenElement(tapped, "button", (0, 0, 1000, 100))
+    other = SeenElement("Elsewhere", "button", (0, 500, 1000, 600))
+    steps = [
+        SeenStep({"kind": "click", "point": [500, 25]}, "", None, "s0", "s1", (button, other), 1000, 2000)
+    ]
+    if claim:
+        steps.append(
+            SeenStep({"kind": "terminate", "status": "success"}, "", None, "s1", "s1", (), 1000, 2000)
+        )
+    return CriticView(instruction, tuple(steps))
+
+
+def _data(n: int) -> list[tuple[str, list[float], bool]]:
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        right = bool(rng.random() < 0.5)
+        view = _episode(f"Open Report {i}", f"Report {i}" if right else "Elsewhere", claim=True)
+        out.append((f"q{i % 17}", features(view), right))
+    return out
+
+
+def test_the_fit_learns_what_the_task_named_from_observations_alone() -> None:
+    train = _data(60)
+    model = fit(np.array([x for _, x, _ in train]), np.array([float(y) for *_, y in train]))
+    assert model is not None and model.features == FEATURES and model.trained_on == 60
+    right, wrong = (
+        features(_episode("Open Budget", "Budget", True)),
+        features(_episode("Open Budget", "Elsewhere", True)),
+    )
+    p_right, p_wrong = model.prob(np.array([right, wrong]))
+    assert p_right > 0.9 and p_wrong < 0.1
+    again = Checkpoint.from_json(model.to_json())
+    assert again == model and again.version == model.version
+
+
+def test_too_few_anchors_or_one_outcome_fit_nothing() -> None:
+    x = np.zeros((30, len(FEATURES)))
+    assert fit(x, np.ones(30)) is None
+    assert fit(x[:3], np.array([0.0, 1.0, 0.0])) is None
+
+
+def test_every_episode_is_judged_by_a_model_that_never_saw_its_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(1)
+    train = [
+        (f"q{i % 23}", [float(i), float(rng.normal(1 if i % 3 else -1))], bool(i % 3)) for i in range(120)
+    ]
+    rows_of_fit: list[set[int]] = []
+    real_fit = learned.fit
+
+    def spying(x: np.ndarray, y: np.ndarray, ridge: float = learned.RIDGE) -> Checkpoint | None:
+        rows_of_fit.append({int(r[0]) for r in x})
+        return real_fit(x, y, ridge)
+
+    monkeypatch.setattr(learned, "fit", spying)
+    predictions = cross_judge(train, [(q, x) for q, x, _ in train])
+    fits = dict(zip(sorted({fold_of(q) for q, _, _ in train}), rows_of_fit, strict=True))
+    for query, _, _ in train:
+        own = {i for i, (q, _, _) in enumerate(train) if q == query}
+        assert not own & fits[fold_of(query)]  # no episode of the query trained its judge
+    assert all(p.success is not None and p.model for p in predictions)
+    assert np.mean([p.success == y for p, (_, _, y) in zip(predictions, train, strict=True)]) > 0.8
