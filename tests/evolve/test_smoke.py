@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, func, select
 
+from critics.learned import Checkpoint
 from evolve.smoke import run_smoke_round
 from storage.db import session_factory
 from storage.keys import blob_key
@@ -64,6 +65,11 @@ def test_smoke_rounds_write_the_spine(
             assert anchor.meta["success"] == episode.verifier_success  # the state check itself
             if episode.outcome == "failure":
                 assert episode.reason  # the failed constraint, or the policy gave up
-        assert [r.status for r in s.scalars(select(Round).order_by(Round.number))] == ["done", "done"]
+        rounds = s.scalars(select(Round).order_by(Round.number)).all()
+        assert [r.status for r in rounds] == ["done", "done"]
+        fitted = [r.stats["learned_critic"] for r in rounds]  # fitted on every anchor so far, stored
+        assert [f["anchored"] for f in fitted] == [8, 16]
+        checkpoint = open_object_store(settings).get(fitted[1]["key"])
+        assert Checkpoint.from_json(checkpoint).version == fitted[1]["version"]
         shot = s.scalars(select(Step.screenshot)).first()
     assert shot is not None and open_object_store(settings).exists(blob_key(shot))
