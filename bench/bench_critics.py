@@ -45,7 +45,7 @@ from trajforge.metrics import ChannelStats
 from trajforge.settings import CriticSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-OFFLINE = ("heuristic_step", "heuristic_visual", "learned_trajectory", CONSENSUS[0])
+OFFLINE = ("route_check", "heuristic_visual", "learned_trajectory", CONSENSUS[0])
 
 
 def _cli(home: Path, *args: str) -> None:

@@ -12,7 +12,7 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass
 
-from critics.heuristic import HeuristicStepCritic, TextualTrajectoryCritic, VisualTrajectoryCritic, consensus
+from critics.heuristic import ChannelVerdict, VisualTrajectoryCritic, consensus
 from querygen.pipeline import generate_queries
 from rollout.policies import NoisyOracle, OracleNoise
 from rollout.sim.env import SimEnv
@@ -24,6 +24,7 @@ from trajforge.errors import ParseError
 from trajforge.world.device import SimDevice
 from trajforge.world.model import Move
 from trajforge.world.oracle import actions_for
+from trajforge.world.route_check import RouteGoalCheck, RouteStepCheck
 
 State = tuple[str | None, str, dict[str, str]]
 
@@ -148,11 +149,11 @@ class EvalReport:
 
     def render(self) -> str:
         lines = [
-            f"{self.episodes} episodes; trajectory accuracy (consensus AND): {self.trajectory_accuracy:.1%}",
+            f"{self.episodes} episodes; route check + visual channel (AND): {self.trajectory_accuracy:.1%}",
             "per channel: " + ", ".join(f"{k} {v:.1%}" for k, v in self.channel_accuracy.items()),
             "by noise level: " + ", ".join(f"{k:g}: {v:.1%}" for k, v in sorted(self.by_noise.items())),
             f"step-label accuracy: {self.step_accuracy:.1%}",
-            "step confusion (truth -> critic):",
+            "step confusion (truth -> route check):",
         ]
         for truth in ("GOOD", "NEUTRAL", "HARMFUL"):
             row = ", ".join(f"{c} {self.step_confusion[(truth, c)]}" for c in ("GOOD", "NEUTRAL", "HARMFUL"))
@@ -161,24 +162,26 @@ class EvalReport:
 
 
 def evaluate(apps: list[AppSpec], episodes: list[EvalEpisode]) -> EvalReport:
-    """The offline critics on the set; the visual channel's references are the set's true successes."""
+    """The spec's route check (a programmatic check: it reads the spec's ids) and the visual channel on
+    the set; the visual channel's references are the set's true successes of other queries."""
     references: dict[str, dict[str, set[str]]] = {}
-    for i, ep in enumerate(episodes):
+    for ep in episodes:
         if ep.true_success and ep.steps:
             references.setdefault(goal_key(ep.query.goal), {}).setdefault(ep.steps[-1].after, set()).add(
-                str(i)
+                ep.query.uid
             )
     step_critic, textual, visual = (
-        HeuristicStepCritic(apps),
-        TextualTrajectoryCritic(),
+        RouteStepCheck(apps),
+        RouteGoalCheck(),
         VisualTrajectoryCritic(references),
     )
     right, voted = Counter[str](), Counter[str]()
     by_noise: dict[float, list[bool]] = {}
     confusion: Counter[tuple[str, str]] = Counter()
-    for i, ep in enumerate(episodes):
+    for ep in episodes:
         trace = step_critic.follow(ep.query, ep.steps)
-        channels = [textual.judge(trace, ep.steps), visual.judge(ep.query, ep.steps, str(i))]
+        goal = textual.judge(trace, ep.steps)
+        channels = [ChannelVerdict("route_goal", goal.success, goal.reason), visual.judge(ep.query, ep.steps)]
         ok = bool(consensus(channels)) == ep.true_success
         right["consensus"] += ok
         for ch in (c for c in channels if c.success is not None):  # a channel's accuracy where it voted
@@ -192,7 +195,7 @@ def evaluate(apps: list[AppSpec], episodes: list[EvalEpisode]) -> EvalReport:
     return EvalReport(
         episodes=len(episodes),
         trajectory_accuracy=right["consensus"] / n,
-        channel_accuracy={c: right[c] / max(voted[c], 1) for c in ("textual", "visual")},
+        channel_accuracy={c: right[c] / max(voted[c], 1) for c in ("route_goal", "visual")},
         step_accuracy=sum(v for (t, c), v in confusion.items() if t == c) / max(steps, 1),
         step_confusion=confusion,
         by_noise={k: sum(v) / len(v) for k, v in by_noise.items()},

@@ -70,7 +70,7 @@ def extract(
     anchor: dict[str, Any],
     steps: list[StepView],
     verdicts: list[StepVerdict],
-    critic: str = "heuristic_step:2",
+    critic: str = "route_check:1",
     tau_c: float = TAU_C,
 ) -> list[SampleDraft]:
     """The seven-category samples of one anchored trajectory (offline templates)."""

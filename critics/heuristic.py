@@ -1,22 +1,12 @@
-"""Offline critics for the embedded default (GUI-Owl §6.3 labels, no model).
+"""Offline trajectory channels that are not learned: the visual channel and the consensus rule.
 
-They see only what a critic on a real farm sees: each step's element tree and screenshot
-hashes, the action, the query's goal and the app's spec (its navigation DAG). They never
-read the verifier, the device's state or the sampled path, and never run the simulator, so
-they judge sim, web and spec'd Android episodes alike, and credit any valid route.
-
-- `HeuristicStepCritic`: follows the episode on the DAG (`critics.appmodel.Tracker`) and
-  counts the actions left to the goal by any route: GOOD when an action lowers it, HARMFUL
-  when it raises it (a wrong pick, leaving the route, a back while on it) or stops early,
-  NEUTRAL otherwise (scrolls, focus, typing, taps that change nothing).
-- `TextualTrajectoryCritic`: a goal check from the step record and the final element tree:
-  the goal's screen reached with every goal slot set to its value, and the run ended by its
-  own success claim (as the verifier's anchor requires; a goal reached but never ended fails
-  with reason `goal_reached_unclaimed`).
 - `VisualTrajectoryCritic`: from screenshots only: the final frame against the end frames of
-  recorded successful episodes of the same goal (equal, or a near-equal difference hash
-  without the status bar); it abstains when there is none.
+  anchored successful episodes of other queries with the same goal (equal, or a near-equal
+  difference hash without the status bar); it abstains when there is none.
 - `consensus`: AND (GUI-Owl's rule), majority, or weighted, over the channels that voted.
+
+The learned critic is `critics.learned`; the spec's route check, which reads the spec's widget ids
+and so is a programmatic check rather than a critic, is `trajforge.world.route_check`.
 """
 
 from __future__ import annotations
@@ -28,87 +18,10 @@ from typing import Literal
 
 from PIL import Image
 
-from critics.appmodel import AppModel, Goal, Tracker
-from trajforge.actions import Action, ActionKind
-from trajforge.appspec import AppSpec
-from trajforge.domain import Query, StepVerdict, StepView, describe, goal_key, hit_element
+from trajforge.domain import Query, StepView, goal_key
 
 BAR_SHARE = 0.05  # top and bottom share of a screenshot the visual channel ignores (status, navigation)
 SIGNATURE_SIDE = 16  # the visual signature is SIDE x SIDE difference bits
-
-
-@dataclass
-class Trace:
-    """The step critic's walk through one episode: a verdict per step and the state it ended in."""
-
-    verdicts: list[StepVerdict]
-    end: Tracker | None  # None: no spec for the app or no goal on the query
-
-
-_GOOD = {"submitted": "submits_input", "back": "returns_to_route", "home": "returns_to_route"}
-_NEUTRAL = {
-    "focused": "focuses_input",
-    "typed": "types_text",
-    "keyboard_closed": "closes_keyboard",
-    "no_change": "no_change",
-    "tap_missed": "no_op_tap",
-    "tap_other": "no_op_tap",
-}
-
-
-class HeuristicStepCritic:
-    """Progress toward the goal on the app's DAG, by any valid route."""
-
-    name, version = "heuristic_step", "2"
-
-    def __init__(self, apps: list[AppSpec]) -> None:
-        self.models = {a.name: AppModel(a) for a in apps}
-
-    def judge(self, query: Query, steps: list[StepView]) -> list[StepVerdict]:
-        return self.follow(query, steps).verdicts
-
-    def follow(self, query: Query, steps: list[StepView]) -> Trace:
-        goal, model = Goal.of(query.goal), self.models.get(query.app)
-        if goal is None or model is None:
-            why = "no_goal" if goal is None else "no_app_model"
-            verdict = StepVerdict("NEUTRAL", why, "The critic has no map of this app or task.")
-            return Trace([verdict for _ in steps], None)
-        tracker = Tracker.start(model, goal)
-        verdicts = []
-        for i, view in enumerate(steps):
-            verdicts.append(self._step(tracker, view))
-            if i + 1 < len(steps):
-                tracker.observe(steps[i + 1].elements)
-        return Trace(verdicts, tracker)
-
-    @staticmethod
-    def _step(t: Tracker, view: StepView) -> StepVerdict:
-        if view.action is None:
-            return StepVerdict(
-                "NEUTRAL", "unparseable_output", "The output could not be parsed; nothing happened."
-            )
-        action = Action.model_validate(view.action)
-        before = t.remaining()
-        if action.kind == ActionKind.TERMINATE:
-            if action.status == "success" and t.at_goal():
-                return StepVerdict("GOOD", "completes_task", "Declares success with the goal reached.")
-            if action.status == "success":
-                return StepVerdict("HARMFUL", "premature_stop", "Declares success before the goal.")
-            return StepVerdict("HARMFUL", "gives_up", "Gives up on a task that can still be done.")
-        hit = hit_element(view, action.point) if action.point is not None else None
-        values = dict(t.values)
-        event = t.advance(action, hit, view.before != view.after)
-        wrong = any(t.values.get(k) not in (values.get(k), v) for k, v in t.goal.state)
-        after = t.remaining()
-        what = describe(action, view)
-        if after < before:
-            return StepVerdict("GOOD", _GOOD.get(event, "makes_progress"), f"{what}: closer to the goal.")
-        if after > before:
-            reason = "wrong_value" if wrong else "moves_away"
-            return StepVerdict("HARMFUL", reason, f"{what}: further from the goal.")
-        if action.kind == ActionKind.SWIPE and event != "no_change":
-            return StepVerdict("NEUTRAL", "scrolls", "Scrolls to look for the next element.")
-        return StepVerdict("NEUTRAL", _NEUTRAL.get(event, "no_progress"), f"{what}: no progress.")
 
 
 @dataclass(frozen=True)
@@ -116,29 +29,6 @@ class ChannelVerdict:
     channel: str
     success: bool | None  # None: the channel abstains
     reason: str
-
-
-class TextualTrajectoryCritic:
-    """A route-agnostic goal check from the step record (GUI-Owl's textual channel, offline)."""
-
-    name, version = "heuristic_textual", "3"
-
-    def judge(self, trace: Trace, steps: list[StepView]) -> ChannelVerdict:
-        """Success is the goal reached *and* claimed, as the verifier's anchor reads it: a run that
-        ends on the goal without ending itself (it ran out of steps) did not succeed, and neither
-        did a success claim elsewhere."""
-        if not steps:
-            return ChannelVerdict("textual", False, "no_steps")
-        end = trace.end
-        if end is None:
-            return ChannelVerdict("textual", None, trace.verdicts[0].reason)
-        last = Action.model_validate(steps[-1].action) if steps[-1].action else None
-        claimed = last is not None and last.kind == ActionKind.TERMINATE and last.status == "success"
-        if end.app != end.goal.app or end.screen != end.goal.screen:
-            return ChannelVerdict("textual", False, "wrong_screen" if claimed else "no_success_claim")
-        if len(end.goal.satisfied(end.values)) < len(end.goal.state):
-            return ChannelVerdict("textual", False, "wrong_values" if claimed else "no_success_claim")
-        return ChannelVerdict("textual", claimed, "goal_reached" if claimed else "goal_reached_unclaimed")
 
 
 def frame_signature(png: bytes) -> int:

@@ -17,7 +17,7 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.consensus import SUMMARY, compose_round, label
-from critics.heuristic import ChannelVerdict, HeuristicStepCritic, VisualTrajectoryCritic, consensus
+from critics.heuristic import ChannelVerdict, VisualTrajectoryCritic, consensus
 from critics.learned import NAME as LEARNED
 from critics.learned import VERSION as LEARNED_VERSION
 from critics.learned import Prediction
@@ -36,6 +36,7 @@ from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
 from trajforge.settings import CriticSettings
+from trajforge.world.route_check import RouteStepCheck
 
 PENDING_STAGE = "critic_pending"  # exclusion stage of episodes the model critics could not judge yet
 
@@ -73,7 +74,7 @@ def judge_round(
     count when `store` can show them). Step labels come from the route check on the app's spec.
     """
     settings = settings or CriticSettings()
-    step_critic = HeuristicStepCritic(apps)
+    step_critic = RouteStepCheck(apps)
     frames = frame_reader(store) if store is not None else None
     report = JudgeReport()
     with transaction(sessions) as s:

@@ -10,7 +10,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bench.evalset import build_eval_set
 from critics.csrs import extract, extract_round
-from critics.heuristic import HeuristicStepCritic
 from evolve.smoke import run_smoke_round
 from storage.db import session_factory
 from storage.models import Exclusion, Sample
@@ -18,6 +17,7 @@ from storage.samples import CATEGORIES
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import StepVerdict
 from trajforge.settings import load_settings
+from trajforge.world.route_check import RouteStepCheck
 
 APPS = [load_app(n) for n in builtin_app_names()]
 ANCHOR = {"source": "verifier", "label": "success"}
@@ -29,7 +29,7 @@ def episodes():
 
 
 def _samples(ep, success: bool, verdicts=None):
-    verdicts = verdicts or HeuristicStepCritic(APPS).judge(ep.query, ep.steps)
+    verdicts = verdicts or RouteStepCheck(APPS).judge(ep.query, ep.steps)
     return extract(ep.query, "ep-1", success, ANCHOR, ep.steps, verdicts)
 
 
@@ -54,7 +54,7 @@ def test_success_yields_all_seven_failure_keeps_no_actions(episodes) -> None:
 
 def test_critic_threshold_and_thought_consistency_drop_with_reasons(episodes) -> None:
     ep = next(e for e in episodes if e.true_success and e.noise == 0.0)
-    verdicts = HeuristicStepCritic(APPS).judge(ep.query, ep.steps)
+    verdicts = RouteStepCheck(APPS).judge(ep.query, ep.steps)
     verdicts[0] = StepVerdict("HARMFUL", "leaves_path", "forced for the test")
     drafts = _samples(ep, True, verdicts)
     first = next(d for d in drafts if d.category == "action_prediction" and d.step_index == 0)
@@ -63,7 +63,7 @@ def test_critic_threshold_and_thought_consistency_drop_with_reasons(episodes) ->
     tap = dict(ep.steps[0].action or {})
     tap["thought"] = "I will open the calendar"  # not what the tap does
     steps = [dataclasses.replace(ep.steps[0], action=tap), *ep.steps[1:]]
-    drafts = extract(ep.query, "ep-1", True, ANCHOR, steps, HeuristicStepCritic(APPS).judge(ep.query, steps))
+    drafts = extract(ep.query, "ep-1", True, ANCHOR, steps, RouteStepCheck(APPS).judge(ep.query, steps))
     assert next(d for d in drafts if d.category == "action_prediction" and d.step_index == 0).reason == (
         "thought_action_mismatch"
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bench.evalset import build_eval_set, evaluate
-from critics.heuristic import ChannelVerdict, HeuristicStepCritic, TextualTrajectoryCritic, consensus
+from critics.heuristic import ChannelVerdict, consensus
 from trajforge.appspec import builtin_app_names, load_app
+from trajforge.world.route_check import RouteGoalCheck, RouteStepCheck
 
 APPS = [load_app(n) for n in builtin_app_names()]
 
@@ -24,11 +25,11 @@ def test_trajectory_accuracy_meets_the_target(eval_set) -> None:
     assert report.step_accuracy >= 0.85, report.render()
     opposite = report.step_confusion[("GOOD", "HARMFUL")] + report.step_confusion[("HARMFUL", "GOOD")]
     assert opposite < 0.01 * sum(report.step_confusion.values())  # GOOD and HARMFUL are almost never swapped
-    assert "trajectory accuracy (consensus AND)" in report.render()
+    assert "route check + visual channel (AND)" in report.render()
 
 
 def test_perfect_episodes_are_all_good_or_neutral(eval_set) -> None:
-    critic, textual = HeuristicStepCritic(APPS), TextualTrajectoryCritic()
+    critic, textual = RouteStepCheck(APPS), RouteGoalCheck()
     for episode in (e for e in eval_set if e.noise == 0.0):
         trace = critic.follow(episode.query, episode.steps)
         verdicts = trace.verdicts
@@ -39,7 +40,7 @@ def test_perfect_episodes_are_all_good_or_neutral(eval_set) -> None:
 
 
 def test_wrong_picks_and_early_stops_are_harmful(eval_set) -> None:
-    critic = HeuristicStepCritic(APPS)
+    critic = RouteStepCheck(APPS)
     reasons = set()
     for episode in (e for e in eval_set if not e.true_success):
         reasons |= {v.reason for v in critic.judge(episode.query, episode.steps) if v.label == "HARMFUL"}

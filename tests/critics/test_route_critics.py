@@ -8,19 +8,14 @@ import io
 import itertools
 from pathlib import Path
 
-from critics.heuristic import (
-    ChannelVerdict,
-    HeuristicStepCritic,
-    TextualTrajectoryCritic,
-    VisualTrajectoryCritic,
-    consensus,
-)
+from critics.heuristic import ChannelVerdict, VisualTrajectoryCritic, consensus
 from rollout.sim.env import SimEnv
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import load_app
 from trajforge.domain import Query, StepView, goal_key
 from trajforge.world.model import Move
 from trajforge.world.oracle import actions_for
+from trajforge.world.route_check import GoalVerdict, RouteGoalCheck, RouteStepCheck
 
 TAKEOUT = load_app("takeout")
 PANTRY = load_app(str(Path(__file__).resolve().parents[2] / "docs/examples/pantry.yaml"))
@@ -67,16 +62,14 @@ def test_another_valid_route_is_credited_step_by_step_and_as_a_trajectory() -> N
     query = _query("takeout", SAMPLED, GOAL)
     steps, verified = _play(TAKEOUT, query, REORDER)  # the last order already is the goal's
     assert verified
-    trace = HeuristicStepCritic([TAKEOUT]).follow(query, steps)
+    trace = RouteStepCheck([TAKEOUT]).follow(query, steps)
     assert {v.label for v in trace.verdicts} == {"GOOD"}, [v.reason for v in trace.verdicts]
     assert trace.verdicts[-1].reason == "completes_task"
-    assert TextualTrajectoryCritic().judge(trace, steps) == ChannelVerdict("textual", True, "goal_reached")
+    assert RouteGoalCheck().judge(trace, steps) == GoalVerdict(True, "goal_reached")
     unended = steps[:-1]  # the goal reached, but the run never ended itself (it ran out of steps)
     assert steps[-1].action is not None and steps[-1].action["kind"] == "terminate"
-    trace = HeuristicStepCritic([TAKEOUT]).follow(query, unended)
-    assert TextualTrajectoryCritic().judge(trace, unended) == ChannelVerdict(
-        "textual", False, "goal_reached_unclaimed"
-    )
+    trace = RouteStepCheck([TAKEOUT]).follow(query, unended)
+    assert RouteGoalCheck().judge(trace, unended) == GoalVerdict(False, "goal_reached_unclaimed")
 
 
 def test_a_wrong_pick_is_harmful_and_fails_the_goal_check() -> None:
@@ -84,17 +77,17 @@ def test_a_wrong_pick_is_harmful_and_fails_the_goal_check() -> None:
     query = _query("takeout", SAMPLED, GOAL)
     steps, verified = _play(TAKEOUT, query, wrong)
     assert not verified
-    trace = HeuristicStepCritic([TAKEOUT]).follow(query, steps)
+    trace = RouteStepCheck([TAKEOUT]).follow(query, steps)
     assert "wrong_value" in [v.reason for v in trace.verdicts]
     assert trace.verdicts[-1].reason == "premature_stop"
-    assert TextualTrajectoryCritic().judge(trace, steps).reason == "wrong_values"
+    assert RouteGoalCheck().judge(trace, steps).reason == "wrong_values"
 
 
 def test_a_detour_and_back_is_harmful_then_good() -> None:
     query = _query("takeout", SAMPLED, GOAL)
     detour = [SAMPLED[0], Move("store", "dishes", "Fries")]  # the wrong dish, then back to the store
     env_steps, _ = _play(TAKEOUT, query, detour, (Action(kind=ActionKind.PRESS, key="back"),))
-    labels = [v.label for v in HeuristicStepCritic([TAKEOUT]).judge(query, env_steps)]
+    labels = [v.label for v in RouteStepCheck([TAKEOUT]).judge(query, env_steps)]
     assert labels[-3:] == ["HARMFUL", "GOOD", "HARMFUL"]  # Fries, back, a premature success claim
 
 
@@ -103,11 +96,11 @@ def test_a_users_own_app_is_judged_by_its_spec() -> None:
     screen = PANTRY.widget(path[-1].screen, path[-1].widget).goto
     query = _query("pantry", path, {"screen": screen, "state": {}})
     steps, verified = _play(PANTRY, query, path)
-    trace = HeuristicStepCritic([PANTRY]).follow(query, steps)
-    assert verified and TextualTrajectoryCritic().judge(trace, steps).success
-    unknown = HeuristicStepCritic([TAKEOUT]).follow(query, steps)  # no spec: no opinion, never a guess
+    trace = RouteStepCheck([PANTRY]).follow(query, steps)
+    assert verified and RouteGoalCheck().judge(trace, steps).success
+    unknown = RouteStepCheck([TAKEOUT]).follow(query, steps)  # no spec: no opinion, never a guess
     assert {v.reason for v in unknown.verdicts} == {"no_app_model"}
-    assert TextualTrajectoryCritic().judge(unknown, steps).success is None
+    assert RouteGoalCheck().judge(unknown, steps).success is None
 
 
 def _pantry_path() -> list[dict]:

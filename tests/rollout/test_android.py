@@ -132,8 +132,8 @@ def test_an_app_that_exports_no_state_has_no_verifier() -> None:
 
 @pytest.mark.parametrize("text", ["炸酱面 house", "pizza"])
 def test_the_offline_critics_judge_an_android_episode_like_the_verifier(fake: FakeAdb, text: str) -> None:
-    from critics.heuristic import HeuristicStepCritic, TextualTrajectoryCritic
     from trajforge.domain import StepView
+    from trajforge.world.route_check import RouteGoalCheck, RouteStepCheck
 
     env = AdbEnv(SERIAL, {a.name: package_of(a.name) for a in APPS}, adb=str(fake.path))
     obs = env.reset(TASK)
@@ -148,7 +148,7 @@ def test_the_offline_critics_judge_an_android_episode_like_the_verifier(fake: Fa
         after = env.step(action)
         steps.append(StepView.observed(action, obs, after))
         obs = after
-    trace = HeuristicStepCritic(APPS).follow(TASK, steps)
-    verdict = TextualTrajectoryCritic().judge(trace, steps)
+    trace = RouteStepCheck(APPS).follow(TASK, steps)
+    verdict = RouteGoalCheck().judge(trace, steps)
     assert verdict.success is env.verify().success is (text == "炸酱面 house"), verdict
     assert trace.verdicts[0].label == "GOOD"  # opening the app is progress, on any backend

@@ -1,4 +1,4 @@
-"""An app's navigation DAG as a critic reads it, and an episode followed through its step record.
+"""An app's navigation DAG as the route check reads it, and an episode followed through its step record.
 
 `AppModel` answers two questions from the spec alone: which screen an element tree shows
 (the screen whose widgets contain every widget the tree names), and how many actions are
@@ -10,7 +10,8 @@ enter).
 text typed, the keys pressed, whether the frame changed, and the next step's element tree,
 which overrides the predicted screen and reads toggles and selected rows back. It never
 runs the simulator and never reads the verifier, so it works on every backend whose
-element trees name the spec's widgets (sim, web, an annotated Android app).
+element trees name the spec's widgets (sim, web, an annotated Android app). It reads the
+spec's widget ids, so what it feeds is a programmatic check (`trajforge.world.route_check`).
 """
 
 from __future__ import annotations
