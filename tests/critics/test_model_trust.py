@@ -1,0 +1,77 @@
+"""Model critics that answer wrongly at a known rate: calibration measures that rate, and the trust
+gate lets the consensus of those channels decide outcomes only for apps above `trust_accuracy`."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+
+from sqlalchemy import Engine, select
+
+from critics.calibration import calibrate_round
+from critics.judge import judge_round_llm
+from evolve.smoke import run_smoke_round
+from storage.anchors import episode_apps
+from storage.db import session_factory
+from storage.models import Anchor, Episode
+from storage.models import Query as QueryRow
+from storage.objectstore import frame_reader, open_object_store
+from storage.outcomes import decide_outcomes, measure_trust
+from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from trajforge.gateway import LLMGateway
+from trajforge.settings import CriticSettings, LLMSettings, load_settings
+
+WRONG_SHARE = 0.25
+MODEL_ONLY = ["llm_textual", "llm_multimodal"]
+
+
+def test_a_model_critic_wrong_at_a_known_rate_is_measured_so_and_trusted_only_above_the_bar(
+    engine: Engine, db_url: str, monkeypatch
+) -> None:
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, queries_per_app=5, rollouts=1)
+    sessions = session_factory(engine)
+    with sessions() as s:
+        rows = s.execute(
+            select(QueryRow.instruction, Anchor.label)
+            .join(Episode, Episode.query_id == QueryRow.id)
+            .join(Anchor, Anchor.episode_id == Episode.id)
+        ).all()
+    truth = {instruction: label == "success" for instruction, label in rows}
+    assert len(truth) == len(rows) == 20  # one episode per instruction: the answer is the episode's
+    ranked = sorted(truth, key=lambda i: hashlib.sha256(i.encode()).hexdigest())
+    wrong = set(ranked[: round(WRONG_SHARE * len(ranked))])  # exactly a quarter answered wrongly
+
+    def responder(rec: Recorded) -> Reply:
+        if "step critic" in rec.text:
+            return Reply(content=json.dumps({"analysis": "-", "summary": "a step", "label": "NEUTRAL"}))
+        instruction = re.search(r"Task: (.*)", rec.text)
+        assert instruction is not None
+        right = truth[instruction.group(1).strip()]
+        says = right != (instruction.group(1).strip() in wrong)
+        return Reply(content=json.dumps({"analysis": "-", "verdict": "correct" if says else "incorrect"}))
+
+    only_models = CriticSettings(channels=MODEL_ONLY)
+    with ScriptedLLM(responder=responder) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m", concurrency=8))
+        store = open_object_store(settings)
+        asyncio.run(judge_round_llm(sessions, 1, gateway, frame_reader(store), settings=only_models))
+    report = calibrate_round(sessions, 1)
+    for channel in ("llm_textual:1:m", "llm_multimodal:1:m", "consensus:5"):
+        measured = report["channels"][channel]
+        assert measured["n"] == 20 and abs(measured["accuracy"] - (1 - WRONG_SHARE)) <= 0.03, measured
+
+    with sessions() as s:
+        trust = measure_trust(s, 1)
+        apps = episode_apps(s)
+        for bar in (0.9, 0.7):
+            outcomes = decide_outcomes(
+                s, 1, CriticSettings(outcome="critic", trust_accuracy=bar, trust_min_anchored=1)
+            )
+            decided = {apps[e] for e, o in outcomes.items() if o.source == "critic"}
+            assert decided == {app for app, t in trust.items() if t.accuracy >= bar}, (bar, trust)
+            assert all(o.source == "critic_untrusted" for e, o in outcomes.items() if apps[e] not in decided)
+    assert {app for app, t in trust.items() if t.accuracy >= 0.9} != set(trust)  # the bar held some back
