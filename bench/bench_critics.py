@@ -25,13 +25,12 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import numpy as np
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.judge import judge_round
-from critics.learned import cross_judge, fit_all
-from critics.trained import seen_episodes
+from critics.learned import cross_judge
+from critics.trained import anchored_truth, leave_one_app_out, seen_episodes
 from rollout.web.env import chromium_available
 from storage.anchors import CONSENSUS, anchors_by_episode, backend_of, deciding_anchor, episode_apps
 from storage.apps import round_apps
@@ -173,12 +172,9 @@ def out_of_sample(home: Path) -> str:
         with sessions() as s:
             seen = seen_episodes(s)
             apps = episode_apps(s)
-            anchored = anchors_by_episode(s)
-    truth = {
-        e.episode_id: d.label == "success"
-        for e in seen
-        if (d := deciding_anchor(anchored.get(e.episode_id, []))) is not None
-    }
+            truth = anchored_truth(s, Episode.id.is_not(None))
+            last = s.scalar(select(func.max(Round.id)))
+            loao = leave_one_app_out(s, last or 0, every_round=True)
     rows = [e for e in seen if e.episode_id in truth]
     train = [(e.query, e.features, truth[e.episode_id]) for e in rows]
     held: dict[str, ChannelStats] = defaultdict(ChannelStats)
@@ -186,22 +182,23 @@ def out_of_sample(home: Path) -> str:
         if p.success is not None:
             held[apps[e.episode_id]].add(p.success, truth[e.episode_id])
             held["all"].add(p.success, truth[e.episode_id])
-    loao: dict[str, ChannelStats] = defaultdict(ChannelStats)
-    for app in sorted({apps[e.episode_id] for e in rows}):
-        model = fit_all([t for e, t in zip(rows, train, strict=True) if apps[e.episode_id] != app])
-        mine = [e for e in rows if apps[e.episode_id] == app]
-        if model is None or not mine:
-            continue
-        for e, p in zip(mine, model.prob(np.array([e.features for e in mine])), strict=True):
-            loao[app].add(bool(p >= 0.5), truth[e.episode_id])
-            loao["all"].add(bool(p >= 0.5), truth[e.episode_id])
+    pooled = ChannelStats()
+    for st in loao.values():
+        pooled.tp, pooled.fp, pooled.tn, pooled.fn = (
+            pooled.tp + st["tp"],
+            pooled.fp + st["fp"],
+            pooled.tn + st["tn"],
+            pooled.fn + st["fn"],
+        )
+    loao["all"] = pooled.summary()
+    summaries = {app: st.summary() for app, st in held.items()}
     lines = [
         f"{'learned critic, out of sample':32} {'n':>5} {'accuracy':>9} {'precision':>9} "
         f"{'recall':>7} {'kappa':>6}"
     ]
-    for title, stats in (("held-out queries", held), ("leave one app out", loao)):
-        for app in sorted(stats, key=lambda a: (a != "all", a)):
-            st = stats[app].summary()
+    for title, by_app in (("held-out queries", summaries), ("leave one app out", loao)):
+        for app in sorted(by_app, key=lambda a: (a != "all", a)):
+            st = by_app[app]
             lines.append(
                 f"{title + ': ' + app:32} {st['n']:>5} {st['accuracy']:>9.1%} {st['precision']:>9.1%} "
                 f"{st['recall']:>7.1%} {st['kappa']:>6.2f}"

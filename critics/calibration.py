@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.learned import NAME
+from critics.trained import leave_one_app_out
 from storage.anchors import CONSENSUS, SILENT, deciding_anchor, episode_apps, reversed_verifier
 from storage.db import transaction
 from storage.models import Anchor, Episode, Judgment, Round, Step
@@ -76,6 +78,7 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
             "review_queue": review,
             "anchors": dict(sources),
         }
+        report["leave_one_app_out"] = {NAME: leave_one_app_out(s, round_id)}
         rnd = s.get(Round, round_id)
         if rnd is not None:
             stats = dict(rnd.stats or {})
@@ -92,4 +95,7 @@ def render_calibration(report: dict[str, Any]) -> str:
         lines.append(f"step labels in {outcome} episodes: {counts(labels)}")
     lines.append(f"review queue (disagreements and unparsed verdicts): {len(report['review_queue'])}")
     lines.append(f"anchors deciding the outcome: {counts(report.get('anchors', {}))}")
+    for critic, apps in report.get("leave_one_app_out", {}).items():
+        scored = ", ".join(f"{app} {st['accuracy']:.0%} of {st['n']}" for app, st in apps.items())
+        lines.append(f"{critic} fitted on the other apps only: {scored or 'too few anchors'}")
     return "\n".join(lines)

@@ -12,16 +12,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from critics.learned import NAME, Checkpoint, Prediction, cross_judge, features, fit_all
 from critics.view import critic_view
-from storage.anchors import anchors_by_episode, deciding_anchor
+from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
 from storage.keys import critic_checkpoint_key
 from storage.models import Episode, Round, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore
+from trajforge.metrics import ChannelStats
 
 
 @dataclass(frozen=True)
@@ -54,14 +56,42 @@ def seen_episodes(s: Session, *where: Any) -> list[Seen]:
     ]
 
 
+def anchored_truth(s: Session, up_to: Any) -> dict[int, bool]:
+    """The deciding anchor's verdict (success?) of every anchored episode `up_to` selects."""
+    return {
+        episode_id: decided.label == "success"
+        for episode_id, found in anchors_by_episode(s, up_to).items()
+        if (decided := deciding_anchor(found)) is not None
+    }
+
+
 def anchored_training(s: Session, seen: Sequence[Seen], up_to: Any) -> list[tuple[str, list[float], bool]]:
     """(query, features, success) of every episode in `seen` an anchor decides."""
-    anchors = anchors_by_episode(s, up_to)
-    out = []
-    for e in seen:
-        decided = deciding_anchor(anchors.get(e.episode_id, []))
-        if decided is not None:
-            out.append((e.query, e.features, decided.label == "success"))
+    truth = anchored_truth(s, up_to)
+    return [(e.query, e.features, truth[e.episode_id]) for e in seen if e.episode_id in truth]
+
+
+def leave_one_app_out(s: Session, round_id: int, every_round: bool = False) -> dict[str, dict[str, Any]]:
+    """Per app: the learned critic fitted on the anchored episodes of the *other* apps (this round and
+    earlier), scored on this app's anchored episodes of this round (of every round so far with
+    `every_round`): how it judges an app it has never seen."""
+    up_to = Episode.round_id <= round_id
+    seen = seen_episodes(s, up_to)
+    apps = episode_apps(s, up_to)
+    truth = anchored_truth(s, up_to)
+    anchored = [e for e in seen if e.episode_id in truth]
+    out: dict[str, dict[str, Any]] = {}
+    for app in sorted({apps[e.episode_id] for e in anchored}):
+        mine = [e for e in anchored if apps[e.episode_id] == app and (every_round or e.round_id == round_id)]
+        model = fit_all(
+            [(e.query, e.features, truth[e.episode_id]) for e in anchored if apps[e.episode_id] != app]
+        )
+        if model is None or not mine:
+            continue
+        stats = ChannelStats()
+        for e, p in zip(mine, model.prob(np.array([e.features for e in mine])), strict=True):
+            stats.add(bool(p >= 0.5), truth[e.episode_id])
+        out[app] = {**stats.summary(), "trained_on": model.trained_on}
     return out
 
 

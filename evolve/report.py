@@ -20,6 +20,7 @@ from PIL import Image
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from evolve.report_critics import critic_table
 from evolve.revisits import revisited
 from evolve.rounds_json import write_rounds_json
 from storage.anchors import CONSENSUS
@@ -327,6 +328,9 @@ figure{{display:inline-block;margin:6px;vertical-align:top}}
 <h2>Rounds</h2><table><tr><th>round</th><th>policy</th><th>status</th><th>successes</th><th>success rate</th>
 <th>consensus accuracy</th><th>dedup retention</th><th>kept samples</th><th>dropped items</th><th>tokens</th>
 <th>cost</th><th>dataset version</th><th>next policy</th></tr>{rows}</table>
+<h2>Critics against the anchors, out of sample</h2>
+<p>The learned critic's verdict on an episode comes from a model fitted without any episode of its query;
+the last column fits it on the other apps only. κ is Cohen's kappa.</p>{critic_table(sessions)}
 <h2>Plots</h2>{images}
 <h2>Dataset versions and lineage</h2><table><tr><th>dataset</th><th>version</th><th>status</th>
 <th>manifest sha256</th><th>parent</th><th>lineage</th></tr>{versions}</table>

@@ -70,8 +70,7 @@ class SmokeReport:
                 f"per app: {per_app}",
                 f"screenshots: {self.frames_written} stored, "
                 f"{self.frames_deduped} already there (deduplicated by sha256)",
-                "step labels (route check): "
-                + ", ".join(f"{k}={v}" for k, v in sorted(self.labels.items())),
+                "step labels (route check): " + ", ".join(f"{k}={v}" for k, v in sorted(self.labels.items())),
                 f"critic consensus vs verifier: {self.calibration.get('accuracy', 0.0):.0%} accurate "
                 f"on {self.calibration.get('n', 0)} episodes",
                 f"training samples (CSRS): {sum(self.samples.kept.values())} kept, "

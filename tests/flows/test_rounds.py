@@ -54,14 +54,18 @@ def test_evolve_rounds_then_rerun_and_report(
                 "samples_by_category", "drops_by_reason", "tokens"):  # fmt: skip
         assert (tmp_path / "report" / f"{png}.png").read_bytes()[:4] == b"\x89PNG" and f"{png}.png" in page
     assert "knn@1" in page and "Example trajectories (round 2)" in page
+    assert (
+        "Critics against the anchors, out of sample" in page
+        and "learned critic fitted on the other apps" in page
+    )
     assert list((tmp_path / "report" / "examples").glob("*.png"))
     table = json.loads((tmp_path / "report" / "rounds.json").read_text())
     assert [r["round"] for r in table["rounds"]] == [1, 2]
     r2 = table["rounds"][1]
     assert r2["policy"] == "knn@1" and r2["dataset_version"] == 2
     assert r2["overall"]["episodes"] == figures[1].episodes == sum(a["episodes"] for a in r2["apps"].values())
-    consensus = r2["overall"]["accuracy"]["consensus:5"]
-    assert consensus["n"] > 0 and 0 <= consensus["accuracy"] <= 1
+    learned = r2["overall"]["accuracy"]["learned_trajectory:1"]  # judged out of sample by query
+    assert learned["n"] > 0 and 0 <= learned["accuracy"] <= 1 and -1 <= learned["kappa"] <= 1
     assert sum(r2["overall"]["outcome_sources"].values()) > 0 and set(r2["overall"]["outcome_sources"]) <= {
         "verifier",
         "human",
