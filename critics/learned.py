@@ -8,7 +8,7 @@ verdict). The features say how the task's words and quoted values were covered b
 tapped and typed and by the screens shown, how the run ended (a success claim, giving up,
 running out), and how much of it went nowhere (no-op actions, repeated screens, misses,
 unparsed output). Nothing in them names an app, a widget or a task, so a critic trained on
-some apps judges others.
+some apps judges others; each feature's weight is held to the side its evidence points (`SIGNS`).
 
 `cross_judge` gives every episode a verdict from a model that never saw an episode of its query
 (k folds by query), so its measured accuracy is out of sample by construction.
@@ -65,41 +65,44 @@ _GENERIC = frozenset(
 )
 _TOUCH = ("click", "long_press")
 _AWAY = ("back", "home")
-FEATURES = (
-    "claims_success",
-    "gives_up",
-    "no_end_claim",
-    "steps",
-    "no_op_share",
-    "repeat_share",
-    "unparsed_share",
-    "miss_share",
-    "away_share",
-    "covered_by_actions",
-    "covered_on_end_screen",
-    "covered_anywhere",
-    "has_quoted",
-    "quoted_typed",
-    "quoted_touched",
-    "quoted_on_end_screen",
-    "typed_unasked",
-    "last_touch_named",
-    "named_checked",
-    "named_unchecked",
-    "end_changed",
-    "claim_x_end_covered",
-    "claim_x_no_op",
-    "clauses_acted",
-    "last_clause_acted",
-    "last_touch_in_last_clause",
-    "acted_after_last_clause",
-    "ends_on_last_clause",
-    "claim_x_ends_on_last",
-    "seen_not_acted",
-    "claim_x_clauses",
-    "last_touch_unnamed",
-    "last_touch_role_named",
-)
+# Each feature with the direction its evidence may point: +1 only toward success, -1 only toward
+# failure, 0 either way. The fit keeps every weight on its side (a feature whose unconstrained weight
+# would cross is left out), so a pattern peculiar to the apps it was fitted on cannot turn evidence
+# around on an app it has not seen.
+SIGNS: dict[str, int] = {
+    "claims_success": 1,
+    "gives_up": -1,
+    "no_end_claim": -1,
+    "steps": 0,
+    "no_op_share": -1,
+    "repeat_share": -1,
+    "unparsed_share": -1,
+    "miss_share": -1,
+    "away_share": -1,
+    "covered_by_actions": 1,
+    "covered_on_end_screen": 0,
+    "covered_anywhere": 0,
+    "quoted_on_end_screen": 1,
+    "typed_unasked": -1,
+    "last_touch_named": 1,
+    "named_checked": 0,
+    "named_unchecked": 0,
+    "end_changed": 0,
+    "claim_x_end_covered": 1,
+    "claim_x_no_op": -1,
+    "clauses_acted": 1,
+    "last_clause_acted": 1,
+    "last_touch_in_last_clause": 1,
+    "acted_after_last_clause": -1,
+    "ends_on_last_clause": 1,
+    "claim_x_ends_on_last": 1,
+    "claim_x_clauses": 1,
+    "last_touch_unnamed": -1,
+    "last_touch_role_named": 1,
+    "last_touch_all_named": 1,
+    "quoted_acted": 1,
+}
+FEATURES = tuple(SIGNS)
 # the words a task uses for an element of each role ("Focus into the textbox", "Click the link")
 _ROLE_WORDS = {
     "input": {"textbox", "field", "input", "box", "text"},
@@ -121,6 +124,12 @@ def clauses(instruction: str) -> list[set[str]]:
 
 def _acted(part: set[str], acted: set[str]) -> bool:
     return len(part & acted) * 2 >= len(part)
+
+
+def _touched_words(e: SeenElement, asked: set[str]) -> set[str]:
+    """What a tap on `e` did in the task's words: its text, and its role where the task names one
+    ("Focus into the textbox" is done by a tap on an empty input)."""
+    return set(words(e.text)) | (_ROLE_WORDS.get(e.role, set()) & asked)
 
 
 def _share(part: set[str], whole: set[str]) -> float:
@@ -160,7 +169,7 @@ def features(view: CriticView) -> list[float]:
     touched = [(st, st.touched()) for st in steps if (st.action or {}).get("kind") in _TOUCH]
     typed = [str((st.action or {}).get("text") or "").casefold().strip() for st in steps]
     typed = [t for t in typed if t]
-    acted = {w for _, e in touched if e is not None for w in words(e.text)} | {
+    acted = {w for _, e in touched if e is not None for w in _touched_words(e, asked)} | {
         w for t in typed for w in words(t)
     }
     end = steps[-1].elements if steps else ()
@@ -175,11 +184,12 @@ def features(view: CriticView) -> list[float]:
     moving = [st for st in steps if (st.action or {}).get("kind") != "terminate"]
     no_op = sum(st.before == st.after for st in moving) / max(len(moving), 1)
     last_touch = next((e for _, e in reversed(touched) if e is not None), None)
+    touch = _touched_words(last_touch, asked) if last_touch is not None else set()
     named = [e for e in end if e.checked is not None and set(words(e.text)) & asked]
     end_covered = _share(end_words, asked)
     parts = clauses(view.instruction)
     per_action = [
-        set(words(e.text)) if e is not None else set()
+        _touched_words(e, asked) if e is not None else set()
         for e in (st.touched() if (st.action or {}).get("kind") in _TOUCH else None for st in steps)
     ]
     per_action = [
@@ -215,7 +225,7 @@ def features(view: CriticView) -> list[float]:
             sum(any(v in t for t in end_texts) for v in values) / len(values) if values else 0.0
         ),
         "typed_unasked": sum(t not in view.instruction.casefold() for t in typed) / max(len(typed), 1),
-        "last_touch_named": _share(asked, set(words(last_touch.text))) if last_touch is not None else 0.0,
+        "last_touch_named": _share(asked, touch) if touch else 0.0,
         "named_checked": sum(bool(e.checked) for e in named) / max(len(named), 1),
         "named_unchecked": sum(e.checked is False for e in named) / max(len(named), 1),
         "end_changed": float(bool(steps) and steps[-1].before != steps[-1].after),
@@ -223,22 +233,22 @@ def features(view: CriticView) -> list[float]:
         "claim_x_no_op": float(claim) * no_op,
         "clauses_acted": clauses_acted,
         "last_clause_acted": float(done_at is not None),
-        "last_touch_in_last_clause": float(
-            last_touch is not None and bool(parts) and bool(set(words(last_touch.text)) & parts[-1])
-        ),
+        "last_touch_in_last_clause": float(bool(parts) and bool(touch & parts[-1])),
         "acted_after_last_clause": min(after_last, 10) / 10,
         "ends_on_last_clause": ends_on_last,
         "claim_x_ends_on_last": float(claim) * ends_on_last,
         "seen_not_acted": len((asked & visible) - acted) / len(asked) if asked else 0.0,
         "claim_x_clauses": float(claim) * clauses_acted,
+        "last_touch_all_named": float(bool(touch) and touch <= asked),
+        "quoted_acted": (
+            sum(v in typed or any(v in t for t in touched_texts) for v in values) / len(values)
+            if values
+            else 0.0
+        ),
         "last_touch_role_named": float(
             last_touch is not None and bool(_ROLE_WORDS.get(last_touch.role, set()) & asked)
         ),
-        "last_touch_unnamed": float(
-            last_touch is not None
-            and bool(words(last_touch.text))
-            and not set(words(last_touch.text)) & asked
-        ),
+        "last_touch_unnamed": float(last_touch is not None and bool(touch) and not touch & asked),
     }
     return [row[f] for f in FEATURES]
 
@@ -280,16 +290,11 @@ class Checkpoint:
         return 1 / (1 + np.exp(-(z @ np.array(self.weights) + self.bias)))
 
 
-def fit(x: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> Checkpoint | None:
-    """Ridge logistic regression by Newton's method; None with too few anchors or one outcome only."""
-    if len(y) < MIN_TRAIN or y.min() == y.max():
-        return None
-    mean, scale = x.mean(axis=0), x.std(axis=0)
-    scale[scale < 1e-9] = 1.0
-    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
+def _newton(z: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
+    """Ridge logistic regression on `z` (last column: the bias, not shrunk) by Newton's method."""
     w = np.zeros(z.shape[1])
     penalty = np.eye(z.shape[1]) * ridge
-    penalty[-1, -1] = 0.0  # the bias is not shrunk
+    penalty[-1, -1] = 0.0
     for _ in range(50):
         p = 1 / (1 + np.exp(-(z @ w)))
         grad = z.T @ (p - y) + penalty @ w
@@ -298,6 +303,29 @@ def fit(x: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> Checkpoint | None
         w -= step
         if np.abs(step).max() < 1e-8:
             break
+    return w
+
+
+def fit(x: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> Checkpoint | None:
+    """Sign-constrained ridge logistic regression (`SIGNS`); None with too few anchors or one outcome.
+
+    Features whose weight would cross its sign are left out one at a time, the worst first, and the
+    rest refitted, until every weight is on its side."""
+    if len(y) < MIN_TRAIN or y.min() == y.max():
+        return None
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
+    signs = np.array([SIGNS[f] for f in FEATURES] + [0], dtype=float)
+    active = list(range(z.shape[1]))
+    while True:
+        w_active = _newton(z[:, active], y, ridge)
+        crossed = signs[active] * w_active
+        if crossed.min() >= 0:
+            break
+        active.pop(int(np.argmin(crossed)))
+    w = np.zeros(z.shape[1])
+    w[active] = w_active
     return Checkpoint(
         FEATURES,
         tuple(float(v) for v in mean),

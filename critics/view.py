@@ -50,6 +50,16 @@ class SeenElement:
         )
 
 
+def _distance(e: SeenElement, x: float, y: float) -> float:
+    x1, y1, x2, y2 = e.bounds
+    return math.hypot(max(x1 - x, 0, x - x2), max(y1 - y, 0, y - y2))
+
+
+def _area(e: SeenElement) -> int:
+    x1, y1, x2, y2 = e.bounds
+    return max(x2 - x1, 0) * max(y2 - y1, 0)
+
+
 @dataclass(frozen=True)
 class SeenStep:
     action: dict[str, Any] | None  # the parsed action; None when the output did not parse
@@ -62,21 +72,17 @@ class SeenStep:
     height: int
 
     def touched(self) -> SeenElement | None:
-        """The element the action's point hits, or the nearest within the touch slop."""
+        """The innermost element the action's point hits, or the nearest within the touch slop."""
         point = (self.action or {}).get("point")
         if point is None or not self.width or not self.height:
             return None
         x, y = Screen(self.width, self.height).to_px((int(point[0]), int(point[1])))
         slop = max(SLOP_MIN_PX, SLOP_SHARE * min(self.width, self.height))
-        best, best_d = None, slop
-        for e in self.elements:
-            x1, y1, x2, y2 = e.bounds
-            d = math.hypot(max(x1 - x, 0, x - x2), max(y1 - y, 0, y - y2))
-            if d == 0:
-                return e
-            if d <= best_d:
-                best, best_d = e, d
-        return best
+        inside = [e for e in self.elements if _distance(e, x, y) == 0]
+        if inside:  # the innermost element under the finger takes the tap (a link inside its paragraph)
+            return min(inside, key=_area)
+        near = [(d, e) for e in self.elements if (d := _distance(e, x, y)) <= slop]
+        return min(near, key=lambda t: (t[0], _area(t[1])))[1] if near else None
 
 
 @dataclass(frozen=True)

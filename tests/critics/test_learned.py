@@ -109,9 +109,14 @@ def test_too_few_anchors_or_one_outcome_fit_nothing() -> None:
 
 def test_every_episode_is_judged_by_a_model_that_never_saw_its_query(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(1)
-    train = [
-        (f"q{i % 23}", [float(i), float(rng.normal(1 if i % 3 else -1))], bool(i % 3)) for i in range(120)
-    ]
+    signal = FEATURES.index("steps")  # a feature free to point either way carries the signal
+
+    def row(i: int) -> list[float]:  # the first column names the row
+        x = [0.0] * len(FEATURES)
+        x[0], x[signal] = float(i), float(rng.normal(1 if i % 3 else -1))
+        return x
+
+    train = [(f"q{i % 23}", row(i), bool(i % 3)) for i in range(120)]
     rows_of_fit: list[set[int]] = []
     real_fit = learned.fit
 
@@ -127,3 +132,22 @@ def test_every_episode_is_judged_by_a_model_that_never_saw_its_query(monkeypatch
         assert not own & fits[fold_of(query)]  # no episode of the query trained its judge
     assert all(p.success is not None and p.model for p in predictions)
     assert np.mean([p.success == y for p, (_, _, y) in zip(predictions, train, strict=True)]) > 0.8
+
+
+def test_a_feature_never_turns_its_evidence_around() -> None:
+    rng = np.random.default_rng(2)
+    y = (rng.random(200) < 0.5).astype(float)
+    x = np.zeros((200, len(FEATURES)))
+    x[:, FEATURES.index("steps")] = y + rng.normal(0, 0.5, 200)  # free: may point either way
+    covered = FEATURES.index("covered_by_actions")  # evidence for success only, here against it
+    x[:, covered] = 1 - y + rng.normal(0, 0.5, 200)
+    model = fit(x, y)
+    assert model is not None and model.weights[covered] == 0.0
+    assert model.weights[FEATURES.index("steps")] > 0
+
+
+def test_the_innermost_element_under_the_finger_takes_the_tap() -> None:
+    paragraph = SeenElement("Lorem ipsum Vulputate dolor", "text", (0, 0, 1000, 400))
+    link = SeenElement("Vulputate", "link", (300, 100, 500, 150))
+    step = SeenStep({"kind": "click", "point": [400, 60]}, "", None, "a", "b", (paragraph, link), 1000, 2000)
+    assert step.touched() == link
