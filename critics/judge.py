@@ -21,8 +21,12 @@ from critics.heuristic import ChannelVerdict, VisualTrajectoryCritic, consensus
 from critics.learned import NAME as LEARNED
 from critics.learned import VERSION as LEARNED_VERSION
 from critics.learned import Prediction
+from critics.learned_steps import NAME as LEARNED_STEP
+from critics.learned_steps import VERSION as LEARNED_STEP_VERSION
+from critics.learned_steps import step_verdicts
 from critics.llm import LLMJudgment, LLMStepCritic, LLMTrajectoryCritic
 from critics.trained import learned_round
+from critics.view import critic_view
 from storage.anchors import backend_of, success_references
 from storage.db import insert_ignore, record_exclusions, transaction
 from storage.episodes import round_episodes, step_view
@@ -31,7 +35,7 @@ from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import JUDGED, mark_stage
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
-from trajforge.domain import Query, describe
+from trajforge.domain import Query, StepVerdict, describe
 from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
@@ -71,7 +75,9 @@ def judge_round(
     Trajectory channels: the learned critic (`critics.trained`: fitted on the anchors so far,
     each episode judged by a model that never saw its query; its checkpoint goes to `store`) and
     the visual channel (end frames of other queries' anchored successes; near-equal frames
-    count when `store` can show them). Step labels come from the route check on the app's spec.
+    count when `store` can show them). Step labels: the learned step critic on every step (the
+    change of the learned critic's value, `critics.learned_steps`), and the route check on the
+    app's spec where it has a map; curation prefers the route check's.
     """
     settings = settings or CriticSettings()
     step_critic = RouteStepCheck(apps)
@@ -83,10 +89,12 @@ def judge_round(
         for episode, query, steps in round_episodes(s, round_id):
             views = [step_view(st) for st in steps]
             trace = step_critic.follow(query, views)
-            rows: list[dict[str, Any]] = [
-                _judgment(step_critic.name, step_critic.version, "step", st.id, v.label, v.summary, v.reason)
-                for st, v in zip(steps, trace.verdicts, strict=True)
-            ]
+            judged = learned[episode.id]
+            by_value = step_verdicts(judged.checkpoint, critic_view(query.instruction, steps))
+            used = trace.verdicts if trace.end is not None else by_value  # the route check where it has a map
+            rows = _step_rows(LEARNED_STEP, LEARNED_STEP_VERSION, steps, by_value)
+            if trace.end is not None:
+                rows += _step_rows(step_critic.name, step_critic.version, steps, trace.verdicts)
             seen = visual.judge(query, views, backend_of(episode.device))
             rows.append(
                 _judgment(
@@ -99,10 +107,10 @@ def judge_round(
                     seen.reason,
                 )
             )
-            rows.append(_learned(episode.id, learned[episode.id]))
+            rows.append(_learned(episode.id, judged))
             insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
             report.episodes += 1
-            report.steps.update(v.label for v in trace.verdicts)
+            report.steps.update(v.label for v in used)
     report.correct = compose_round(sessions, round_id, settings)
     mark_stage(sessions, round_id, JUDGED)
     return report
@@ -128,6 +136,15 @@ def _judgment(
         "analysis": analysis,
         "score": score,
     }
+
+
+def _step_rows(
+    critic: str, version: str, steps: list[Step], verdicts: list[StepVerdict]
+) -> list[dict[str, Any]]:
+    return [
+        _judgment(critic, version, "step", st.id, v.label, v.summary, v.reason)
+        for st, v in zip(steps, verdicts, strict=True)
+    ]
 
 
 def _learned(episode_id: int, p: Prediction) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -346,6 +346,7 @@ class Prediction:
     success: bool | None  # None: no model could be fitted without this episode's query
     probability: float | None
     model: str  # the checkpoint version that judged it, "" when none
+    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)  # that model
 
 
 def cross_judge(
@@ -368,7 +369,7 @@ def cross_judge(
             continue
         probs = model.prob(np.array([targets[i][1] for i in mine]))
         for i, p in zip(mine, probs, strict=True):
-            out[i] = Prediction(bool(p >= 0.5), float(p), model.version)
+            out[i] = Prediction(bool(p >= 0.5), float(p), model.version, model)
     return [p or Prediction(None, None, "") for p in out]
 
 

@@ -12,7 +12,7 @@ from storage.models import Query as QueryRow
 from trajforge.domain import STEP_LABELS, Query, StepVerdict, StepView
 from trajforge.errors import StageError
 
-STEP_CRITICS = ("llm_step", "route_check")  # preference order of stored step labels
+STEP_CRITICS = ("llm_step", "route_check", "learned_step")  # preference order of stored step labels
 
 
 def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[Step]]]:

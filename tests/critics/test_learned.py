@@ -11,7 +11,9 @@ import pytest
 
 import critics.learned as learned
 from critics.learned import FEATURES, Checkpoint, clauses, cross_judge, features, fit, fold_of
+from critics.learned_steps import step_verdicts
 from critics.view import CriticView, SeenElement, SeenStep, critic_view
+from trajforge.domain import StepVerdict
 
 # what a critic is never shown: the spec's ids and slots, the query's path and goal, the anchor
 HIDDEN = {"id", "widget", "value", "slot", "slots", "path", "goal", "screen", "verifier", "anchor", "success"}
@@ -151,3 +153,15 @@ def test_the_innermost_element_under_the_finger_takes_the_tap() -> None:
     link = SeenElement("Vulputate", "link", (300, 100, 500, 150))
     step = SeenStep({"kind": "click", "point": [400, 60]}, "", None, "a", "b", (paragraph, link), 1000, 2000)
     assert step.touched() == link
+
+
+def test_step_labels_follow_the_change_of_the_critics_value() -> None:
+    train = _data(60)
+    model = fit(np.array([x for _, x, _ in train]), np.array([float(y) for *_, y in train]))
+    right, wrong = _episode("Open Budget", "Budget", True), _episode("Open Budget", "Elsewhere", True)
+    assert [v.label for v in step_verdicts(None, right)] == ["NEUTRAL", "NEUTRAL"]  # untrained: no opinion
+    assert step_verdicts(model, right)[-1] == StepVerdict(
+        "GOOD", "completes_task", "Ends the episode (completes_task)."
+    )
+    labels = step_verdicts(model, wrong)
+    assert labels[-1].reason == "premature_stop" and labels[-1].label == "HARMFUL"

@@ -52,8 +52,9 @@ def test_smoke_rounds_write_the_spine(
         assert s.scalar(select(func.count()).select_from(Episode)) == 16
         steps = s.scalar(select(func.count()).select_from(Step))
         assert steps == first.rollout.steps + second.rollout.steps
-        # one per step, then per episode: learned channel, visual channel, consensus
-        assert s.scalar(select(func.count()).select_from(Judgment)) == steps + 3 * 16
+        # per step the route check and the learned step critic, then per episode: learned channel,
+        # visual channel, consensus
+        assert s.scalar(select(func.count()).select_from(Judgment)) == 2 * steps + 3 * 16
         assert s.scalar(select(func.count()).select_from(Anchor)) == 16
         broken = s.scalars(select(Step).where(Step.parse_error.is_not(None))).all()
         reasons = s.scalars(select(Exclusion.reason).where(Exclusion.item_type == "step")).all()
