@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session
 from critics.learned import NAME, Checkpoint, Prediction, cross_judge, features, fit_all
 from critics.view import critic_view
 from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
+from storage.episodes import steps_by_episode
 from storage.keys import critic_checkpoint_key
-from storage.models import Episode, Round, Step
+from storage.models import Episode, Round
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore
 from trajforge.metrics import ChannelStats
@@ -42,14 +43,7 @@ def seen_episodes(s: Session, *where: Any) -> list[Seen]:
         .where(*where)
         .order_by(Episode.id)
     ).all()
-    steps: dict[int, list[Step]] = {}
-    for st in s.scalars(
-        select(Step)
-        .join(Episode, Episode.id == Step.episode_id)
-        .where(*where)
-        .order_by(Step.episode_id, Step.index)
-    ):
-        steps.setdefault(st.episode_id, []).append(st)
+    steps = steps_by_episode(s, *where)
     return [
         Seen(eid, rid, uid, features(critic_view(instruction, steps.get(eid, []))))
         for eid, rid, uid, instruction in rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -23,15 +24,21 @@ def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list
         .where(Episode.round_id == round_id)
         .order_by(Episode.id)
     ).all()
+    steps = steps_by_episode(s, Episode.round_id == round_id)
+    return [(e, row.to_domain(row.goal.get("app", "")), steps.get(e.id, [])) for e, row in pairs]
+
+
+def steps_by_episode(s: Session, *where: Any) -> dict[int, list[Step]]:
+    """The steps of the episodes `where` selects (conditions on `Episode`), in order, by episode id."""
     steps: dict[int, list[Step]] = {}
     for st in s.scalars(
         select(Step)
         .join(Episode, Episode.id == Step.episode_id)
-        .where(Episode.round_id == round_id)
+        .where(*where)
         .order_by(Step.episode_id, Step.index)
     ):
         steps.setdefault(st.episode_id, []).append(st)
-    return [(e, row.to_domain(row.goal.get("app", "")), steps.get(e.id, [])) for e, row in pairs]
+    return steps
 
 
 def step_view(step: Step) -> StepView:
