@@ -122,8 +122,9 @@ def clauses(instruction: str) -> list[set[str]]:
     return [p for p in parts if p]
 
 
-def _acted(part: set[str], acted: set[str]) -> bool:
-    return len(part & acted) * 2 >= len(part)
+def _acted(part: set[str], acted: set[str], essential: frozenset[str] = frozenset()) -> bool:
+    """Half a part's words acted on, and every word of a value it quotes."""
+    return len(part & acted) * 2 >= len(part) and part & essential <= acted
 
 
 def _touched_words(e: SeenElement, asked: set[str]) -> set[str]:
@@ -188,6 +189,7 @@ def features(view: CriticView) -> list[float]:
     named = [e for e in end if e.checked is not None and set(words(e.text)) & asked]
     end_covered = _share(end_words, asked)
     parts = clauses(view.instruction)
+    essential = frozenset(w for v in values for w in words(v))
     per_action = [
         _touched_words(e, asked) if e is not None else set()
         for e in (st.touched() if (st.action or {}).get("kind") in _TOUCH else None for st in steps)
@@ -196,13 +198,15 @@ def features(view: CriticView) -> list[float]:
         w | set(words(str((st.action or {}).get("text") or "")))
         for w, st in zip(per_action, steps, strict=True)
     ]
-    done_at = next((i for i, w in enumerate(per_action) if parts and _acted(parts[-1], w)), None)
+    done_at = next((i for i, w in enumerate(per_action) if parts and _acted(parts[-1], w, essential)), None)
     last_hit = max((i for i, w in enumerate(per_action) if parts and w & parts[-1]), default=None)
     moved = [i for i, st in enumerate(moving) if st.before != st.after]
     after_last = sum(i > last_hit for i in moved) if last_hit is not None else len(moved)
-    ends_on_last = float(bool(parts) and _acted(parts[-1], acted) and last_hit is not None and not after_last)
+    ends_on_last = float(
+        bool(parts) and _acted(parts[-1], acted, essential) and last_hit is not None and not after_last
+    )
     visible = {w for st in steps for w in _texts(st.elements)}
-    clauses_acted = sum(_acted(p, acted) for p in parts) / len(parts) if parts else 0.0
+    clauses_acted = sum(_acted(p, acted, essential) for p in parts) / len(parts) if parts else 0.0
     row = {
         "claims_success": float(claim),
         "gives_up": float(last.get("kind") == "terminate" and not claim),
