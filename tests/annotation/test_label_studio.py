@@ -183,7 +183,10 @@ def test_push_annotate_pull_round_trip(
     assert _deciding(sessions, e_split).source == "verifier"  # type: ignore[union-attr]  # a tie decides nothing
 
     after = calibrate_round(sessions, round_id)
-    assert after["anchors"]["human"] == 1 and after["anchors"]["human_overrode_verifier"] == 1
+    overridden = copies[e_override]  # the task's episode and its merged identical trajectories
+    assert (
+        after["anchors"]["human"] == overridden and after["anchors"]["human_overrode_verifier"] == overridden
+    )
     assert after["channels"] != before["channels"]  # the override moved the critics' scores
 
     unchanged = pull(sessions, annotate)
