@@ -205,7 +205,6 @@ def features(view: CriticView) -> list[float]:
     ends_on_last = float(
         bool(parts) and _acted(parts[-1], acted, essential) and last_hit is not None and not after_last
     )
-    visible = {w for st in steps for w in _texts(st.elements)}
     clauses_acted = sum(_acted(p, acted, essential) for p in parts) / len(parts) if parts else 0.0
     row = {
         "claims_success": float(claim),
@@ -220,11 +219,6 @@ def features(view: CriticView) -> list[float]:
         "covered_by_actions": _share(acted, asked),
         "covered_on_end_screen": end_covered,
         "covered_anywhere": _share({w for st in steps for w in _texts(st.elements)} | acted, asked),
-        "has_quoted": float(bool(values)),
-        "quoted_typed": sum(v in typed for v in values) / len(values) if values else 0.0,
-        "quoted_touched": (
-            sum(any(v in t for t in touched_texts) for v in values) / len(values) if values else 0.0
-        ),
         "quoted_on_end_screen": (
             sum(any(v in t for t in end_texts) for v in values) / len(values) if values else 0.0
         ),
@@ -241,7 +235,6 @@ def features(view: CriticView) -> list[float]:
         "acted_after_last_clause": min(after_last, 10) / 10,
         "ends_on_last_clause": ends_on_last,
         "claim_x_ends_on_last": float(claim) * ends_on_last,
-        "seen_not_acted": len((asked & visible) - acted) / len(asked) if asked else 0.0,
         "claim_x_clauses": float(claim) * clauses_acted,
         "last_touch_all_named": float(bool(touch) and touch <= asked),
         "quoted_acted": (
