@@ -174,7 +174,7 @@ def out_of_sample(home: Path) -> str:
             apps = episode_apps(s)
             truth = anchored_truth(s, Episode.id.is_not(None))
             last = s.scalar(select(func.max(Round.id)))
-            loao = leave_one_app_out(s, last or 0, every_round=True)
+            loao = leave_one_app_out(s, last or 0, every_round=True, seen=seen)
     rows = [e for e in seen if e.episode_id in truth]
     train = [(e.query, e.features, truth[e.episode_id]) for e in rows]
     held: dict[str, ChannelStats] = defaultdict(ChannelStats)
@@ -182,15 +182,9 @@ def out_of_sample(home: Path) -> str:
         if p.success is not None:
             held[apps[e.episode_id]].add(p.success, truth[e.episode_id])
             held["all"].add(p.success, truth[e.episode_id])
-    pooled = ChannelStats()
-    for st in loao.values():
-        pooled.tp, pooled.fp, pooled.tn, pooled.fn = (
-            pooled.tp + st["tp"],
-            pooled.fp + st["fp"],
-            pooled.tn + st["tn"],
-            pooled.fn + st["fn"],
-        )
-    loao["all"] = pooled.summary()
+    loao["all"] = ChannelStats(
+        **{k: sum(st[k] for st in loao.values()) for k in ("tp", "fp", "tn", "fn")}
+    ).summary()
     summaries = {app: st.summary() for app, st in held.items()}
     lines = [
         f"{'learned critic, out of sample':32} {'n':>5} {'accuracy':>9} {'precision':>9} "

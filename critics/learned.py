@@ -167,15 +167,17 @@ def features(view: CriticView) -> list[float]:
     n = max(len(steps), 1)
     last = (steps[-1].action or {}) if steps else {}
     claim = last.get("kind") == "terminate" and last.get("status") == "success"
-    touched = [(st, st.touched()) for st in steps if (st.action or {}).get("kind") in _TOUCH]
+    taps = [(st.action or {}).get("kind") in _TOUCH for st in steps]
+    hits = [st.touched() if tap else None for st, tap in zip(steps, taps, strict=True)]
+    touched = [e for e, tap in zip(hits, taps, strict=True) if tap]  # None: a tap that hit nothing
     typed = [str((st.action or {}).get("text") or "").casefold().strip() for st in steps]
     typed = [t for t in typed if t]
-    acted = {w for _, e in touched if e is not None for w in _touched_words(e, asked)} | {
+    acted = {w for e in touched if e is not None for w in _touched_words(e, asked)} | {
         w for t in typed for w in words(t)
     }
     end = steps[-1].elements if steps else ()
     end_words = _texts(end)
-    touched_texts = [e.text.casefold() for _, e in touched if e is not None]
+    touched_texts = [e.text.casefold() for e in touched if e is not None]
     end_texts = [e.text.casefold() for e in end]
     seen: set[str] = set()
     repeats = 0
@@ -184,16 +186,13 @@ def features(view: CriticView) -> list[float]:
         seen.add(st.before)
     moving = [st for st in steps if (st.action or {}).get("kind") != "terminate"]
     no_op = sum(st.before == st.after for st in moving) / max(len(moving), 1)
-    last_touch = next((e for _, e in reversed(touched) if e is not None), None)
+    last_touch = next((e for e in reversed(touched) if e is not None), None)
     touch = _touched_words(last_touch, asked) if last_touch is not None else set()
     named = [e for e in end if e.checked is not None and set(words(e.text)) & asked]
     end_covered = _share(end_words, asked)
     parts = clauses(view.instruction)
     essential = frozenset(w for v in values for w in words(v))
-    per_action = [
-        _touched_words(e, asked) if e is not None else set()
-        for e in (st.touched() if (st.action or {}).get("kind") in _TOUCH else None for st in steps)
-    ]
+    per_action = [_touched_words(e, asked) if e is not None else set() for e in hits]
     per_action = [
         w | set(words(str((st.action or {}).get("text") or "")))
         for w, st in zip(per_action, steps, strict=True)
@@ -214,7 +213,7 @@ def features(view: CriticView) -> list[float]:
         "no_op_share": no_op,
         "repeat_share": repeats / n,
         "unparsed_share": sum(st.action is None for st in steps) / n,
-        "miss_share": sum(e is None for _, e in touched) / max(len(touched), 1),
+        "miss_share": sum(e is None for e in touched) / max(len(touched), 1),
         "away_share": sum((st.action or {}).get("kind") in _AWAY for st in steps) / n,
         "covered_by_actions": _share(acted, asked),
         "covered_on_end_screen": end_covered,
@@ -342,8 +341,12 @@ def fold_of(group: str, folds: int = FOLDS) -> int:
 class Prediction:
     success: bool | None  # None: no model could be fitted without this episode's query
     probability: float | None
-    model: str  # the checkpoint version that judged it, "" when none
-    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)  # that model
+    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)  # the model that judged
+
+    @property
+    def model(self) -> str:
+        """The version of the checkpoint that judged it, "" when none could be fitted."""
+        return self.checkpoint.version if self.checkpoint is not None else ""
 
 
 def cross_judge(
@@ -362,12 +365,12 @@ def cross_judge(
         model = fit(np.array([x for x, _ in rows]), np.array([float(y) for _, y in rows])) if rows else None
         if model is None:
             for i in mine:
-                out[i] = Prediction(None, None, "")
+                out[i] = Prediction(None, None)
             continue
         probs = model.prob(np.array([targets[i][1] for i in mine]))
         for i, p in zip(mine, probs, strict=True):
-            out[i] = Prediction(bool(p >= 0.5), float(p), model.version, model)
-    return [p or Prediction(None, None, "") for p in out]
+            out[i] = Prediction(bool(p >= 0.5), float(p), model)
+    return [p or Prediction(None, None) for p in out]
 
 
 def fit_all(train: Sequence[tuple[str, list[float], bool]]) -> Checkpoint | None:

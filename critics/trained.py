@@ -65,12 +65,16 @@ def anchored_training(s: Session, seen: Sequence[Seen], up_to: Any) -> list[tupl
     return [(e.query, e.features, truth[e.episode_id]) for e in seen if e.episode_id in truth]
 
 
-def leave_one_app_out(s: Session, round_id: int, every_round: bool = False) -> dict[str, dict[str, Any]]:
+def leave_one_app_out(
+    s: Session, round_id: int, every_round: bool = False, seen: Sequence[Seen] | None = None
+) -> dict[str, dict[str, Any]]:
     """Per app: the learned critic fitted on the anchored episodes of the *other* apps (this round and
     earlier), scored on this app's anchored episodes of this round (of every round so far with
-    `every_round`): how it judges an app it has never seen."""
+    `every_round`): how it judges an app it has never seen. `seen`: the episodes' features when
+    the caller already has them (of these rounds), else they are read."""
     up_to = Episode.round_id <= round_id
-    seen = seen_episodes(s, up_to)
+    if seen is None:
+        seen = seen_episodes(s, up_to)
     apps = episode_apps(s, up_to)
     truth = anchored_truth(s, up_to)
     anchored = [e for e in seen if e.episode_id in truth]

@@ -5,11 +5,11 @@ screenshots (by hash), the element tree as the device reports it (visible text, 
 bounds, checked / selected / focused), and the actions with the policy's raw output. The
 types below have no field for the spec's widget ids, slot names or values, the query's path
 or goal, the device's hidden state or the episode's own anchor: a critic cannot read what
-the view does not carry (`tests/critics/test_view.py` fails if such a field appears).
+the view does not carry (`tests/critics/test_learned.py` fails if such a field appears).
 
-Hit-testing here tolerates what a real device does: a tap that lands just outside every box
-goes to the nearest element within the touch slop (Android's touch slop, Chromium's touch
-adjustment).
+Hit-testing here is what a real device does: the innermost element under the point takes the
+tap, and a tap just outside every box goes to the nearest element within the touch slop
+(Android's touch slop, Chromium's touch adjustment).
 """
 
 from __future__ import annotations

@@ -50,12 +50,12 @@ from rollout.policies.knn_text import (
     named,
     said,
     shared,
-    words,
 )
 from rollout.policies.oracle import box_overlap, element_bounds, element_center, point_inside
 from storage.features import ThumbFeaturizer
 from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.domain import Observation, Query
+from trajforge.text import words
 
 NAME = "knn"
 THEIRS, AGAIN = "theirs", "again"  # why a neighbour tapped a control its task named (see KnnPolicy._map)

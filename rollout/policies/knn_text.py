@@ -12,9 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from trajforge.text import cjk as cjk
-from trajforge.text import quoted as quoted
-from trajforge.text import words as words
+from trajforge.text import cjk, quoted, words
 
 TASK_PREFIX = "Task: "
 CONTROLS = ("button", "toggle")  # what a task can name and a tap uses

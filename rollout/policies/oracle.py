@@ -14,9 +14,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from rollout.policies.base import PolicyOutput, observed
-from rollout.policies.knn_text import quoted
 from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.domain import Observation, Query
+from trajforge.text import quoted
 
 SCROLL_PROBES = 6  # swipes up before searching the other way, then giving up on the screen
 

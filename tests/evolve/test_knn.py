@@ -12,10 +12,11 @@ from PIL import Image
 
 from rollout.policies.knn import KnnPolicy
 from rollout.policies.knn_memory import Memory, demonstrated, train
-from rollout.policies.knn_text import Coverage, copy_span, instruction_of, named, said, shared, words
+from rollout.policies.knn_text import Coverage, copy_span, instruction_of, named, said, shared
 from trajforge.actions import Action, ActionKind
 from trajforge.domain import Observation, Query
 from trajforge.errors import ConfigError
+from trajforge.text import words
 
 
 def test_words_and_spans() -> None:
