@@ -30,7 +30,16 @@ from storage.rounds import EXTRACTED, mark_stage
 from storage.samples import CATEGORIES, OUTCOME_STAGE, SampleDraft, store_drafts
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
-from trajforge.domain import Query, StepVerdict, StepView, describe, screen_text
+from trajforge.domain import (
+    EMPTY_ANSWER,
+    EPISODE_ENDS,
+    Query,
+    StepVerdict,
+    StepView,
+    blank_answer,
+    describe,
+    screen_text,
+)
 from trajforge.gateway import LLMGateway, closing, image_part, text_part
 from trajforge.logs import counts
 from trajforge.settings import CriticSettings
@@ -129,7 +138,7 @@ def extract(
             continue
         action = Action.model_validate(view.action)
         words = describe(action, view)
-        next_screen = screen_text(steps[i + 1].elements) if i + 1 < len(steps) else "(the episode ends)"
+        next_screen = screen_text(steps[i + 1].elements) if i + 1 < len(steps) else EPISODE_ENDS
         out.append(
             SampleDraft(
                 "effect_prediction",
@@ -198,6 +207,9 @@ def extract(
         out.append(sample)
         _anchor(out[mark:], facts)
         done.append(words)
+    for draft in out:  # a screen with no text to summarise or predict: nothing to learn from
+        if draft.reason is None and blank_answer(draft.payload["response"]):
+            draft.reason = EMPTY_ANSWER
     return out
 
 
@@ -226,6 +238,8 @@ async def write_with_model(
     the request hash (the gateway's cache key). An empty answer drops the sample
     (`llm_empty_response`); a verdict that contradicts the anchor (a self-reflection whose label
     differs, a state verification whose yes/no differs) drops it (`llm_contradicts_anchor`).
+    A draft dropped as `empty_answer` (its element tree had no text) is kept when the model
+    reads something from the screenshots.
     """
 
     async def one(draft: SampleDraft) -> None:
@@ -245,12 +259,16 @@ async def write_with_model(
             "model": gateway.settings.model,
             "prompt_hash": result.request_hash,
         }
-        if not draft.payload["response"]:
+        if blank_answer(draft.payload["response"]):
             draft.reason = "llm_empty_response"
         elif contradicts(draft):
             draft.reason = "llm_contradicts_anchor"
+        else:  # the model read the screenshot where the element tree had no text
+            draft.reason = None
 
-    await asyncio.gather(*(one(d) for d in drafts if d.category in WRITTEN_BY_MODEL and d.reason is None))
+    await asyncio.gather(
+        *(one(d) for d in drafts if d.category in WRITTEN_BY_MODEL and d.reason in (None, EMPTY_ANSWER))
+    )
 
 
 def anchored_prompt(draft: SampleDraft) -> str:

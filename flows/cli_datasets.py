@@ -106,6 +106,20 @@ def datasets_export(
     weights: Annotated[
         str, typer.Option(help="repeat: SFT rows written round(weight) times; keep: once, weight as a field.")
     ] = "repeat",
+    trainer: Annotated[
+        str,
+        typer.Option(
+            help="Whose image size pixel coordinates are written for: llamafactory, swift, verl, none "
+            "(auto: sft-sharegpt llamafactory, sft-messages swift, rl-verl verl, hf none)."
+        ),
+    ] = "auto",
+    thoughts: Annotated[
+        str,
+        typer.Option(
+            help="recorded: the prompt asks for a thought only where the row has one; always: every "
+            "action row carries one (written from the step's own evidence where none was recorded)."
+        ),
+    ] = "recorded",
     dataset: DatasetOpt = "trajforge",
     config: ConfigOpt = None,
 ) -> None:
@@ -125,5 +139,7 @@ def datasets_export(
         settings.curate.point_tolerance,
         settings,
         weights,
+        trainer,
+        thoughts,
     )
     typer.echo(report.render())

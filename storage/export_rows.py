@@ -12,11 +12,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import trajforge
+
 from trajforge.actions import Action, get_codec
 from trajforge.actions.space import BUDGETS, conform, coordinate_screen, image_tokens, system_prompt
 from trajforge.logs import counts
 
 IMAGE_TOKEN = "<image>"
+# recorded: a row's prompt asks for a thought only where its answer has one (a format that
+# requires one gets the offline thought); always: every action row carries a thought.
+THOUGHTS = ("recorded", "always")
 
 
 @dataclass
@@ -32,6 +37,9 @@ class ExportReport:
     max_prompt_chars: int = 0  # system + user text of the longest row
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the export did that a user should know
+    trainer: str | None = None  # whose image size the images and coordinates are written for
+    coordinate_sizes: Counter[str] = field(default_factory=Counter)  # "WxH" the answers assume, by rows
+    offline_thoughts: int = 0  # action rows whose thought the export wrote from the step's evidence
 
     def render(self) -> str:
         rows = counts(self.rows)
@@ -40,7 +48,15 @@ class ExportReport:
             f"{self.images} images; skipped: {counts(self.skipped)}; converted: {counts(self.converted)}; "
             f"repeated for weight: {self.repeated}; longest prompt: {self.max_image_tokens} image tokens "
             f"+ {self.max_prompt_chars} characters (verl: data.max_prompt_length >= "
-            f"{self.prompt_length_hint()})" + "".join(f"\nnote: {n}" for n in self.notes)
+            f"{self.prompt_length_hint()})\n{self.coordinates()}" + "".join(f"\nnote: {n}" for n in self.notes)
+        )
+
+    def coordinates(self) -> str:
+        """What image the answers' coordinates assume, for the trainer the export was written for."""
+        fed = f"as {self.trainer} feeds them" if self.trainer else "as written"
+        return (
+            f"images: coordinates assume images of {counts(self.coordinate_sizes) or 'no size'} ({fed}); "
+            f"offline thoughts: {self.offline_thoughts}"
         )
 
     def measure(self, rendered: Rendered, row: dict[str, Any], sizes: dict[str, tuple[int, int]]) -> None:
@@ -69,17 +85,25 @@ def has_action(row: dict[str, Any]) -> bool:
 
 
 def render_row(
-    row: dict[str, Any], action_format: str, size: tuple[int, int], report: ExportReport
+    row: dict[str, Any], action_format: str, size: tuple[int, int], report: ExportReport, thoughts: str = "recorded"
 ) -> Rendered | None:
-    """The row in `action_format` for an image of `size` (the exported screenshot), or None when skipped."""
+    """The row in `action_format` for an image of `size` (the exported screenshot), or None when skipped.
+
+    The system prompt asks for a thought only when the answer carries one. An action row without
+    a recorded thought gets one written from its own evidence (`offline_thought`) where the
+    format requires a thought (mobiler1) or `thoughts` is "always".
+    """
     payload = json.loads(row["payload"])
     codec = get_codec(action_format)
     screen = coordinate_screen(action_format, *size)
-    system = system_prompt(action_format, screen)
     target = payload.get("action")
     if target is None:
-        return Rendered(system, row["response"], None)
+        return Rendered(system_prompt(action_format, screen, thought=False), row["response"], None)
     notes = {n: payload.get(n) or None for n in codec.notes}
+    wanted = thoughts == "always" or "thought" in getattr(codec, "required_notes", ())
+    if "thought" in notes and notes["thought"] is None and wanted:
+        notes["thought"] = offline_thought(row["prompt"], payload)
+        report.offline_thoughts += 1
     action = Action.model_validate({**target, **notes})
     stated, how = conform(codec, action, screen)
     if stated is None:
@@ -88,6 +112,7 @@ def render_row(
     if how == "converted":
         report.converted[f"{action_format}:{action.kind}"] += 1
     text = codec.format(stated, screen)
+    report.coordinate_sizes[f"{screen.width}x{screen.height}"] += 1
     truth = {
         "action": target,
         "bbox": payload.get("bbox"),
@@ -96,7 +121,21 @@ def render_row(
         "formatted": text,
         "action_format": action_format,
     }
-    return Rendered(system, text, truth)
+    return Rendered(system_prompt(action_format, screen, thought=stated.thought is not None), text, truth)
+
+
+def offline_thought(prompt: str, payload: dict[str, Any]) -> str:
+    """A thought from the step's own evidence: the task and the history its prompt states, and the
+    move it made (`intent`, the words the step's action was described in on its screen)."""
+    lines = dict(line.split(": ", 1) for line in prompt.splitlines() if ": " in line)
+    move = payload.get("intent") or Action.model_validate(payload["action"]).to_json()
+    task = lines.get("Task") or lines.get("Instruction")
+    history = lines.get("History")
+    said = [f"The task is: {task.rstrip('.')}." if task else ""]
+    if history is not None:
+        said.append("Nothing is done yet." if history == "none" else f"Done so far: {history}.")
+    said.append(f"The next move toward it: {move}.")
+    return " ".join(s for s in said if s)
 
 
 def hf_row(row: dict[str, Any], images: list[dict[str, Any]], rendered: Rendered) -> dict[str, Any]:
@@ -253,3 +292,46 @@ def dataset_card(man: dict[str, Any], action_format: str, splits: list[str]) -> 
         "",
     ]
     return "\n".join(lines)
+
+
+# The modules `trajforge/rewards.py` runs on (they need only pydantic): an rl-verl export copies
+# them beside its parquet, so a trainer loads the reward without installing trajforge and its pins.
+REWARD_MODULES = (
+    "__init__.py",
+    "errors.py",
+    "rewards.py",
+    "actions/__init__.py",
+    "actions/model.py",
+    "actions/agentcpm.py",
+    "actions/androidworld.py",
+    "actions/qwen.py",
+    "actions/uitars.py",
+)
+REWARD_ENTRY = '''"""trajforge's rule rewards for this export, loadable without trajforge installed.
+
+verl: reward.custom_reward_function.path=<this file> reward.custom_reward_function.name=compute_score
+(+reward.custom_reward_function.reward_kwargs.scheme=binary|dense|mobiler1). It needs only pydantic
+(>= 2); the code it runs is the copy in `reward_lib/trajforge/`, written by the export that wrote this file.
+"""
+
+import sys
+from pathlib import Path
+
+_LIB = str(Path(__file__).resolve().parent / "reward_lib")
+if _LIB not in sys.path:
+    sys.path.insert(0, _LIB)
+
+from trajforge.rewards import SCHEMES, compute_score  # noqa: E402
+
+__all__ = ["SCHEMES", "compute_score"]
+'''
+
+
+def write_reward(root: Path) -> None:
+    """`reward.py` and the modules it runs on, beside an rl-verl export's parquet."""
+    package = Path(trajforge.__file__).resolve().parent
+    for name in REWARD_MODULES:
+        dest = root / "reward_lib" / "trajforge" / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes((package / name).read_bytes())
+    (root / "reward.py").write_text(REWARD_ENTRY, encoding="utf-8")

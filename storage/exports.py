@@ -3,7 +3,8 @@
 - `sft-sharegpt`: LLaMA-Factory's multimodal sharegpt layout (`messages` with a system turn,
   an `images` list as long as the `<image>` tokens), one JSONL per split, the screenshots as
   files beside it, and the `dataset_info.json` LLaMA-Factory reads (`dataset_dir: <export>`).
-- `sft-messages`: ms-swift / OpenAI-style messages whose user turn holds image parts.
+- `sft-messages`: ms-swift's standard messages (`messages` with string contents, `<image>` tags,
+  an `images` list), one JSONL per split; swift reads it with `--dataset FILE`.
 - `rl-verl`: one verl Parquet per split (`train.parquet`, `val.parquet`): `prompt` (system +
   user chat), `images` (PNG bytes), `ability`, `reward_model` with the ground truth that
   `trajforge/rewards.py` scores, `extra_info` with `index` and provenance. Only samples whose
@@ -11,6 +12,13 @@
 - `hf`: Parquet files that `datasets.load_dataset` reads with the screenshots as an `Image`
   feature (embedded bytes), and a dataset card (README.md) describing columns, coordinates,
   action format and lineage.
+
+Images and coordinates are written for the trainer the export is for (`trainer`; by default the
+format's own: LLaMA-Factory for sft-sharegpt, ms-swift for sft-messages, verl for rl-verl): a
+pixel-coordinate format's screenshots are written at the size that trainer feeds the model, so
+its resize leaves them as they are and every answer's pixels are pixels of the image as fed.
+A prompt asks for a thought only where its answer carries one (`thoughts`); an rl-verl export
+writes `reward.py` beside its parquet, which verl loads without trajforge installed.
 
 Every row's answer is written by the chosen format's codec (`--action-format`), the thought
 in the format's own slot, coordinates in the space the model family predicts (for qwen,
@@ -33,6 +41,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO, get_args
 
@@ -43,6 +52,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from storage.datasets import iter_rows, manifest, read_shard
 from storage.export_rows import (
     IMAGE_TOKEN,
+    THOUGHTS,
     ExportReport,
     dataset_card,
     has_action,
@@ -50,11 +60,13 @@ from storage.export_rows import (
     render_row,
     verl_row,
     write_hf_parquet,
+    write_reward,
 )
 from storage.keys import blob_key
 from storage.objectstore import ObjectStore, S3ObjectStore
 from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
+from trajforge.actions.space import TRAINERS, written_size
 from trajforge.errors import ConfigError, StorageError
 from trajforge.procs import partial_name, sweep_partials
 from trajforge.settings import ExportFormat, Settings
@@ -62,16 +74,27 @@ from trajforge.settings import ExportFormat, Settings
 FORMATS: tuple[str, ...] = get_args(ExportFormat)
 ACTION_FORMATS = tuple(CODECS)
 WEIGHTS = ("repeat", "keep")
+# The trainer each format is written for unless --trainer says otherwise (hf: the images' own size).
+FORMAT_TRAINER = {"sft-sharegpt": "llamafactory", "sft-messages": "swift", "rl-verl": "verl"}
 
 
 class Writer:
     """Files of one export under a local root; images written once each, optionally downscaled.
 
     `final` is where the root will end up (absolute paths name it); None writes relative paths.
+    `fit` gives the size an image of (width, height) is written at (`written_size` for the
+    format and the trainer), after the `max_side` downscale.
     """
 
-    def __init__(self, root: Path, store: ObjectStore, max_side: int | None, final: Path | None) -> None:
-        self.root, self.store, self.max_side, self.final = root, store, max_side, final
+    def __init__(
+        self,
+        root: Path,
+        store: ObjectStore,
+        max_side: int | None,
+        final: Path | None,
+        fit: Callable[[int, int], tuple[int, int]] = lambda w, h: (w, h),
+    ) -> None:
+        self.root, self.store, self.max_side, self.final, self.fit = root, store, max_side, final, fit
         self.images: set[str] = set()  # written as files
         self.embedded: set[str] = set()  # written into rows as bytes
         self.sizes: dict[str, tuple[int, int]] = {}  # exported (width, height) by sha
@@ -92,11 +115,14 @@ class Writer:
     def image_bytes(self, sha: str) -> bytes:
         data = self.store.get(blob_key(sha))
         img = Image.open(io.BytesIO(data))
-        if self.max_side is None or max(img.size) <= self.max_side:
-            self.sizes[sha] = img.size
-            return data
-        img.thumbnail((self.max_side, self.max_side))
+        if self.max_side is not None and max(img.size) > self.max_side:
+            img.thumbnail((self.max_side, self.max_side))
+        size = self.fit(*img.size)
+        if size != img.size:
+            img = img.resize(size, Image.Resampling.BICUBIC)
         self.sizes[sha] = img.size
+        if img.size == Image.open(io.BytesIO(data)).size:
+            return data
         buf = io.BytesIO()
         img.save(buf, format="PNG", compress_level=1)  # screenshots: fast beats 10% smaller
         return buf.getvalue()
@@ -184,7 +210,15 @@ def export(
     tolerance: int = DEFAULT_TOLERANCE,
     settings: Settings | None = None,
     weights: str = "repeat",
+    trainer: str = "auto",
+    thoughts: str = "recorded",
 ) -> ExportReport:
+    """Write dataset `name` v`version` as `fmt` to `out` (see the module docstring).
+
+    `trainer` (llamafactory, swift, verl, none; auto: the trainer `fmt` is for) sets the image
+    size a pixel-coordinate format is written at: the size that trainer feeds the model, so the
+    answers' pixels land where they should on the image as fed. `thoughts` is one of THOUGHTS.
+    """
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     if action_format not in ACTION_FORMATS:
@@ -193,20 +227,35 @@ def export(
         raise ConfigError(f"--max-side must be a positive number of pixels, not {max_side}")
     if weights not in WEIGHTS:
         raise ConfigError(f"unknown --weights {weights!r}; known: {', '.join(WEIGHTS)}")
+    if thoughts not in THOUGHTS:
+        raise ConfigError(f"unknown --thoughts {thoughts!r}; known: {', '.join(THOUGHTS)}")
+    fed_by = _trainer(fmt, trainer)
     man = manifest(sessions, store, name, version)
-    report = ExportReport(fmt, out)
+    report = ExportReport(fmt, out, trainer=fed_by)
     with _target(out, settings) as (root, final, finish):
-        writer = Writer(root, store, max_side, final)
+        writer = Writer(root, store, max_side, final, partial(written_size, action_format, trainer=fed_by))
         if fmt in ("sft-sharegpt", "sft-messages"):
-            _export_sft(man, store, writer, fmt, action_format, weights, report)
+            _export_sft(man, store, writer, fmt, action_format, weights, thoughts, report)
         else:
-            _export_parquet(man, store, writer, fmt, action_format, tolerance, report)
+            _export_parquet(man, store, writer, fmt, action_format, tolerance, thoughts, report)
+        if fmt == "rl-verl":
+            write_reward(root)
         if fmt == "hf":
             card = dataset_card(man, action_format, sorted(report.rows))
             (root / "README.md").write_text(card, encoding="utf-8")
         report.files = finish()
     report.images = len(writer.images | writer.embedded)
     return report
+
+
+def _trainer(fmt: str, trainer: str) -> str | None:
+    """The trainer whose image size the export writes for (None: the images' own size)."""
+    known = (*TRAINERS, "none", "auto")
+    if trainer not in known:
+        raise ConfigError(f"unknown --trainer {trainer!r}; known: {', '.join(known)}")
+    if trainer == "auto":
+        return FORMAT_TRAINER.get(fmt)
+    return None if trainer == "none" else trainer
 
 
 def _export_sft(
@@ -216,6 +265,7 @@ def _export_sft(
     fmt: str,
     action_format: str,
     weights: str,
+    thoughts: str,
     report: ExportReport,
 ) -> None:
     files: dict[str, TextIO] = {}
@@ -223,28 +273,19 @@ def _export_sft(
     try:
         for row in iter_rows(store, man):
             images = [writer.image(sha) for sha in row["images"]]
-            rendered = render_row(row, action_format, writer.sizes[row["images"][-1]], report)
+            rendered = render_row(row, action_format, writer.sizes[row["images"][-1]], report, thoughts)
             if rendered is None:
                 continue
-            system = {"role": "system", "content": rendered.system}
-            if fmt == "sft-sharegpt":
-                record: dict[str, Any] = {
-                    "messages": [
-                        system,
-                        {"role": "user", "content": IMAGE_TOKEN * len(images) + row["prompt"]},
-                        {"role": "assistant", "content": rendered.answer},
-                    ],
-                    "images": images,
-                }
-            else:
-                parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": p}} for p in images]
-                record = {
-                    "messages": [
-                        system,
-                        {"role": "user", "content": [*parts, {"type": "text", "text": row["prompt"]}]},
-                        {"role": "assistant", "content": rendered.answer},
-                    ]
-                }
+            # Every content a string (the images as <image> tags, their paths in `images`): a loader
+            # that infers types over the file (datasets, ms-swift) then keeps every answer a string.
+            record: dict[str, Any] = {
+                "messages": [
+                    {"role": "system", "content": rendered.system},
+                    {"role": "user", "content": IMAGE_TOKEN * len(images) + row["prompt"]},
+                    {"role": "assistant", "content": rendered.answer},
+                ],
+                "images": images,
+            }
             report.measure(rendered, row, writer.sizes)
             record["weight"] = row["weight"]
             record["meta"] = {"uid": row["uid"], "category": row["category"], "query": row["query"]}
@@ -316,6 +357,7 @@ def _export_parquet(
     fmt: str,
     action_format: str,
     tolerance: int,
+    thoughts: str,
     report: ExportReport,
 ) -> None:
     """A part per input shard (memory stays one shard); rl-verl's parts then stream into a file per split."""
@@ -330,7 +372,7 @@ def _export_parquet(
                 report.skipped["no_action_ground_truth"] += 1
                 continue
             images = [writer.embed(sha) for sha in row["images"]]
-            rendered = render_row(row, action_format, writer.sizes[row["images"][-1]], report)
+            rendered = render_row(row, action_format, writer.sizes[row["images"][-1]], report, thoughts)
             if rendered is None:
                 continue
             if fmt == "hf":

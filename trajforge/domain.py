@@ -141,6 +141,17 @@ def goal_key(goal: dict[str, Any], backend: str = "") -> str:
     return json.dumps([backend, goal], sort_keys=True, ensure_ascii=False)
 
 
+NOTHING_READABLE = "(nothing readable)"  # a screen with no text: said in a prompt, never an answer
+EPISODE_ENDS = "(the episode ends)"  # no next screen was recorded: said in a prompt, never an answer
+PLACEHOLDERS = frozenset({NOTHING_READABLE, EPISODE_ENDS})
+EMPTY_ANSWER = "empty_answer"  # the drop reason of a sample whose answer is blank or a placeholder
+
+
 def screen_text(view_elements: list[dict[str, Any]]) -> str:
     texts = [str(e.get("text") or "").strip() for e in view_elements]
-    return "; ".join(t for t in texts if t)[:600] or "(nothing readable)"
+    return "; ".join(t for t in texts if t)[:600] or NOTHING_READABLE
+
+
+def blank_answer(text: str | None) -> bool:
+    """Whether an answer teaches nothing: empty, whitespace, or a placeholder standing for no text."""
+    return not text or not text.strip() or text.strip() in PLACEHOLDERS

@@ -15,7 +15,7 @@ from storage.db import session_factory
 from storage.models import Exclusion, Sample
 from storage.samples import CATEGORIES
 from trajforge.appspec import builtin_app_names, load_app
-from trajforge.domain import StepVerdict
+from trajforge.domain import PLACEHOLDERS, StepVerdict
 from trajforge.settings import load_settings
 from trajforge.world.route_check import RouteStepCheck
 
@@ -59,7 +59,7 @@ def test_critic_threshold_and_thought_consistency_drop_with_reasons(episodes) ->
     drafts = _samples(ep, True, verdicts)
     first = next(d for d in drafts if d.category == "action_prediction" and d.step_index == 0)
     assert first.reason == "critic_below_threshold"
-    assert sum(d.reason is not None for d in drafts) == 1
+    assert sum(d.reason not in (None, "empty_answer") for d in drafts) == 1
     tap = dict(ep.steps[0].action or {})
     tap["thought"] = "I will open the calendar"  # not what the tap does
     steps = [dataclasses.replace(ep.steps[0], action=tap), *ep.steps[1:]]
@@ -67,6 +67,22 @@ def test_critic_threshold_and_thought_consistency_drop_with_reasons(episodes) ->
     assert next(d for d in drafts if d.category == "action_prediction" and d.step_index == 0).reason == (
         "thought_action_mismatch"
     )
+
+
+def test_a_screen_with_no_text_gives_no_summary_and_no_prediction(episodes) -> None:
+    """A blank or placeholder answer teaches nothing: dropped with `empty_answer`, never kept."""
+    ep = next(e for e in episodes if e.true_success and e.noise == 0.0 and len(e.steps) > 1)
+    steps = [ep.steps[0], dataclasses.replace(ep.steps[1], elements=[]), *ep.steps[2:]]
+    drafts = extract(ep.query, "ep-1", True, ANCHOR, steps, RouteStepCheck(APPS).judge(ep.query, steps))
+    empty = {(d.category, d.step_index) for d in drafts if d.reason == "empty_answer"}
+    assert ("state_summary", 1) in empty and ("state_summary", 0) not in empty
+    if steps[0].after != steps[0].before:  # step 0's effect is step 1's screen, which has no text
+        assert ("effect_prediction", 0) in empty
+    last = len(steps) - 1
+    if steps[last].action is not None and steps[last].after != steps[last].before:
+        assert ("effect_prediction", last) in empty  # no screen after the last step was read
+    kept = [d for d in drafts if d.reason is None]
+    assert kept and not any(d.payload["response"].strip() in PLACEHOLDERS for d in kept)
 
 
 def test_extract_round_is_idempotent(engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

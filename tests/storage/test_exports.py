@@ -56,11 +56,12 @@ def test_sharegpt_matches_llama_factory_and_actions_reparse(
             for path in record["images"]:
                 assert Path(path).is_absolute()
                 with Image.open(path) as img:
-                    assert img.size == (243, 540)  # downscaled from 1080x2400
+                    # downscaled from 1080x2400; qwen's written at the 28-pixel grid LLaMA-Factory feeds
+                    assert img.size == ((252, 532) if action_format == "qwen" else (243, 540))
             row = rows[record["meta"]["uid"]]
             action = _action(row)
             if action is not None:
-                # qwen speaks pixels of the smart-resized 243x540 image (252x532), uitars 0-1000
+                # qwen speaks pixels of the image as fed (252x532), uitars 0-1000
                 screen = Screen(252, 532) if action_format == "qwen" else Screen(243, 540)
                 parsed = codec.parse(answer["content"], screen).core()
                 assert parsed.kind == action.kind and mismatch(parsed, action.core(), [], screen, 4) is None
@@ -84,23 +85,32 @@ def test_weights_kept_writes_each_row_once(version, tmp_path: Path) -> None:
         export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "x"), weights="double")
 
 
-def test_messages_have_image_parts(version, tmp_path: Path) -> None:
+def test_messages_are_swift_standard_and_every_answer_stays_a_string(version, tmp_path: Path) -> None:
+    """Answers that look like JSON (canonical, agentcpm) come back from `datasets`' JSON reader
+    as the same strings: every content is a string, the images are `<image>` tags and paths."""
     _, sessions, store, _ = version
-    export(sessions, store, "gui", 1, "sft-messages", str(tmp_path))
-    lines = (tmp_path / "gui_v1_train.jsonl").read_text().splitlines()
-    for line in lines:
-        system, user, _ = json.loads(line)["messages"]
-        images = [p for p in user["content"] if p["type"] == "image_url"]
-        texts = [p for p in user["content"] if p["type"] == "text"]
-        assert system["role"] == "system" and "canonical JSON" in system["content"]
-        assert len(texts) == 1 and images and all(Path(p["image_url"]["url"]).is_file() for p in images)
+    for action_format in ("canonical", "agentcpm"):
+        out = tmp_path / action_format
+        export(sessions, store, "gui", 1, "sft-messages", str(out), action_format, weights="keep")
+        path = out / "gui_v1_train.jsonl"
+        written = [json.loads(line) for line in path.read_text().splitlines()]
+        loaded = hf.load_dataset("json", data_files=str(path), split="train")
+        assert len(loaded) == len(written)
+        for record, back in zip(written, loaded, strict=True):
+            system, user, answer = record["messages"]
+            assert system["role"] == "system" and "JSON" in system["content"]
+            assert user["content"].count("<image>") == len(record["images"]) >= 1
+            assert all(Path(p).is_file() for p in record["images"])
+            assert [m["content"] for m in back["messages"]] == [m["content"] for m in record["messages"]]
+            assert all(isinstance(m["content"], str) for m in back["messages"])
 
 
 def test_verl_rows_carry_the_ground_truth_of_the_source_step(version, tmp_path: Path) -> None:
     _, sessions, store, rows = version
     tmp_path = tmp_path / "verl"
     report = export(sessions, store, "gui", 1, "rl-verl", str(tmp_path), "agentcpm")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.parquet", "val.parquet"]  # one file a split
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["reward.py", "reward_lib", "train.parquet", "val.parquet"]  # a file a split, the reward
     table = hf.load_dataset("parquet", data_files=str(tmp_path / "train.parquet"), split="train")
     assert len(table) == report.rows["train"] and report.skipped["no_action_ground_truth"] > 0
     assert {"data_source", "prompt", "images", "ability", "reward_model", "extra_info"} <= set(
@@ -186,7 +196,7 @@ def test_verl_val_comes_from_whole_train_queries_when_val_has_no_action_rows(ver
     v2 = publish(sessions, store, "gui", PublishConfig(chunk_rows=32, val_fraction=0.0))
     assert v2.splits.keys() == {"train"}
     report = export(sessions, store, "gui", v2.version, "rl-verl", str(tmp_path / "verl"), "qwen")
-    assert sorted(p.name for p in (tmp_path / "verl").iterdir()) == ["train.parquet", "val.parquet"]
+    assert {"train.parquet", "val.parquet"} <= {p.name for p in (tmp_path / "verl").iterdir()}
     train, val = (pl.read_parquet(tmp_path / "verl" / f"{s}.parquet") for s in ("train", "val"))
     queries = {s: set(f["extra_info"].struct.field("query")) for s, f in (("train", train), ("val", val))}
     assert queries["val"] and not queries["train"] & queries["val"]

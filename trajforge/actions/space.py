@@ -34,6 +34,13 @@ class PixelBudget:
 QWEN25VL = PixelBudget(56 * 56, 28 * 28 * 16384)
 UITARS15 = PixelBudget(100 * 28 * 28, 16384 * 28 * 28)
 BUDGETS = {"qwen": QWEN25VL, "mobiler1": QWEN25VL, "uitars15": UITARS15}
+# The most pixels each trainer feeds a Qwen-style processor by default: LLaMA-Factory shrinks a
+# larger image to its `image_max_pixels` (768*768) before the processor's own resize; ms-swift and
+# verl hand it to qwen-vl-utils' `fetch_image`, whose bound is the model's own.
+TRAINER_MAX_PIXELS = {"llamafactory": 768 * 768, "swift": QWEN25VL.max_pixels, "verl": QWEN25VL.max_pixels}
+TRAINERS = tuple(TRAINER_MAX_PIXELS)
+# Formats whose coordinates are pixels of the image as given (not of a resize the model makes).
+IMAGE_PIXELS = {"androidworld"}
 
 _TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
@@ -61,16 +68,38 @@ def coordinate_screen(action_format: str, width: int, height: int) -> Screen:
     return Screen(*smart_resize(width, height, budget)) if budget else Screen(width, height)
 
 
+def written_size(action_format: str, width: int, height: int, trainer: str | None) -> tuple[int, int]:
+    """The size an exported screenshot of width x height is written at, for a format and a trainer.
+
+    For a trainer, a pixel-coordinate format's image is written at the size that trainer feeds
+    the model: the processor's smart resize within the model's budget and the trainer's pixel
+    limit, which every later resize of that trainer leaves as it is, so the answer's pixels are
+    the pixels the model sees. Without a trainer, and for relative (0-1000) formats, the size is
+    kept (a Qwen-style format's coordinates then live in the processor's own resize of it).
+    """
+    budget = BUDGETS.get(action_format, QWEN25VL if action_format in IMAGE_PIXELS else None)
+    if budget is None or trainer is None:
+        return width, height
+    cap = PixelBudget(budget.min_pixels, min(TRAINER_MAX_PIXELS[trainer], budget.max_pixels))
+    return smart_resize(width, height, cap)
+
+
 def image_tokens(width: int, height: int) -> int:
     """Visual tokens Qwen2.5-VL spends on one image of this size (one per 28x28 after resize)."""
     w, h = smart_resize(width, height)
     return (w // PATCH) * (h // PATCH)
 
 
-def system_prompt(action_format: str, screen: Screen, template: str = "mobile_use.j2") -> str:
-    """The system prompt stating the format's action space, for a screen of this pixel size."""
+def system_prompt(
+    action_format: str, screen: Screen, template: str = "mobile_use.j2", thought: bool = True
+) -> str:
+    """The system prompt stating the format's action space, for a screen of this pixel size.
+
+    `thought=False` states the format without its reasoning slot: the prompt of a training row
+    whose answer carries no thought, so the prompt never asks for what the answer lacks.
+    """
     return _TEMPLATES.get_template(template).render(
-        format=action_format, width=screen.width, height=screen.height
+        format=action_format, width=screen.width, height=screen.height, thought=thought
     )
 
 
