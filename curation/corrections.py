@@ -83,6 +83,7 @@ def correction_samples(sessions: sessionmaker[Session], round_id: int) -> tuple[
                             + ("; ".join(done[: correction.step_index]) or "none"),
                             "response": json.dumps(target, ensure_ascii=False),
                             "action": target,
+                            "intent": correction.instruction or describe(action, view),  # the clear action
                             "screen": [view.width, view.height],
                             "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
                             **({"thought": thought} if thought else {}),

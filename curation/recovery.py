@@ -65,6 +65,7 @@ def _payload(images: list[str], prompt: str, action: Action, view: StepView) -> 
         "images": images,
         "prompt": prompt,
         "action": target,
+        "intent": describe(action, view),  # Mobile-R1's clear low-level action
         "bbox": target_bbox(action, view.elements, screen),
         "screen": [view.width, view.height],
         "response": Action.model_validate(target).to_json(),

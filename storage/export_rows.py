@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import trajforge
-
 from trajforge.actions import Action, get_codec
 from trajforge.actions.space import BUDGETS, conform, coordinate_screen, image_tokens, system_prompt
 from trajforge.logs import counts
@@ -48,7 +47,8 @@ class ExportReport:
             f"{self.images} images; skipped: {counts(self.skipped)}; converted: {counts(self.converted)}; "
             f"repeated for weight: {self.repeated}; longest prompt: {self.max_image_tokens} image tokens "
             f"+ {self.max_prompt_chars} characters (verl: data.max_prompt_length >= "
-            f"{self.prompt_length_hint()})\n{self.coordinates()}" + "".join(f"\nnote: {n}" for n in self.notes)
+            f"{self.prompt_length_hint()})\n{self.coordinates()}"
+            + "".join(f"\nnote: {n}" for n in self.notes)
         )
 
     def coordinates(self) -> str:
@@ -85,7 +85,11 @@ def has_action(row: dict[str, Any]) -> bool:
 
 
 def render_row(
-    row: dict[str, Any], action_format: str, size: tuple[int, int], report: ExportReport, thoughts: str = "recorded"
+    row: dict[str, Any],
+    action_format: str,
+    size: tuple[int, int],
+    report: ExportReport,
+    thoughts: str = "recorded",
 ) -> Rendered | None:
     """The row in `action_format` for an image of `size` (the exported screenshot), or None when skipped.
 

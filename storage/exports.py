@@ -114,14 +114,15 @@ class Writer:
 
     def image_bytes(self, sha: str) -> bytes:
         data = self.store.get(blob_key(sha))
-        img = Image.open(io.BytesIO(data))
+        img: Image.Image = Image.open(io.BytesIO(data))
+        stored = img.size
         if self.max_side is not None and max(img.size) > self.max_side:
             img.thumbnail((self.max_side, self.max_side))
         size = self.fit(*img.size)
         if size != img.size:
             img = img.resize(size, Image.Resampling.BICUBIC)
         self.sizes[sha] = img.size
-        if img.size == Image.open(io.BytesIO(data)).size:
+        if img.size == stored:
             return data
         buf = io.BytesIO()
         img.save(buf, format="PNG", compress_level=1)  # screenshots: fast beats 10% smaller

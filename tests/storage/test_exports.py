@@ -97,7 +97,7 @@ def test_messages_are_swift_standard_and_every_answer_stays_a_string(version, tm
         loaded = hf.load_dataset("json", data_files=str(path), split="train")
         assert len(loaded) == len(written)
         for record, back in zip(written, loaded, strict=True):
-            system, user, answer = record["messages"]
+            system, user, _ = record["messages"]
             assert system["role"] == "system" and "JSON" in system["content"]
             assert user["content"].count("<image>") == len(record["images"]) >= 1
             assert all(Path(p).is_file() for p in record["images"])

@@ -106,22 +106,57 @@ def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'test.db'}"
 
 
-def check_sft(version, out: Path, fmt: str) -> None:
+# What each format's system prompt says when it asks for a thought, and how its answer carries one.
+ASKS_THOUGHT = {"qwen": "<think>", "mobiler1": "<think>", "uitars": "Thought:", "uitars15": "Thought:"}
+ASKS_THOUGHT["agentcpm"] = '"thought" field'
+HAS_THOUGHT = {
+    "qwen": lambda a: a.startswith("<think>"),
+    "mobiler1": lambda a: a.startswith("<think>"),
+    "uitars": lambda a: a.startswith("Thought:"),
+    "uitars15": lambda a: a.startswith("Thought:"),
+    "agentcpm": lambda a: "thought" in json.loads(a),
+}
+
+
+def check_sft(version, out: Path, fmt: str, thoughts: str = "recorded") -> None:
+    """Every action row is written, passes its family's parser, and its prompt asks for a thought
+    exactly when its answer has one (`thoughts="always"`: every answer has one)."""
     _, sessions, store, rows = version
-    report = export(sessions, store, "gui", 1, "sft-sharegpt", str(out), fmt, 1000, weights="keep")
+    report = export(
+        sessions, store, "gui", 1, "sft-sharegpt", str(out), fmt, 1000, weights="keep", thoughts=thoughts
+    )
     actions = {u for u, r in rows.items() if json.loads(r["payload"]).get("action")}
-    answered = 0
+    answered, thoughtful, recorded = 0, 0, 0
     for path in out.glob("gui_v1_*.jsonl"):
         for line in path.read_text().splitlines():
             record = json.loads(line)
+            system, answer = record["messages"][0]["content"], record["messages"][-1]["content"]
             if record["meta"]["uid"] in actions:
-                check_answer(fmt, record["messages"][-1]["content"], SMALL)
+                check_answer(fmt, answer, SMALL)
                 answered += 1
-    assert answered > 0, fmt
-    assert answered + sum(report.skipped.values()) == len(actions)  # every action row: written or counted
-    assert all(":" in reason for reason in report.skipped)
-    if fmt == "mobiler1":  # only rows with a synthesised thought and an intent have all three parts
-        assert set(report.skipped) <= {"missing_thought:mobiler1", "missing_intent:mobiler1"}
+                recorded += bool(json.loads(rows[record["meta"]["uid"]]["payload"]).get("thought"))
+                has = HAS_THOUGHT[fmt](answer)
+                thoughtful += has
+                assert (ASKS_THOUGHT[fmt] in system) == has, (fmt, answer)
+            elif fmt != "mobiler1":  # a knowledge row's answer is no action: no thought asked
+                assert ASKS_THOUGHT[fmt] not in system
+    # Every action row is kept, but one the format's action space has no word for (UI-TARS-1's mobile space)
+    assert all(r.startswith("action_not_representable:") for r in report.skipped), report.skipped
+    assert answered + sum(report.skipped.values()) == len(actions)
+    assert thoughtful == (answered if thoughts == "always" or fmt == "mobiler1" else thoughtful)
+    assert report.offline_thoughts == thoughtful - recorded
+
+
+def test_a_thought_bearing_agentcpm_export_passes_agentcpm_guis_schema_with_thought_required(
+    version, tmp_path: Path
+) -> None:
+    check_sft(version, tmp_path / "always", "agentcpm", thoughts="always")
+    schema = {**AGENTCPM_SCHEMA, "required": ["thought"]}
+    for path in (tmp_path / "always").glob("gui_v1_*.jsonl"):
+        for line in path.read_text().splitlines():
+            answer = json.loads(line)["messages"][-1]["content"]
+            if answer.startswith("{") and any(k in answer for k in ("POINT", "TYPE", "PRESS", "STATUS")):
+                jsonschema.validate(json.loads(answer), schema)
 
 
 def _verl_rows(version, out: Path, fmt: str) -> list[dict]:

@@ -1,0 +1,295 @@
+"""Each trainer's own code on each export: the image it feeds, the rows it keeps, the reward it loads.
+
+Every trainer runs in a virtualenv of its own, as the README's recipes install it (`.ci/run`
+builds them): LLaMA-Factory 0.9.5, ms-swift 4.6.0 and verl 0.9.1. For every action format:
+
+- the image as fed: the trainer's own image loading (LLaMA-Factory's qwen2_vl plugin with its
+  default `image_max_pixels`, ms-swift's and verl's qwen-vl-utils `fetch_image`), then the
+  Qwen2.5-VL image processor; every tap of the export, read on that image, lands inside its
+  target element's box;
+- ms-swift's own `load_dataset` keeps every row of the sft-messages export, each answer the
+  same string the export wrote;
+- verl's own reward loader scores the rl-verl export with the `reward.py` written beside it,
+  in a virtualenv without trajforge or its dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from storage.exports import export
+from tests.conftest import service_missing
+from trajforge.actions import ActionKind, Screen, get_codec
+
+FORMATS = ["qwen", "mobiler1", "uitars15", "uitars", "agentcpm", "canonical", "androidworld"]
+TRAINERS = {  # trainer: (its virtualenv, the export format its recipe reads)
+    "llamafactory": ("llamafactory-0.9.5", "sft-sharegpt"),
+    "swift": ("ms-swift-4.6.0", "sft-messages"),
+    "verl": ("verl-0.9.1", "rl-verl"),
+}
+# The image as each trainer feeds it: its own loading and resize, then Qwen2.5-VL's processor
+# (its published preprocessor_config: 56*56 to 28*28*16384 pixels); prints [width, height] per image.
+FED = """
+import io, json, sys
+from transformers import Qwen2VLImageProcessor
+trainer, images = sys.argv[1], json.load(open(sys.argv[2]))
+processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=28 * 28 * 16384)
+def load(path):
+    if trainer == "llamafactory":
+        from llamafactory.data.mm_plugin import get_mm_plugin
+        plugin = get_mm_plugin("qwen2_vl", image_token="<|image_pad|>")
+        return plugin._regularize_images([path], image_max_pixels=768 * 768, image_min_pixels=32 * 32)["images"][0]
+    if trainer == "swift":
+        from qwen_vl_utils import fetch_image
+        return fetch_image({"image": path})
+    from verl.utils.dataset.vision_utils import process_image
+    return process_image({"bytes": open(path, "rb").read()})
+sizes = {}
+for path in images:
+    _, h, w = processor(images=[load(path)], return_tensors="np")["image_grid_thw"][0]
+    sizes[path] = [int(w) * 14, int(h) * 14]
+print(json.dumps(sizes))
+"""
+SWIFT_LOAD = """
+import json, sys
+from swift.dataset import load_dataset
+loaded = {}
+for path in json.load(open(sys.argv[1])):
+    dataset, _ = load_dataset([path], split_dataset_ratio=0)
+    loaded[path] = [[m["content"] for m in row["messages"]] for row in dataset]
+print(json.dumps(loaded))
+"""
+VERL_REWARD = """
+import json, sys
+from omegaconf import OmegaConf
+from verl.trainer.ppo.reward import get_custom_reward_fn
+import importlib.util
+if importlib.util.find_spec("trajforge") is not None:
+    sys.exit("trajforge is importable in the trainer's environment: the test would prove nothing")
+reward, cases = sys.argv[1], json.load(open(sys.argv[2]))
+config = OmegaConf.create({"reward": {"custom_reward_function": {
+    "path": reward, "name": "compute_score", "reward_kwargs": {"scheme": "binary"}}}})
+fn = get_custom_reward_fn(config)
+print(json.dumps([[fn(data_source=c["data_source"], solution_str=a, ground_truth=c["ground_truth"],
+                      extra_info=c["extra_info"])["score"] for a in c["answers"]] for c in cases]))
+"""
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    """SQLite only: what is checked is what the trainers make of the files, the same on every database."""
+    return f"sqlite:///{tmp_path / 'test.db'}"
+
+
+def _python(venv: str) -> str:
+    root = Path(os.environ.get("TRAJFORGE_TEST_TRAINERS", Path.home() / ".cache/trajforge"))
+    path = root / venv / "bin/python"
+    if not path.is_file():
+        service_missing(
+            f"{venv} is not installed under {root} (TRAJFORGE_TEST_TRAINERS; .ci/run installs it)"
+        )
+    return str(path)
+
+
+def _run(python: str, script: str, *args: str) -> object:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [python, "-c", script, *args], capture_output=True, text=True, timeout=600, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _answers(out: Path, fmt: str) -> list[tuple[str, str, list[float]]]:
+    """(current screenshot's path, answer, target bbox 0-1000) of every tap row of an export."""
+    found = []
+    if fmt == "rl-verl":
+        import polars as pl
+
+        for split in ("train", "val"):
+            for row in pl.read_parquet(out / f"{split}.parquet").to_dicts():
+                truth = json.loads(row["reward_model"]["ground_truth"])
+                path = out / f"{row['extra_info']['uid']}.png"
+                path.write_bytes(row["images"][-1]["bytes"])
+                found.append((str(path), truth["formatted"], truth["bbox"], truth["action"]["kind"]))
+    else:
+        for file in out.glob("*.jsonl"):
+            for line in file.read_text().splitlines():
+                record = json.loads(line)
+                payload = record.get("truth")
+                if payload:
+                    found.append((record["images"][-1], record["messages"][-1]["content"], *payload))
+    return [(p, a, b) for p, a, b, kind in found if b and kind in (ActionKind.CLICK, ActionKind.LONG_PRESS)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_every_tap_lands_in_its_target_on_the_image_the_trainer_feeds(version, tmp_path: Path, trainer: str):
+    venv, fmt = TRAINERS[trainer]
+    python = _python(venv)
+    _, sessions, store, rows = version
+    truth = {
+        uid: [json.loads(r["payload"]).get("bbox"), json.loads(r["payload"])["action"]["kind"]]
+        for uid, r in rows.items()
+        if json.loads(r["payload"]).get("action")
+    }
+    taps = {}
+    for action_format in FORMATS:
+        out = tmp_path / action_format
+        report = export(sessions, store, "gui", 1, fmt, str(out), action_format, weights="keep")
+        kept = {
+            r for r in report.skipped if r != "no_action_ground_truth"
+        }  # all but what the format can't say
+        assert all(r.startswith("action_not_representable:") for r in kept), (action_format, report.skipped)
+        if fmt != "rl-verl":  # the test's own key to each row's target, beside what the trainer reads
+            for file in out.glob("*.jsonl"):
+                records = [json.loads(line) for line in file.read_text().splitlines()]
+                for record in records:
+                    record["truth"] = truth.get(record["meta"]["uid"])
+                file.write_text("".join(json.dumps(r) + "\n" for r in records))
+        taps[action_format] = _answers(out, fmt)
+        assert taps[action_format], action_format
+    images = sorted({p for found in taps.values() for p, _, _ in found})
+    (tmp_path / "images.json").write_text(json.dumps(images))
+    fed = _run(python, FED, trainer, str(tmp_path / "images.json"))
+    assert isinstance(fed, dict)
+    for action_format, found in taps.items():
+        codec = get_codec(action_format)
+        for path, answer, bbox in found:
+            width, height = fed[path]
+            point = codec.parse(answer, Screen(width, height)).point  # 0-1000 of the image as fed
+            assert point is not None
+            slack = 1000 / min(width, height)  # a pixel's rounding
+            x1, y1, x2, y2 = bbox
+            inside = x1 - slack <= point[0] <= x2 + slack and y1 - slack <= point[1] <= y2 + slack
+            assert inside, (trainer, action_format, answer, (width, height), bbox)
+
+
+@pytest.mark.slow
+def test_swift_keeps_every_row_of_every_messages_format_as_written(version, tmp_path: Path) -> None:
+    python = _python(TRAINERS["swift"][0])
+    _, sessions, store, _ = version
+    written = {}
+    for action_format in FORMATS:
+        out = tmp_path / action_format
+        export(
+            sessions, store, "gui", 1, "sft-messages", str(out), action_format, weights="keep", max_side=540
+        )
+        for file in sorted(out.glob("*.jsonl")):
+            lines = file.read_text().splitlines()
+            written[str(file)] = [[m["content"] for m in json.loads(line)["messages"]] for line in lines]
+    (tmp_path / "files.json").write_text(json.dumps(sorted(written)))
+    assert _run(python, SWIFT_LOAD, str(tmp_path / "files.json")) == written
+
+
+@pytest.mark.slow
+def test_verl_scores_the_export_with_the_reward_written_beside_it(version, tmp_path: Path) -> None:
+    """In verl's virtualenv, where trajforge is not importable: verl's own loader, our reward.py."""
+    python = _python(TRAINERS["verl"][0])
+    _, sessions, store, _ = version
+    import polars as pl
+
+    for action_format in ("qwen", "agentcpm", "mobiler1"):
+        out = tmp_path / action_format
+        export(sessions, store, "gui", 1, "rl-verl", str(out), action_format, max_side=540)
+        cases = [
+            {
+                "data_source": r["data_source"],
+                "ground_truth": r["reward_model"]["ground_truth"],
+                "extra_info": r["extra_info"],
+                "answers": [json.loads(r["reward_model"]["ground_truth"])["formatted"], "I tap the button."],
+            }
+            for r in pl.read_parquet(out / "train.parquet").to_dicts()
+        ]
+        (tmp_path / "cases.json").write_text(json.dumps(cases))
+        scores = _run(python, VERL_REWARD, str(out / "reward.py"), str(tmp_path / "cases.json"))
+        assert scores == [[1.0, -1.0]] * len(cases), action_format
+
+
+def _tiny_model(python: str, out: Path) -> str:
+    """A tiny random Qwen2.5-VL built offline by the trainer's own transformers."""
+    builder = Path(__file__).resolve().parents[1] / "support" / "tiny_qwen_vl.py"
+    done = subprocess.run(
+        [python, str(builder), str(out)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return str(out)
+
+
+def _train(command: list[str], cwd: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env |= {"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "WANDB_DISABLED": "true"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=cwd, check=False)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    return log
+
+
+@pytest.mark.slow
+def test_the_llamafactory_recipe_trains_two_cpu_steps_on_every_row(version, tmp_path: Path) -> None:
+    """The README's recipe as written: `dataset_dir` the export, `template: qwen2_vl`."""
+    python = _python(TRAINERS["llamafactory"][0])
+    _, sessions, store, _ = version
+    report = export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "tf1"), "qwen")
+    (tmp_path / "train.yaml").write_text(
+        "\n".join(
+            [
+                f"model_name_or_path: {_tiny_model(python, tmp_path / 'model')}",
+                "stage: sft",
+                "do_train: true",
+                "finetuning_type: full",
+                f"dataset_dir: {tmp_path / 'tf1'}",
+                "dataset: gui_v1_train",
+                "template: qwen2_vl",
+                "cutoff_len: 4096",
+                "preprocessing_num_workers: 1",
+                f"output_dir: {tmp_path / 'out'}",
+                "save_strategy: 'no'",
+                "per_device_train_batch_size: 1",
+                "max_steps: 2",
+                "logging_steps: 1",
+                "report_to: none",
+            ]
+        )
+    )
+    log = _train([str(Path(python).parent / "llamafactory-cli"), "train", "train.yaml"], tmp_path)
+    assert re.search(rf"Num examples = {report.rows['train']}\b", log), log[-3000:]  # every row kept
+    assert "'train_loss'" in log or "train_loss" in log
+
+
+@pytest.mark.slow
+def test_the_swift_recipe_trains_two_cpu_steps_on_every_row(version, tmp_path: Path) -> None:
+    """`swift sft --dataset <export>/gui_v1_train.jsonl`: no row fails the template's encode."""
+    python = _python(TRAINERS["swift"][0])
+    _, sessions, store, _ = version
+    report = export(
+        sessions, store, "gui", 1, "sft-messages", str(tmp_path / "tf1"), "agentcpm", max_side=1000
+    )
+    model = _tiny_model(python, tmp_path / "model")
+    swift = str(Path(python).parent / "swift")
+    args = {
+        "--model": model,
+        "--model_type": "qwen2_5_vl",
+        "--template": "qwen2_5_vl",
+        "--dataset": str(tmp_path / "tf1" / "gui_v1_train.jsonl"),
+        "--tuner_type": "full",
+        "--max_steps": "2",
+        "--per_device_train_batch_size": "1",
+        "--gradient_accumulation_steps": "1",
+        "--max_length": "4096",
+        "--output_dir": str(tmp_path / "out"),
+        "--report_to": "none",
+        "--save_strategy": "no",
+        "--dataset_num_proc": "1",
+        "--split_dataset_ratio": "0",
+    }
+    log = _train([swift, "sft", *(x for pair in args.items() for x in pair)], tmp_path)
+    assert re.search(rf"num_rows: {report.rows['train']}\b", log), log[-3000:]
+    assert "errors in the template" not in log  # swift's silent row swap never happened
+    assert "'global_step/max_steps': '2/2'" in log
