@@ -15,6 +15,7 @@ builds them): LLaMA-Factory 0.9.5, ms-swift 4.6.0 and verl 0.9.1. For every acti
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -115,8 +116,10 @@ def _answers(out: Path, fmt: str) -> list[tuple[str, str, list[float]]]:
         for split in ("train", "val"):
             for row in pl.read_parquet(out / f"{split}.parquet").to_dicts():
                 truth = json.loads(row["reward_model"]["ground_truth"])
-                path = out / f"{row['extra_info']['uid']}.png"
-                path.write_bytes(row["images"][-1]["bytes"])
+                data = row["images"][-1]["bytes"]
+                path = out.parent / f"{hashlib.sha256(data).hexdigest()}.png"  # each image once
+                if not path.exists():
+                    path.write_bytes(data)
                 found.append((str(path), truth["formatted"], truth["bbox"], truth["action"]["kind"]))
     else:
         for file in out.glob("*.jsonl"):
