@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.csrs_writer import write_with_model
 from critics.llm import TEMPLATES
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, round_step_judgments, step_view, stored_step_verdicts
@@ -40,7 +41,7 @@ from trajforge.domain import (
     describe,
     screen_text,
 )
-from trajforge.gateway import LLMGateway, closing, image_part, text_part
+from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
 from trajforge.settings import CriticSettings
 
@@ -222,85 +223,6 @@ def _consistent(thought: str, words: str) -> bool:
     """The thought must name the element the action taps (when the action names one)."""
     quoted = words.split("'")
     return len(quoted) < 3 or quoted[1].casefold() in thought.casefold()
-
-
-WRITTEN_BY_MODEL = CATEGORIES[:5]  # reasoning a thinking model writes; 6 and 7 are the recorded actions
-
-
-async def write_with_model(
-    drafts: list[SampleDraft], gateway: LLMGateway, frames: Callable[[str], bytes]
-) -> None:
-    """Step-GUI's extraction by a thinking model, anchored (§2.1.4): it answers each knowledge
-    prompt from the screenshots before and after the step, told what the calibrated trajectory
-    established (the outcome, the step's label, the steps done before).
-
-    The template answer stays in the payload as `reference`; provenance gains the model and
-    the request hash (the gateway's cache key). An empty answer drops the sample
-    (`llm_empty_response`); a verdict that contradicts the anchor (a self-reflection whose label
-    differs, a state verification whose yes/no differs) drops it (`llm_contradicts_anchor`).
-    A draft dropped as `empty_answer` (its element tree had no text) is kept when the model
-    reads something from the screenshots.
-    """
-
-    async def one(draft: SampleDraft) -> None:
-        images = list(draft.payload["images"])
-        after = draft.context.get("after")
-        if after and after not in images and draft.category in ("effect_prediction", "progress_tracking"):
-            images.append(after)
-        content = [text_part(anchored_prompt(draft))] + [image_part(frames(sha)) for sha in images]
-        result = await gateway.chat([{"role": "user", "content": content}], stage=f"csrs.{draft.category}")
-        draft.payload = {
-            **draft.payload,
-            "reference": draft.payload["response"],
-            "response": result.text.strip(),
-        }
-        draft.provenance = {
-            **draft.provenance,
-            "model": gateway.settings.model,
-            "prompt_hash": result.request_hash,
-        }
-        if blank_answer(draft.payload["response"]):
-            draft.reason = "llm_empty_response"
-        elif contradicts(draft):
-            draft.reason = "llm_contradicts_anchor"
-        else:  # the model read the screenshot where the element tree had no text
-            draft.reason = None
-
-    await asyncio.gather(
-        *(one(d) for d in drafts if d.category in WRITTEN_BY_MODEL and d.reason in (None, EMPTY_ANSWER))
-    )
-
-
-def anchored_prompt(draft: SampleDraft) -> str:
-    """The knowledge prompt plus the facts the trajectory's calibration established."""
-    facts = draft.context
-    if not facts:
-        return str(draft.payload["prompt"])
-    anchored = getattr(_PROMPTS, "anchored")  # noqa: B009 (a Jinja2 macro)
-    return str(
-        anchored(
-            draft.payload["prompt"],
-            draft.category,
-            "success" if facts["outcome"] else "failure",
-            facts["label"],
-            "; ".join(facts["history"]) or "none",
-            draft.payload.get("polarity") if draft.category == "state_verification" else None,
-        )
-    ).strip()
-
-
-def contradicts(draft: SampleDraft) -> bool:
-    """Whether a model's verdict differs from the anchor: the step's label for a self-reflection,
-    the structured yes/no of a state verification."""
-    words = draft.payload["response"].strip().casefold()
-    if draft.category == "self_reflection" and draft.context.get("label"):
-        said = next((w for w in ("good", "neutral", "harmful") if words.startswith(w)), None)
-        return said != str(draft.context["label"]).casefold()
-    wanted = draft.payload.get("polarity")
-    if draft.category == "state_verification" and wanted is not None:
-        said = next((w for w in ("yes", "no") if words.startswith(w)), None)
-        return said != ("yes" if wanted else "no")
-    return False
 
 
 def extract_round(
