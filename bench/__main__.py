@@ -22,6 +22,7 @@ from bench import (
     bench_round,
     bench_sim,
     bench_steps,
+    bench_trainer_recipes,
     critic_throughput,
 )
 
@@ -44,6 +45,7 @@ def main() -> None:
         bench_dedup_rollouts,
         bench_faiss,
         bench_annotation,
+        bench_trainer_recipes,
         bench_loop,
         bench_replay,
     ):

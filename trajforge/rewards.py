@@ -1,8 +1,10 @@
 """Rule rewards for one predicted GUI action against an exported ground truth.
 
-This file is what a verl user points at:
+This file is what a verl user points at, through the `reward.py` every rl-verl export writes
+beside its parquet (a copy of this module and the parsers it runs on, needing only pydantic, so
+the trainer's environment needs no trajforge), or directly where trajforge is installed:
 
-    reward.custom_reward_function.path=pkg://trajforge.rewards   # or the path of this file
+    reward.custom_reward_function.path=/data/tf4/reward.py   # or pkg://trajforge.rewards
     reward.custom_reward_function.name=compute_score
     +reward.custom_reward_function.reward_kwargs.scheme=binary   # or dense, mobiler1
 

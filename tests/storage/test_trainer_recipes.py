@@ -15,7 +15,6 @@ builds them): LLaMA-Factory 0.9.5, ms-swift 4.6.0 and verl 0.9.1. For every acti
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -26,37 +25,9 @@ import pytest
 
 from storage.exports import export
 from tests.conftest import service_missing
-from trajforge.actions import ActionKind, Screen, get_codec
+from tests.support.trainers import TRAINERS, run_script, tap_check, trainer_python
 
 FORMATS = ["qwen", "mobiler1", "uitars15", "uitars", "agentcpm", "canonical", "androidworld"]
-TRAINERS = {  # trainer: (its virtualenv, the export format its recipe reads)
-    "llamafactory": ("llamafactory-0.9.5", "sft-sharegpt"),
-    "swift": ("ms-swift-4.6.0", "sft-messages"),
-    "verl": ("verl-0.9.1", "rl-verl"),
-}
-# The image as each trainer feeds it: its own loading and resize, then Qwen2.5-VL's processor
-# (its published preprocessor_config: 56*56 to 28*28*16384 pixels); prints [width, height] per image.
-FED = """
-import io, json, sys
-from transformers import Qwen2VLImageProcessor
-trainer, images = sys.argv[1], json.load(open(sys.argv[2]))
-processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=28 * 28 * 16384)
-def load(path):
-    if trainer == "llamafactory":
-        from llamafactory.data.mm_plugin import get_mm_plugin
-        plugin = get_mm_plugin("qwen2_vl", image_token="<|image_pad|>")
-        return plugin._regularize_images([path], image_max_pixels=768 * 768, image_min_pixels=32 * 32)["images"][0]
-    if trainer == "swift":
-        from qwen_vl_utils import fetch_image
-        return fetch_image({"image": path})
-    from verl.utils.dataset.vision_utils import process_image
-    return process_image({"bytes": open(path, "rb").read()})
-sizes = {}
-for path in images:
-    _, h, w = processor(images=[load(path)], return_tensors="np")["image_grid_thw"][0]
-    sizes[path] = [int(w) * 14, int(h) * 14]
-print(json.dumps(sizes))
-"""
 SWIFT_LOAD = """
 import json, sys
 from swift.dataset import load_dataset
@@ -88,95 +59,35 @@ def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'test.db'}"
 
 
-def _python(venv: str) -> str:
-    root = Path(os.environ.get("TRAJFORGE_TEST_TRAINERS", Path.home() / ".cache/trajforge"))
-    path = root / venv / "bin/python"
+def _python(trainer: str) -> str:
+    path = trainer_python(trainer)
     if not path.is_file():
-        service_missing(
-            f"{venv} is not installed under {root} (TRAJFORGE_TEST_TRAINERS; .ci/run installs it)"
-        )
+        service_missing(f"{path} is not installed (TRAJFORGE_TEST_TRAINERS; .ci/run installs the trainers)")
     return str(path)
 
 
 def _run(python: str, script: str, *args: str) -> object:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(
-        [python, "-c", script, *args], capture_output=True, text=True, timeout=600, env=env, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _answers(out: Path, fmt: str) -> list[tuple[str, str, list[float]]]:
-    """(current screenshot's path, answer, target bbox 0-1000) of every tap row of an export."""
-    found = []
-    if fmt == "rl-verl":
-        import polars as pl
-
-        for split in ("train", "val"):
-            for row in pl.read_parquet(out / f"{split}.parquet").to_dicts():
-                truth = json.loads(row["reward_model"]["ground_truth"])
-                data = row["images"][-1]["bytes"]
-                path = out.parent / f"{hashlib.sha256(data).hexdigest()}.png"  # each image once
-                if not path.exists():
-                    path.write_bytes(data)
-                found.append((str(path), truth["formatted"], truth["bbox"], truth["action"]["kind"]))
-    else:
-        for file in out.glob("*.jsonl"):
-            for line in file.read_text().splitlines():
-                record = json.loads(line)
-                payload = record.get("truth")
-                if payload:
-                    found.append((record["images"][-1], record["messages"][-1]["content"], *payload))
-    return [(p, a, b) for p, a, b, kind in found if b and kind in (ActionKind.CLICK, ActionKind.LONG_PRESS)]
+    try:
+        return run_script(python, script, *args)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
 def test_every_tap_lands_in_its_target_on_the_image_the_trainer_feeds(version, tmp_path: Path, trainer: str):
-    venv, fmt = TRAINERS[trainer]
-    python = _python(venv)
-    _, sessions, store, rows = version
-    truth = {
-        uid: [json.loads(r["payload"]).get("bbox"), json.loads(r["payload"])["action"]["kind"]]
-        for uid, r in rows.items()
-        if json.loads(r["payload"]).get("action")
-    }
-    taps = {}
-    for action_format in FORMATS:
-        out = tmp_path / action_format
-        report = export(sessions, store, "gui", 1, fmt, str(out), action_format, weights="keep")
-        kept = {
-            r for r in report.skipped if r != "no_action_ground_truth"
-        }  # all but what the format can't say
-        assert all(r.startswith("action_not_representable:") for r in kept), (action_format, report.skipped)
-        if fmt != "rl-verl":  # the test's own key to each row's target, beside what the trainer reads
-            for file in out.glob("*.jsonl"):
-                records = [json.loads(line) for line in file.read_text().splitlines()]
-                for record in records:
-                    record["truth"] = truth.get(record["meta"]["uid"])
-                file.write_text("".join(json.dumps(r) + "\n" for r in records))
-        taps[action_format] = _answers(out, fmt)
-        assert taps[action_format], action_format
-    images = sorted({p for found in taps.values() for p, _, _ in found})
-    (tmp_path / "images.json").write_text(json.dumps(images))
-    fed = _run(python, FED, trainer, str(tmp_path / "images.json"))
-    assert isinstance(fed, dict)
-    for action_format, found in taps.items():
-        codec = get_codec(action_format)
-        for path, answer, bbox in found:
-            width, height = fed[path]
-            point = codec.parse(answer, Screen(width, height)).point  # 0-1000 of the image as fed
-            assert point is not None
-            slack = 1000 / min(width, height)  # a pixel's rounding
-            x1, y1, x2, y2 = bbox
-            inside = x1 - slack <= point[0] <= x2 + slack and y1 - slack <= point[1] <= y2 + slack
-            assert inside, (trainer, action_format, answer, (width, height), bbox)
+    _python(trainer)
+    _, sessions, store, _ = version
+    checks = tap_check(sessions, store, "gui", 1, trainer, FORMATS, tmp_path)
+    for action_format, check in checks.items():
+        skipped = {r for r in check.report.skipped if r != "no_action_ground_truth"}
+        assert all(r.startswith("action_not_representable:") for r in skipped), (action_format, skipped)
+        assert check.taps > 0 and not check.misses, (trainer, action_format, check.misses[:3])
 
 
 @pytest.mark.slow
 def test_swift_keeps_every_row_of_every_messages_format_as_written(version, tmp_path: Path) -> None:
-    python = _python(TRAINERS["swift"][0])
+    python = _python("swift")
     _, sessions, store, _ = version
     written = {}
     for action_format in FORMATS:
@@ -194,7 +105,7 @@ def test_swift_keeps_every_row_of_every_messages_format_as_written(version, tmp_
 @pytest.mark.slow
 def test_verl_scores_the_export_with_the_reward_written_beside_it(version, tmp_path: Path) -> None:
     """In verl's virtualenv, where trajforge is not importable: verl's own loader, our reward.py."""
-    python = _python(TRAINERS["verl"][0])
+    python = _python("verl")
     _, sessions, store, _ = version
     import polars as pl
 
@@ -237,7 +148,7 @@ def _train(command: list[str], cwd: Path) -> str:
 @pytest.mark.slow
 def test_the_llamafactory_recipe_trains_two_cpu_steps_on_every_row(version, tmp_path: Path) -> None:
     """The README's recipe as written: `dataset_dir` the export, `template: qwen2_vl`."""
-    python = _python(TRAINERS["llamafactory"][0])
+    python = _python("llamafactory")
     _, sessions, store, _ = version
     report = export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "tf1"), "qwen")
     (tmp_path / "train.yaml").write_text(
@@ -269,7 +180,7 @@ def test_the_llamafactory_recipe_trains_two_cpu_steps_on_every_row(version, tmp_
 @pytest.mark.slow
 def test_the_swift_recipe_trains_two_cpu_steps_on_every_row(version, tmp_path: Path) -> None:
     """`swift sft --dataset <export>/gui_v1_train.jsonl`: no row fails the template's encode."""
-    python = _python(TRAINERS["swift"][0])
+    python = _python("swift")
     _, sessions, store, _ = version
     report = export(
         sessions, store, "gui", 1, "sft-messages", str(tmp_path / "tf1"), "agentcpm", max_side=1000
