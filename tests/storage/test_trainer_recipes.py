@@ -21,6 +21,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from storage.exports import export
@@ -107,8 +108,6 @@ def test_verl_scores_the_export_with_the_reward_written_beside_it(version, tmp_p
     """In verl's virtualenv, where trajforge is not importable: verl's own loader, our reward.py."""
     python = _python("verl")
     _, sessions, store, _ = version
-    import polars as pl
-
     for action_format in ("qwen", "agentcpm", "mobiler1"):
         out = tmp_path / action_format
         export(sessions, store, "gui", 1, "rl-verl", str(out), action_format, max_side=540)
@@ -124,6 +123,38 @@ def test_verl_scores_the_export_with_the_reward_written_beside_it(version, tmp_p
         (tmp_path / "cases.json").write_text(json.dumps(cases))
         scores = _run(python, VERL_REWARD, str(out / "reward.py"), str(tmp_path / "cases.json"))
         assert scores == [[1.0, -1.0]] * len(cases), action_format
+
+
+VERL_DATASET = """
+import json, sys
+from omegaconf import OmegaConf
+from transformers import AutoProcessor, AutoTokenizer
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+model, files = sys.argv[1], json.loads(sys.argv[2])
+config = OmegaConf.create({"prompt_key": "prompt", "image_key": "images", "max_prompt_length": 8192,
+                           "filter_overlong_prompts": True, "filter_overlong_prompts_workers": 1})
+dataset = RLHFDataset(data_files=files, tokenizer=AutoTokenizer.from_pretrained(model), config=config,
+                      processor=AutoProcessor.from_pretrained(model))
+batch = collate_fn([dataset[i] for i in range(len(dataset))])
+print(json.dumps([len(dataset), [json.loads(t["ground_truth"])["formatted"] for t in batch["reward_model"]]]))
+"""
+
+
+@pytest.mark.slow
+def test_verls_rlhf_dataset_loads_and_collates_every_row(version, tmp_path: Path) -> None:
+    """The recipe's `data.train_files`, read by verl's own RLHFDataset with a Qwen2.5-VL processor."""
+    python = _python("verl")
+    _, sessions, store, _ = version
+    report = export(sessions, store, "gui", 1, "rl-verl", str(tmp_path / "tf1"), "qwen", max_side=1000)
+    files = json.dumps([str(tmp_path / "tf1" / "train.parquet")])
+    loaded = _run(python, VERL_DATASET, _tiny_model(python, tmp_path / "model"), files)
+    assert isinstance(loaded, list)
+    rows, answers = loaded
+    written = [
+        json.loads(r["reward_model"]["ground_truth"])["formatted"]
+        for r in pl.read_parquet(tmp_path / "tf1" / "train.parquet").to_dicts()
+    ]
+    assert rows == report.rows["train"] == len(written) and answers == written
 
 
 def _tiny_model(python: str, out: Path) -> str:
