@@ -23,6 +23,7 @@ from storage.export_rows import ExportReport
 from storage.exports import export
 from storage.objectstore import ObjectStore
 from trajforge.actions import ActionKind, Screen, get_codec
+from trajforge.errors import ParseError
 
 TRAINERS = {  # trainer: (its virtualenv, the export format its recipe reads)
     "llamafactory": ("llamafactory-0.9.5", "sft-sharegpt"),
@@ -113,7 +114,10 @@ def tap_check(
         codec, misses = get_codec(action_format), []
         for path, answer, bbox in taps:
             width, height = fed[path]
-            point = codec.parse(answer, Screen(width, height)).point  # 0-1000 of the image as fed
+            try:  # 0-1000 of the image as fed
+                point = codec.parse(answer, Screen(width, height)).point
+            except ParseError:  # a pixel outside the image as fed
+                point = None
             slack = 1000 / min(width, height)  # a pixel's rounding
             x1, y1, x2, y2 = bbox
             if point is None or not (
