@@ -106,9 +106,12 @@ def train_next(settings: Settings, number: int, dataset_version: int) -> dict[st
     root = settings.home / "training" / settings.evolve.dataset / f"v{dataset_version}"
 
     def write_export(folder: Path) -> None:
+        # The built-in policy reads the screenshots as stored (it acts on them at that size); an
+        # external trainer gets images sized for the trainer its format is for.
         export(
             spine.sessions, spine.store, settings.evolve.dataset, dataset_version, fmt, str(folder),
             trainer.action_format, tolerance=settings.curate.point_tolerance, settings=settings,
+            trainer="none" if builtin else "auto",
         )  # fmt: skip
 
     data = _complete(root / fmt, write_export)
