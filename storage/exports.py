@@ -92,7 +92,7 @@ class Writer:
         store: ObjectStore,
         max_side: int | None,
         final: Path | None,
-        fit: Callable[[int, int], tuple[int, int]] = lambda w, h: (w, h),
+        fit: Callable[[int, int], tuple[int, int]],
     ) -> None:
         self.root, self.store, self.max_side, self.final, self.fit = root, store, max_side, final, fit
         self.images: set[str] = set()  # written as files

@@ -30,6 +30,7 @@ TRAINERS = {  # trainer: (its virtualenv, the export format its recipe reads)
     "swift": ("ms-swift-4.6.0", "sft-messages"),
     "verl": ("verl-0.9.1", "rl-verl"),
 }
+TAPS = (ActionKind.CLICK, ActionKind.LONG_PRESS)  # the actions whose point must land in a target box
 # The image as each trainer feeds it: its own loading and resize, then Qwen2.5-VL's processor
 # (its published preprocessor_config: 56*56 to 28*28*16384 pixels); prints [width, height] per image.
 FED = """
@@ -126,9 +127,6 @@ def tap_check(
                 misses.append((answer, (width, height), bbox))
         checks[action_format] = TapCheck(reports[action_format], len(taps), len(taps) - len(misses), misses)
     return checks
-
-
-TAPS = (ActionKind.CLICK, ActionKind.LONG_PRESS)
 
 
 def _taps(out: Path, fmt: str, targets: dict[str, list[float]]) -> list[tuple[str, str, list[float]]]:
