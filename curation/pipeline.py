@@ -25,7 +25,7 @@ from curation.curriculum import ZERO_PASS, CurriculumReport, label_and_hold
 from curation.dedup import Decision, DedupReport, Trajectory, dedup, embed_frames
 from curation.guidance import Demonstrator, GuidanceReport, write_guidance
 from curation.overlays import GreyThumbs
-from curation.recovery import RecoveryReport, recovery_samples
+from curation.recovery import RecoveryReport, recover
 from curation.rollouts import Rollout, by_query, load_rollouts, pass_rate
 from curation.thoughts import StepToThink, ThoughtReport, synthesise
 from storage.db import record_exclusions, transaction
@@ -38,6 +38,7 @@ from storage.samples import CATEGORIES, SampleDraft, store_drafts
 from trajforge.actions import Action
 from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
+from trajforge.recovery import Prober
 from trajforge.settings import CriticSettings, CurationSettings
 
 DEDUP_STAGE = "dedup"
@@ -88,8 +89,10 @@ def curate_round(
     gateway: LLMGateway | None = None,
     featurizer: Featurizer | None = None,
     critics: CriticSettings | None = None,
+    prober: Prober | None = None,
 ) -> CurationReport:
-    """Curate one judged round (see the module docstring); safe to rerun."""
+    """Curate one judged round (see the module docstring); safe to rerun. `prober` plays the
+    error-recovery probes on a device (`rollout.recovery`); without one, recovery is skipped."""
     report = CurationReport()
     rollouts = load_rollouts(sessions, round_id, critics)
     groups = by_query(rollouts)
@@ -129,7 +132,9 @@ def curate_round(
 
     work = model_work() if gateway is None else closing(gateway, model_work())
     report.guidance, thoughts, report.thoughts = asyncio.run(work)
-    recovered, report.recovery = recovery_samples(groups)
+    recovered, report.recovery = recover(groups, prober, settings.recovery_sites)
+    with transaction(sessions) as s:
+        record_exclusions(s, round_id, "recovery", "site", report.recovery.exclusions)
     ids = {r.uid: r.episode_id for r in rollouts}
     batches: dict[int | None, list[SampleDraft]] = {}
     for d in thoughts + recovered:

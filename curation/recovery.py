@@ -1,61 +1,190 @@
-"""Error-recovery samples (InfiGUI-R1 §3.2.3) from the round's own rollouts.
+"""Error-recovery samples (InfiGUI-R1 §3.2.3), built from what a device was seen to do.
 
-A step is identified by its query and the screen it acts on (the screenshot hash before
-the action). Across the query's rollouts, every action taken on that screen is correct
-(the step critic's GOOD) or wrong (HARMFUL); a step whose success rate is strictly
-between 0 and 1 is prone to error. From each such step:
+Prone-to-error steps. The K rollouts of a query are the policy's samples. A step `s` of a
+successful rollout (the reference) is prone to error when another rollout, after the same
+moves, sampled a different action at `s` and then failed, or the step critic called that
+action HARMFUL. Among the rollouts that reached `s` this way, the success rate lies strictly
+between 0 and 1. Moves are compared by what they act on (the element a tap hits, the text
+typed), not by pixels, so a real device's jitter does not hide a shared prefix.
 
-- "error escape": the screen the wrong action really led to (its recorded post-action
-  screenshot), the history with the wrong action appended; the target is `press back`;
-- "back on track": the original screen (as recorded where the correct action was
-  taken), the history with the wrong action and the escape appended; the target is the
-  correct action.
+Probes. Each site goes to a device (`trajforge.recovery.Prober`, `rollout.recovery`). The
+device restores the state before `s`, plays the wrong action, and tries escapes. Only a probe
+whose escape was observed to bring back the screen of `s`, from where the reference still
+succeeds, makes samples:
 
-Only real observations are used. A wrong action that left the screen unchanged or ended
-the episode has no error state to escape from, and is skipped with a reason.
+- "error escape": the observed error screen, with the history plus the wrong action; the
+  target is the escape that worked (`press back`, or the wrong tap again where it undoes a
+  toggle);
+- "back on track": the screen the escape brought back, with the history plus the wrong action
+  and the escape; the target is the reference's action.
+
+Every other probe, and every site not probed, is counted with its reason. The report also
+counts what the earlier method would have paired on the same rollouts: steps on pixel-identical
+screens, with an escape never checked (`coincident_pairs`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from curation.rollouts import Rollout
 from storage.samples import SampleDraft
 from trajforge.actions import Action, ActionKind, Screen
-from trajforge.actions.compare import target_bbox
+from trajforge.actions.compare import target_bbox, target_element
 from trajforge.domain import StepView, describe
 from trajforge.logs import counts
+from trajforge.recovery import Prober, ProbeResult, RecoverySite
 
-ESCAPE = Action(kind=ActionKind.PRESS, key="back")
 CATEGORIES = ("error_escape", "back_on_track")
+METHOD = "infigui-r1 3.2.3, probed on a device"
 
 
 @dataclass
 class RecoveryReport:
-    prone_steps: int = 0
+    prone_steps: int = 0  # sites found (query, reference prefix, wrong action)
+    probed: int = 0
     samples: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
+    coincident: int = 0  # pairs the pixel-coincidence method would have made (escape unchecked)
+    exclusions: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # probes that made none
 
     def render(self) -> str:
-        made = counts(self.samples)
-        skipped = counts(self.skipped)
-        return f"recovery: {self.prone_steps} prone-to-error steps; samples {made}; skipped {skipped}"
+        return (
+            f"recovery: {self.prone_steps} prone-to-error sites, {self.probed} probed on a device; "
+            f"samples {counts(self.samples)}; skipped {counts(self.skipped)}; "
+            f"the pixel-coincidence method would pair {self.coincident}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prone_steps": self.prone_steps,
+            "probed": self.probed,
+            "samples": dict(self.samples),
+            "skipped": dict(self.skipped),
+            "coincident": self.coincident,
+        }
 
 
-@dataclass(frozen=True)
-class _Seen:
-    rollout: Rollout
-    index: int
+def recover(
+    groups: dict[str, list[Rollout]], prober: Prober | None, limit: int
+) -> tuple[list[SampleDraft], RecoveryReport]:
+    """Find the round's prone-to-error sites, probe at most `limit` of them, make the samples."""
+    report = RecoveryReport(coincident=coincident_pairs(groups))
+    sites = recovery_sites(groups, report)
+    report.prone_steps = len(sites)
+    if prober is None or limit <= 0:
+        report.skipped["no_device" if prober is None else "recovery_off"] += len(sites)
+        return [], report
+    chosen = _spread(sites, limit)
+    if len(sites) > len(chosen):
+        report.skipped["over_limit"] += len(sites) - len(chosen)
+    report.probed = len(chosen)
+    drafts: list[SampleDraft] = []
+    for result in prober(chosen):
+        if result.reason is not None:
+            report.skipped[result.reason] += 1
+            report.exclusions.append((_key(result.site), result.reason, _detail(result.site)))
+            continue
+        drafts += _pair(result)
+        report.samples.update(CATEGORIES)
+    return drafts, report
 
-    @property
-    def view(self) -> StepView:
-        return self.rollout.steps[self.index]
 
-    @property
-    def action(self) -> Action:
-        assert self.view.action is not None
-        return Action.model_validate(self.view.action)
+def _key(site: RecoverySite) -> str:
+    wrong = hashlib.sha256(site.wrong.to_json().encode()).hexdigest()[:16]
+    return f"{site.reference}:{site.step}:{wrong}"
+
+
+def _detail(site: RecoverySite) -> dict[str, Any]:
+    return {
+        "query": site.query.uid,
+        "episode": site.episode,
+        "wrong_action": site.wrong.model_dump(mode="json", exclude_none=True),
+        "source": site.source,
+    }
+
+
+def recovery_sites(groups: dict[str, list[Rollout]], report: RecoveryReport) -> list[RecoverySite]:
+    """Where each query's rollouts part from a successful one (see the module docstring). Steps
+    whose output did not parse did nothing on the device, and are left out of the comparison."""
+    sites: dict[tuple[str, str, str], RecoverySite] = {}
+    for group in groups.values():
+        played = {r.uid: _played(r) for r in group}
+        references = sorted(
+            (r for r in group if r.success and played[r.uid]), key=lambda r: (len(r.steps), r.uid)
+        )
+        for ref in references:
+            for other in group:
+                if other is ref:
+                    continue
+                site = _site(ref, played[ref.uid], other, played[other.uid], report)
+                if site is not None:
+                    sites.setdefault((site.query.uid, str(site.prefix), site.wrong.to_json()), site)
+    return list(sites.values())
+
+
+def _played(r: Rollout) -> list[int]:
+    """The indices of a rollout's steps that acted on the device."""
+    return [i for i, v in enumerate(r.steps) if v.action is not None]
+
+
+def _site(
+    ref: Rollout, ref_played: list[int], other: Rollout, other_played: list[int], report: RecoveryReport
+) -> RecoverySite | None:
+    d = 0
+    n = min(len(ref_played), len(other_played))
+    while d < n and _same_move(ref.steps[ref_played[d]], other.steps[other_played[d]]):
+        d += 1
+    if d >= n:
+        return None
+    at = other_played[d]
+    harmful = other.labels[at] == "HARMFUL"
+    if other.success and not harmful:
+        return None  # another way to succeed, not an error
+    wrong = Action.model_validate(other.steps[at].action).model_copy(update={"thought": None, "intent": None})
+    if wrong.kind == ActionKind.TERMINATE:
+        report.skipped["error_ends_episode"] += 1
+        return None
+    steps = tuple(ref.steps[i] for i in ref_played)
+    source = "harmful" if harmful else "diverged"
+    return RecoverySite(ref.query, ref.uid, steps, d, wrong, other.uid, source, ref_played[d])
+
+
+def _same_move(a: StepView, b: StepView) -> bool:
+    """Two recorded steps make the same move: the same kind on the same element (or text)."""
+    if a.action is None or b.action is None:
+        return False
+    x, y = Action.model_validate(a.action), Action.model_validate(b.action)
+    if x.kind != y.kind:
+        return False
+    if x.point is not None and y.point is not None:
+        hit_x = target_element(x.point, a.elements, Screen(a.width, a.height))
+        hit_y = target_element(y.point, b.elements, Screen(b.width, b.height))
+        if hit_x is not None or hit_y is not None:
+            return _visible(hit_x) == _visible(hit_y)
+    skip = {"thought", "intent", "point"} if x.point is not None else {"thought", "intent"}
+    return x.model_dump(exclude=skip) == y.model_dump(exclude=skip)
+
+
+def _visible(element: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    return None if element is None else (element.get("text"), tuple(element.get("bounds") or ()))
+
+
+def _spread(sites: list[RecoverySite], limit: int) -> list[RecoverySite]:
+    """At most `limit` sites, taken round-robin over queries so no query takes them all."""
+    by_query: dict[str, list[RecoverySite]] = {}
+    for site in sorted(sites, key=lambda s: (s.query.uid, s.index, s.wrong.to_json())):
+        by_query.setdefault(site.query.uid, []).append(site)
+    chosen: list[RecoverySite] = []
+    queues = list(by_query.values())
+    while len(chosen) < limit and any(queues):
+        for queue in queues:
+            if queue and len(chosen) < limit:
+                chosen.append(queue.pop(0))
+    return chosen
 
 
 def _payload(images: list[str], prompt: str, action: Action, view: StepView) -> dict[str, object]:
@@ -72,64 +201,63 @@ def _payload(images: list[str], prompt: str, action: Action, view: StepView) -> 
     }
 
 
-def recovery_samples(groups: dict[str, list[Rollout]]) -> tuple[list[SampleDraft], RecoveryReport]:
-    report = RecoveryReport()
-    drafts: list[SampleDraft] = []
-    for group in groups.values():
-        by_screen: dict[str, tuple[list[_Seen], list[_Seen]]] = {}
-        for r in group:
-            for i, view in enumerate(r.steps):
-                if view.action is None or r.labels[i] == "NEUTRAL":
-                    continue
-                right, wrong = by_screen.setdefault(view.before, ([], []))
-                (right if r.labels[i] == "GOOD" else wrong).append(_Seen(r, i))
-        for screen, (right, wrong) in by_screen.items():
-            if not right or not wrong:
-                continue  # always mastered or always failed: not prone to error
-            report.prone_steps += 1
-            good = min(right, key=lambda s: (s.rollout.uid, s.index))
-            errors: set[str] = set()  # one pair per distinct error state
-            for bad in sorted(wrong, key=lambda s: (s.rollout.uid, s.index)):
-                if bad.action.kind == ActionKind.TERMINATE:
-                    report.skipped["error_ends_episode"] += 1
-                    continue
-                if bad.view.after == screen:
-                    report.skipped["error_without_new_screen"] += 1
-                    continue
-                if bad.view.after in errors:
-                    report.skipped["same_error_state"] += 1
-                    continue
-                errors.add(bad.view.after)
-                drafts += _pair(good, bad)
-                report.samples.update(CATEGORIES)
-    return drafts, report
-
-
-def _pair(good: _Seen, bad: _Seen) -> list[SampleDraft]:
-    query = bad.rollout.query
-    history = bad.rollout.words(bad.index)
-    wrong = describe(bad.action, bad.view)
-    escape = describe(ESCAPE, bad.view)
+def _pair(result: ProbeResult) -> list[SampleDraft]:
+    site, error, escape = result.site, result.error, result.escape
+    assert error is not None and escape is not None
+    history = [describe(a, v) for a, v in zip(site.prefix, site.steps, strict=False)]
+    wrong = describe(site.wrong, error)
+    escaped = Action.model_validate(escape.action)
     prov = {
-        "episode": bad.rollout.uid,
-        "steps": [bad.index],
-        "query": query.uid,
-        "wrong_action": bad.view.action,
-        "correct_from": {"episode": good.rollout.uid, "step": good.index},
-        "method": "infigui-r1 3.2.3",
+        "episode": site.episode,
+        "reference": site.reference,
+        "steps": [site.step],
+        "query": site.query.uid,
+        "wrong_action": error.action,
+        "escape": escape.action,
+        "observed": {"before": error.before, "error": error.after, "back": escape.after},
+        "source": site.source,
+        "method": METHOD,
     }
-    task = f"Task: {query.instruction}\nHistory: "
+    task = f"Task: {site.query.instruction}\nHistory: "
+    here = site.steps[site.index]
+    back = StepView(here.action, None, escape.after, here.after, here.elements, here.width, here.height)
     return [
         SampleDraft(
             "error_escape",
-            bad.index,
-            _payload([bad.view.after], task + "; ".join([*history, wrong]), ESCAPE, bad.view),
+            site.step,
+            _payload([error.after], task + "; ".join([*history, wrong]), escaped, escape),
             prov,
         ),
         SampleDraft(
             "back_on_track",
-            bad.index,
-            _payload([good.view.before], task + "; ".join([*history, wrong, escape]), good.action, good.view),
+            site.step,
+            _payload(
+                [escape.after],
+                task + "; ".join([*history, wrong, describe(escaped, escape)]),
+                site.correct,
+                back,
+            ),
             prov,
         ),
     ]
+
+
+def coincident_pairs(groups: dict[str, list[Rollout]]) -> int:
+    """The pairs the earlier method made: per query, a wrong step (HARMFUL) on a screen with the
+    same pixels as a right one (GOOD), which moved to a new screen, one per error screen. Counted for
+    comparison only: its escape, `press back`, was never checked."""
+    pairs = 0
+    for group in groups.values():
+        by_screen: dict[str, tuple[bool, set[str]]] = {}
+        for r in group:
+            for i, view in enumerate(r.steps):
+                if view.action is None or r.labels[i] == "NEUTRAL":
+                    continue
+                right, errors = by_screen.get(view.before, (False, set()))
+                if r.labels[i] == "GOOD":
+                    right = True
+                elif view.action.get("kind") != ActionKind.TERMINATE.value and view.after != view.before:
+                    errors.add(view.after)
+                by_screen[view.before] = (right, errors)
+        pairs += sum(len(errors) for right, errors in by_screen.values() if right)
+    return pairs

@@ -12,6 +12,9 @@ dropped counts) and `dropped` (by reason). `revisits` lists the round's revisite
 `tiers` gives the new queries' episodes and success rate per complexity tier
 (`querygen.complexity`); `curriculum` the tier mix asked for (`evolve.tier_mix`), the
 queries per pass-rate tier and the samples held out or released (`curation.curriculum`).
+`recovery` counts the error-recovery probes (`curation.recovery`): `prone_steps`, `probed`,
+`samples` by category, `skipped` by reason, and `coincident` (what the pixel-coincidence method
+would have paired on the same rollouts).
 `heldout` is the round's policy on the fixed held-out set (`evolve.heldout`): `episodes`,
 `successes`, `unknown`, `success_rate` and `per_app` ([successes, episodes]); `promotion` the
 gate's decision on the policy trained after the round (`promoted`, `reason`, and the `current`
@@ -147,6 +150,7 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
             t: {"episodes": v.episodes, "success_rate": v.success_rate} for t, v in sorted(tiers.items())
         },
         "curriculum": (rnd.stats or {}).get("curriculum", {}),
+        "recovery": (rnd.stats or {}).get("recovery"),
         "heldout": (rnd.stats or {}).get("heldout"),
         "promotion": (rnd.stats or {}).get("promotion"),
         OVERALL: overall.as_dict(),

@@ -25,6 +25,7 @@ from curation.pipeline import CurationReport, curate_round
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise
 from rollout.pool import DevicePool
+from rollout.recovery import device_prober
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from rollout.sim.env import demonstrator
 from rollout.sim.farm import SimFarm
@@ -141,7 +142,13 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
     report.calibration = calibrate_round(sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
     report.samples = extract_round(sessions, round_id, settings=settings.critics)
     report.curation = curate_round(
-        sessions, round_id, store, settings.curate, demonstrator(farm.apps, store), critics=settings.critics
+        sessions,
+        round_id,
+        store,
+        settings.curate,
+        demonstrator(farm.apps, store),
+        critics=settings.critics,
+        prober=device_prober(pool, farm, farm.backend, settings.curate.recovery_escapes),
     )
     with transaction(sessions) as s:
         finished = s.get(Round, round_id)

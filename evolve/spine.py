@@ -15,6 +15,7 @@ from functools import cached_property
 from sqlalchemy.orm import Session, sessionmaker
 
 from rollout.pool import DevicePool
+from rollout.recovery import device_prober
 from rollout.sim.farm import SimFarm
 from rollout.suites import Suite, is_suite_ref, resolve
 from rollout.suites.farm import SuiteFarm
@@ -27,6 +28,7 @@ from storage.objectstore import ObjectStore, frame_reader, open_object_store
 from trajforge.appspec import AppSpec, load_apps
 from trajforge.errors import ConfigError
 from trajforge.gateway import LLMGateway
+from trajforge.recovery import Prober
 from trajforge.settings import LLMSettings, Settings
 
 _OPEN: dict[str, Spine] = {}
@@ -103,3 +105,9 @@ def open_farm(spine: Spine) -> SimFarm | WebFarm | SuiteFarm:
 def open_pool(spine: Spine) -> DevicePool:
     """The device pool, with the loop's cool-down before a retired device is probed."""
     return DevicePool(spine.sessions, cooldown_s=spine.settings.evolve.device_cooldown_s)
+
+
+def open_prober(spine: Spine) -> Prober:
+    """Error-recovery probes on one of the loop's devices (`rollout.recovery`)."""
+    farm = open_farm(spine)
+    return device_prober(open_pool(spine), farm, farm.backend, spine.settings.curate.recovery_escapes)

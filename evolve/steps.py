@@ -31,7 +31,7 @@ from evolve.ownership import foreign_round, loop_round
 from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
 from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
-from evolve.spine import Spine, open_farm, open_pool, open_spine
+from evolve.spine import Spine, open_farm, open_pool, open_prober, open_spine
 from evolve.suite_tasks import suite_round_queries
 from querygen.pipeline import generate_round
 from rollout.policies import NoisyOracle, OracleNoise, Policy
@@ -283,9 +283,11 @@ def curate(settings: Settings, number: int) -> dict[str, Any]:
         demonstrator(spine.apps, spine.store),
         spine.gateway(),
         critics=settings.critics,
+        prober=open_prober(spine),
     )
     return {
         "samples": dict(report.samples),
+        "recovery": report.recovery.as_dict(),
         "dedup": {
             "kept": report.dedup.kept,
             "total": report.dedup.total,

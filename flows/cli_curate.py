@@ -27,7 +27,7 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     if ctx.invoked_subcommand is not None:
         return
     from curation.pipeline import curate_round
-    from evolve.spine import build_gateway, open_spine
+    from evolve.spine import build_gateway, open_prober, open_spine
     from rollout.sim.env import demonstrator
     from storage.apps import round_apps
     from trajforge.appspec import load_apps
@@ -37,15 +37,16 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     apps = round_apps(sessions, load_apps(settings.apps))
     gateway = build_gateway(settings.llm, sessions)
     typer.echo(f"round {number}")
-    store = open_spine(settings).store
+    spine = open_spine(settings)
     report = curate_round(
         sessions,
         round_id,
-        store,
+        spine.store,
         settings.curate,
-        demonstrator(apps, store),
+        demonstrator(apps, spine.store),
         gateway,
         critics=settings.critics,
+        prober=open_prober(spine),
     )
     typer.echo(report.render())
 

@@ -192,6 +192,7 @@ def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
         "consensus": calibrated["consensus"],
         "dedup": curated["dedup"],
         "curriculum": curated["curriculum"],
+        "recovery": curated["recovery"],
         "encoder": curated["encoder"],
         "rollout_steps": rolled["steps"],
     }

@@ -90,6 +90,16 @@ class CurationSettings(BaseSettings):
         description="Hold the action samples of a query no rollout has solved out of the published "
         "versions until a later round solves it (Step-GUI §2.1.3).",
     )
+    recovery_sites: int = Field(
+        48,
+        ge=0,
+        le=100_000,
+        description="Prone-to-error steps probed on a device per round for error-recovery samples "
+        "(InfiGUI-R1 §3.2.3; each replays its prefix, so a probe costs a short episode); 0 turns it off.",
+    )
+    recovery_escapes: int = Field(
+        2, ge=1, le=2, description="Escapes tried per probe: press back, then the wrong tap again."
+    )
     high_pass_rate: float = Field(0.8, ge=0, le=1, description="Tasks above this are down-sampled.")
     low_pass_rate: float = Field(0.3, ge=0, le=1, description="Tasks below this (but > 0) are up-sampled.")
     downsample_keep: float = Field(0.5, gt=0, le=1, description="Share of a high-pass task's samples kept.")

@@ -1,5 +1,5 @@
-"""`curate_round` on a real round: dedup drops with their evidence, recovery from recorded
-observations, guidance for hard queries, balancing, and reruns that change nothing."""
+"""`curate_round` on a real round: dedup drops with their evidence, recovery from escapes
+observed on a device, guidance for hard queries, balancing, and reruns that change nothing."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from storage.models import Episode, Exclusion, Guidance, Sample, ScreenFeature, 
 from storage.objectstore import open_object_store
 from storage.samples import CATEGORIES
 from trajforge.appspec import builtin_app_names, load_app
+from trajforge.recovery import PROBE_REASONS
 from trajforge.settings import load_settings
 
 APPS = [load_app(n) for n in builtin_app_names()]
@@ -79,35 +80,37 @@ def test_a_rerun_writes_nothing_and_featurises_nothing(curated) -> None:
     assert again.samples == first.samples
 
 
-def test_recovery_samples_use_the_recorded_observations(curated) -> None:
+def test_recovery_samples_come_from_escapes_observed_on_a_device(curated) -> None:
     settings, sessions, report = curated
     store = open_object_store(settings)
+    rec = report.recovery
     with sessions() as s:
         escapes = s.scalars(select(Sample).where(Sample.category == "error_escape")).all()
-        tracks = {x.uid: x for x in s.scalars(select(Sample).where(Sample.category == "back_on_track"))}
-        assert escapes and len(tracks) == len(escapes) == report.recovery.samples["error_escape"]
+        tracks = s.scalars(select(Sample).where(Sample.category == "back_on_track")).all()
+        assert escapes and len(tracks) == len(escapes) == rec.samples["error_escape"]
+        assert rec.probed == len(escapes) + sum(rec.skipped[r] for r in PROBE_REASONS)
+        skipped = s.scalars(select(Exclusion).where(Exclusion.stage == "recovery")).all()
+        assert len(skipped) == sum(rec.skipped[r] for r in PROBE_REASONS)  # each kept with its reason
         for esc in escapes:
             prov = esc.provenance
-            wrong = s.scalars(
+            seen = prov["observed"]
+            step = s.scalars(
                 select(Step)
                 .join(Episode)
-                .where(Episode.uid == prov["episode"], Step.index == prov["steps"][0])
+                .where(Episode.uid == prov["reference"], Step.index == prov["steps"][0])
             ).one()
-            right = s.scalars(
-                select(Step)
-                .join(Episode)
-                .where(
-                    Episode.uid == prov["correct_from"]["episode"], Step.index == prov["correct_from"]["step"]
-                )
-            ).one()
-            assert wrong.action == prov["wrong_action"] and wrong.screenshot == right.screenshot
-            assert esc.payload["images"] == [wrong.screenshot_after] != [wrong.screenshot]
-            assert esc.payload["action"] == {"kind": "press", "key": "back"}
-            assert store.exists(blob_key(wrong.screenshot_after))
-            track = next(t for t in tracks.values() if t.provenance == prov)
-            assert track.payload["images"] == [right.screenshot]
-            assert track.payload["action"] == right.action
-            assert track.payload["prompt"].endswith("; Press back")
+            wrong = s.scalars(select(Step).join(Episode).where(Episode.uid == prov["episode"])).all()
+            assert any(w.action and w.action["kind"] == prov["wrong_action"]["kind"] for w in wrong)
+            # The device was back on the reference's screen before the wrong action, and after the escape.
+            assert seen["before"] == seen["back"] == step.screenshot != seen["error"]
+            assert esc.payload["images"] == [seen["error"]] and store.exists(blob_key(seen["error"]))
+            assert esc.payload["action"] == prov["escape"]
+            track = next(t for t in tracks if t.provenance == prov)
+            assert track.payload["images"] == [seen["back"]]
+            assert track.payload["action"] == {
+                k: v for k, v in step.action.items() if k not in ("thought", "intent")
+            }
+    assert "the pixel-coincidence method would pair" in rec.render()
 
 
 def test_hard_queries_get_guidance_for_their_next_rollouts(curated) -> None:
