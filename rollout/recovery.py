@@ -3,7 +3,9 @@
 For each prone-to-error site (`trajforge.recovery.RecoverySite`) the device is brought back to
 the state before the step by replaying the reference's prefix from the task's reset (the task's
 own seed: a MiniWoB++ page, a simulated phone and a web app all replay the same way), and the
-replayed screen must match the recorded one. The wrong action is played, then escapes are tried
+replayed screen must match the recorded one. An environment that offers snapshots (`snapshot()`
+and `restore(snapshot)`, as the simulator does) replays once per site and restores the snapshot
+after that. The wrong action is played, then escapes are tried
 in order, each from a fresh restore:
 
 - `press back`, the escape the paper names;
@@ -52,10 +54,11 @@ def probe(env: Environment, site: RecoverySite, max_escapes: int = 2) -> ProbeRe
     reason = "escape_not_observed"
     tried = 0
     here = site.steps[site.index]
+    restore = _Restorer(env, site)
     try:
-        _check_error(env, site)
+        _check_error(env, site, restore)
         for escape in escapes(site.wrong, max_escapes):
-            start = _restore(env, site)
+            start = restore()
             error = env.step(site.wrong)
             back = env.step(escape)
             tried += 1
@@ -79,23 +82,37 @@ def probe(env: Environment, site: RecoverySite, max_escapes: int = 2) -> ProbeRe
     return ProbeResult(site, reason, tries=tried)
 
 
-def _restore(env: Environment, site: RecoverySite) -> Observation:
-    obs = env.reset(site.query)
-    for view in site.steps[: site.index]:
-        obs = env.step(_action(view))
-        if obs.done:
-            raise _Skip("restore_ended")
-    here = site.steps[site.index]
-    if not same_screen(obs.screenshot, obs.elements, here.before, here.elements):
-        raise _Skip("restore_mismatch")
-    return obs
+class _Restorer:
+    """Brings `env` back to the state before the site's step: the prefix replayed, checked against
+    the recorded screen; then the environment's snapshot of it, where it offers one."""
+
+    def __init__(self, env: Environment, site: RecoverySite) -> None:
+        self.env, self.site = env, site
+        self._snapshot: object | None = None
+        self._observed: Observation | None = None
+
+    def __call__(self) -> Observation:
+        env, site = self.env, self.site
+        if self._snapshot is not None:
+            return env.restore(self._snapshot)  # type: ignore[attr-defined]
+        obs = env.reset(site.query)
+        for view in site.steps[: site.index]:
+            obs = env.step(_action(view))
+            if obs.done:
+                raise _Skip("restore_ended")
+        here = site.steps[site.index]
+        if not same_screen(obs.screenshot, obs.elements, here.before, here.elements):
+            raise _Skip("restore_mismatch")
+        if callable(getattr(env, "snapshot", None)):
+            self._snapshot = env.snapshot()  # type: ignore[attr-defined]
+        return obs
 
 
-def _check_error(env: Environment, site: RecoverySite) -> None:
+def _check_error(env: Environment, site: RecoverySite, restore: _Restorer) -> None:
     """Skip a wrong action that is no error, or leaves no error state to escape from. One that
     shows the reference's next screen is an error only if the reference's rest fails after it
     (a state the screen does not show: another destination picked from a list)."""
-    start = _restore(env, site)
+    start = restore()
     error = env.step(site.wrong)
     following = site.steps[site.index + 1].elements if site.index + 1 < len(site.steps) else None
     if same_screen(error.screenshot, error.elements, site.steps[site.index].after, following):

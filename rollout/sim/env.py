@@ -50,6 +50,14 @@ class SimEnv:
     def close(self) -> None:
         self._task = None
 
+    def snapshot(self) -> object:
+        """The device's state, for `restore` (error-recovery probes return here without a replay)."""
+        return self.device.snapshot()
+
+    def restore(self, snapshot: object) -> Observation:
+        self.device.restore(snapshot)  # type: ignore[arg-type]
+        return self._observe()
+
     def verify(self) -> VerifierResult:
         """The task's verifier on the current state."""
         if self._task is None:

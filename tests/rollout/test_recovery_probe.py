@@ -20,7 +20,7 @@ from storage.objectstore import LocalObjectStore
 from tests.conftest import service_missing
 from trajforge.actions import Action, ActionKind, Screen, get_codec
 from trajforge.appspec import builtin_app_names, load_app
-from trajforge.domain import Query, StepView
+from trajforge.domain import Observation, Query, StepView
 from trajforge.recovery import RecoverySite
 from trajforge.world.model import Move
 
@@ -172,3 +172,22 @@ def test_miniwob_replays_by_seed_and_a_wrong_tick_is_escaped_by_unticking(miniwo
     assert probe(miniwob, _site(query, steps, 1, _tap(steps[1], "Submit"))).reason == "not_an_error"
     ends = _site(query, steps, 0, _tap(steps[0], "Submit"))
     assert probe(miniwob, ends).reason == "error_ends_episode"  # a wrong Submit ends the page's episode
+
+
+class _CountingSim(SimEnv):
+    resets = 0
+
+    def reset(self, task: Query) -> Observation:
+        self.resets += 1
+        return super().reset(task)
+
+
+def test_the_simulator_replays_a_prefix_once_then_restores_its_snapshot(tmp_path) -> None:
+    env = _CountingSim(APPS, store=LocalObjectStore(tmp_path))
+    query = _wifi_query()
+    steps = _reference(env, query)
+    at = _step_on(steps, "Bluetooth")
+    env.resets = 0
+    result = probe(env, _site(query, steps, at, _tap(steps[at], "Bluetooth")))
+    assert result.reason is None and result.tries == 2 and env.resets == 1  # three restores, one replay
+    assert result.escape is not None and result.escape.after == steps[at].before

@@ -7,6 +7,7 @@ Query validation replays paths on it without rendering at all.
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
@@ -59,6 +60,15 @@ class SimDevice:
         """
         self._rng = random.Random(f"{self.faults.seed}:{episode_seed}")
         self.state = SimState(slots={name: app.initial_values() for name, app in self.apps.items()})
+
+    def snapshot(self) -> tuple[SimState, Any]:
+        """The state and the fault draws so far: `restore` comes back to this very moment."""
+        return copy.deepcopy(self.state), self._rng.getstate()
+
+    def restore(self, snapshot: tuple[SimState, Any]) -> None:
+        state, draws = snapshot
+        self.state = copy.deepcopy(state)
+        self._rng.setstate(draws)
 
     @property
     def app(self) -> AppSpec | None:
