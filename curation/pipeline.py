@@ -126,7 +126,12 @@ def curate_round(
         )
         accepted = _accepted_steps(sessions, round_id, rollouts, dropped)
         drafts, thought_report = await synthesise(
-            accepted, settings.hint_styles, settings.point_tolerance, gateway, frames
+            accepted,
+            settings.hint_styles,
+            settings.point_tolerance,
+            gateway,
+            frames,
+            only_bottlenecks=settings.thoughts_for == "bottleneck",
         )
         return guided, drafts, thought_report
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from curation.bottleneck import Bottleneck, measure
 from curation.guidance import TEMPLATES
 from storage.samples import SampleDraft
 from trajforge.actions import Action, ActionKind, Screen, get_codec
@@ -58,11 +59,12 @@ class ThoughtReport:
     kept: Counter[str] = field(default_factory=Counter)  # by pass
     dropped: Counter[str] = field(default_factory=Counter)  # by reason
     attempts: Counter[str] = field(default_factory=Counter)  # attempt outcomes (match or mismatch code)
+    bottleneck: Counter[str] = field(default_factory=Counter)  # steps by verdict (`curation.bottleneck`)
 
     def render(self) -> str:
         return (
             f"thoughts: kept {counts(self.kept)}; dropped {counts(self.dropped)}; "
-            f"attempts {counts(self.attempts)}"
+            f"attempts {counts(self.attempts)}; reasoning bottlenecks {counts(self.bottleneck)}"
         )
 
 
@@ -150,7 +152,10 @@ async def synthesise(
     tolerance: int,
     gateway: LLMGateway | None = None,
     frames: Callable[[str], bytes] | None = None,
+    only_bottlenecks: bool = False,
 ) -> tuple[list[SampleDraft], ThoughtReport]:
+    """Thoughts for `steps`; with a model, each step's reasoning-bottleneck verdict first
+    (`curation.bottleneck`), and with `only_bottlenecks` thoughts for bottleneck steps only."""
     report = ThoughtReport()
 
     async def attempt(step: StepToThink, style: str, hint: str | None) -> tuple[str, str | None]:
@@ -160,6 +165,17 @@ async def synthesise(
         return thought, check(read_action(thought, step.view), step, tolerance)
 
     async def one(step: StepToThink) -> SampleDraft:
+        measured = None
+        if gateway is not None and frames is not None:
+            measured = await measure(
+                step.query, step.view, step.history, step.action, gateway, frames, tolerance
+            )
+            report.bottleneck[measured.verdict] += 1
+            if only_bottlenecks and not measured.is_bottleneck:
+                report.dropped[measured.verdict] += 1
+                skipped = _draft(step, None, [], gateway, measured)
+                skipped.reason = measured.verdict
+                return skipped
         tries: list[dict[str, Any]] = []
         plan = [("free", s, None) for s in styles] + [("hinted", styles[0], describe(step.action, step.view))]
         chosen: tuple[str, str, str] | None = None
@@ -170,7 +186,7 @@ async def synthesise(
             if code is None:
                 chosen = (phase, style, thought)
                 break
-        draft = _draft(step, chosen, tries, gateway)
+        draft = _draft(step, chosen, tries, gateway, measured)
         if chosen is None:
             draft.reason = THOUGHT_ACTION_MISMATCH
             report.dropped[THOUGHT_ACTION_MISMATCH] += 1
@@ -183,7 +199,11 @@ async def synthesise(
 
 
 def _draft(
-    step: StepToThink, chosen: tuple[str, str, str] | None, tries: list[dict[str, Any]], gateway: Any
+    step: StepToThink,
+    chosen: tuple[str, str, str] | None,
+    tries: list[dict[str, Any]],
+    gateway: Any,
+    measured: Bottleneck | None = None,
 ) -> SampleDraft:
     target = step.action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
     thought = chosen[2] if chosen else ""
@@ -199,6 +219,7 @@ def _draft(
             "screen": [step.view.width, step.view.height],
             "bbox": target_bbox(step.action, step.view.elements, Screen(step.view.width, step.view.height)),
             "response": f"<think>{thought}</think>\n{Action.model_validate(target).to_json()}",
+            "bottleneck": measured.is_bottleneck if measured else None,
         },
         {
             "episode": step.episode,
@@ -207,6 +228,7 @@ def _draft(
             "pass": (chosen[0] if gateway is not None else "template") if chosen else None,
             "style": chosen[1] if chosen else None,
             "attempts": tries,
+            "bottleneck": measured.as_dict() if measured else None,
             "model": gateway.settings.model if gateway is not None else TEMPLATE_VERSION,
         },
     )

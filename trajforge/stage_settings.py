@@ -82,6 +82,12 @@ class CurationSettings(BaseSettings):
         min_length=1,
         description="Hint styles of thought synthesis (GUI-Owl §2.2.3), tried in order.",
     )
+    thoughts_for: Literal["all", "bottleneck"] = Field(
+        "all",
+        description="Which accepted steps get thoughts: all, or (with a model) only reasoning bottlenecks, "
+        "steps the model gets wrong from the task alone and right with the step's sub-goal "
+        "(InfiGUI-R1 §3.1.1). The verdict is recorded on every thought sample either way.",
+    )
     point_tolerance: int = Field(
         40, ge=0, le=1000, description="0-1000 units a predicted point may miss by outside any element."
     )

@@ -31,6 +31,8 @@ def scripted(steps: list[StepToThink]):
     style_of = {text: name for name, text in STYLES.items()}
 
     def responder(rec: Recorded) -> Reply:
+        if "Give the single next action" in rec.text:  # reasoning-bottleneck selection
+            return bottleneck(steps, rec)
         if "Write only your reasoning" in rec.text:
             step = rec.text.count("did step")
             style = next(name for text, name in style_of.items() if text in rec.text)
@@ -47,6 +49,15 @@ def scripted(steps: list[StepToThink]):
         return Reply(content=json.dumps(gold if right else wrong))
 
     return responder
+
+
+def bottleneck(steps: list[StepToThink], rec: Recorded) -> Reply:
+    """Step 0 is solved from the task alone; step 1 only with its sub-goal; step 2 not even then."""
+    step = rec.text.count("did step")
+    gold = steps[step].action.model_dump(mode="json", exclude_none=True)
+    told = "The next step to take:" in rec.text
+    right = step == 0 or (step == 1 and told)
+    return Reply(content=json.dumps(gold if right else {"kind": "press", "key": "home"}))
 
 
 def test_only_thoughts_that_predict_the_recorded_action_are_kept(replayed) -> None:
@@ -78,6 +89,32 @@ def test_only_thoughts_that_predict_the_recorded_action_are_kept(replayed) -> No
     assert predictions and all(r.images == 1 and "did step" not in r.text for r in predictions)
     assert all(steps[0].query.instruction not in r.text for r in predictions)
     assert first.payload["action"] == steps[0].action.model_dump(mode="json", exclude_none=True)
+    # Each thought sample carries its step's reasoning-bottleneck verdict (InfiGUI-R1 §3.1.1).
+    verdicts = [d.provenance["bottleneck"]["verdict"] for d in drafts]
+    assert verdicts == ["solved_without_subgoal", "reasoning_bottleneck", "wrong_with_subgoal"]
+    assert [d.payload["bottleneck"] for d in drafts] == [False, True, False]
+    assert report.bottleneck == dict.fromkeys(verdicts, 1)
+
+
+def test_only_reasoning_bottlenecks_get_thoughts_when_asked(replayed) -> None:
+    store, _ = replayed
+    steps = steps_of(replayed)
+    with ScriptedLLM(responder=scripted(steps)) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="thinker"))
+        drafts, report = asyncio.run(
+            synthesise(steps, ["cot"], 40, gateway, frame_reader(store), only_bottlenecks=True)
+        )
+        asked = [r.text.count("did step") for r in llm.requests if "Write only your reasoning" in r.text]
+        subgoals = [r for r in llm.requests if "The next step to take:" in r.text]
+    assert set(asked) == {1}  # thoughts were written for the bottleneck step only
+    assert len(subgoals) == 2  # a_low is asked only where a_high was wrong
+    assert [d.reason for d in drafts] == ["solved_without_subgoal", None, "wrong_with_subgoal"]
+    assert drafts[1].provenance["bottleneck"] == {
+        "verdict": "reasoning_bottleneck",
+        "without_subgoal": "kind_mismatch",
+        "with_subgoal": "match",
+    }
+    assert report.dropped == {"solved_without_subgoal": 1, "wrong_with_subgoal": 1}
 
 
 def test_offline_thoughts_are_checked_by_reading_the_action_back(replayed) -> None:

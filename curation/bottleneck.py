@@ -1,0 +1,77 @@
+"""Reasoning-bottleneck selection (InfiGUI-R1 §3.1.1).
+
+A step is a reasoning bottleneck when the model, shown the screen and the task, predicts the
+wrong action (a_high), yet predicts the right one once it is also told the step's sub-goal
+(a_low: the step's clear low-level instruction, Mobile-R1's "clear action"). Its difficulty is
+inferring what to do next, which is what reasoning teaches; a step the model gets wrong either
+way fails at perception or execution, and one it gets right without help needs no reasoning.
+
+Each accepted step is measured before thoughts are written, and the verdict is kept with the
+thought sample (`bottleneck` in its payload, the two predictions' outcomes in its provenance).
+With `curate.thoughts_for: bottleneck`, only bottleneck steps get thoughts, as in the paper;
+the others are kept as dropped samples with their verdict as the reason. Offline (no model)
+nothing is measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from curation.guidance import TEMPLATES
+from trajforge.actions import Action, Screen, get_codec
+from trajforge.actions.compare import mismatch
+from trajforge.domain import Query, StepView, describe
+from trajforge.errors import ParseError
+from trajforge.gateway import LLMGateway, image_part, text_part
+
+BOTTLENECK = "reasoning_bottleneck"
+SOLVED = "solved_without_subgoal"  # a_high is right: no reasoning needed
+BEYOND = "wrong_with_subgoal"  # a_low is wrong too: perception or execution, not reasoning
+VERDICTS = (BOTTLENECK, SOLVED, BEYOND)
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    verdict: str
+    without: str  # "match" or the mismatch code of a_high
+    with_subgoal: str | None  # the same for a_low (None: not asked, a_high was right)
+
+    @property
+    def is_bottleneck(self) -> bool:
+        return self.verdict == BOTTLENECK
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"verdict": self.verdict, "without_subgoal": self.without, "with_subgoal": self.with_subgoal}
+
+
+async def measure(
+    query: Query,
+    view: StepView,
+    history: list[str],
+    action: Action,
+    gateway: LLMGateway,
+    frames: Callable[[str], bytes],
+    tolerance: int,
+) -> Bottleneck:
+    """a_high, then (only when it is wrong) a_low; the verdict from the two."""
+
+    async def predict(subgoal: str | None) -> str:
+        prompt = TEMPLATES.get_template("act.j2").render(
+            instruction=query.instruction, history=history, subgoal=subgoal
+        )
+        content = [text_part(prompt), image_part(frames(view.before))]
+        stage = "bottleneck.subgoal" if subgoal else "bottleneck.task"
+        reply = await gateway.chat([{"role": "user", "content": content}], stage=stage, json_mode=True)
+        screen = Screen(view.width, view.height)
+        try:
+            predicted = get_codec("canonical").parse(reply.text, screen)
+        except ParseError:
+            return "prediction_unparseable"
+        return mismatch(predicted, action, view.elements, screen, tolerance) or "match"
+
+    high = await predict(None)
+    if high == "match":
+        return Bottleneck(SOLVED, high, None)
+    low = await predict(describe(action, view))
+    return Bottleneck(BOTTLENECK if low == "match" else BEYOND, high, low)
