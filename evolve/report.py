@@ -45,6 +45,7 @@ class RoundFigures:
     pass_rates: list[float] = field(default_factory=list)  # per query, the round's own policy
     accuracy: dict[str, float] = field(default_factory=dict)  # critic channel -> accuracy vs anchors
     dedup: dict[str, Any] = field(default_factory=dict)
+    recovery: dict[str, Any] = field(default_factory=dict)  # `curation.recovery.RecoveryReport.as_dict`
     categories: Counter[str] = field(default_factory=Counter)  # kept samples
     drops: Counter[str] = field(default_factory=Counter)  # every dropped item by reason
     tokens: int = 0
@@ -63,6 +64,14 @@ class RoundFigures:
         return self.dedup.get("kept", 0) / total if total else None
 
 
+def _recovery(rec: dict[str, Any]) -> str:
+    """Escapes observed on a device, of the sites probed; what pixel coincidence would have paired."""
+    if not rec:
+        return ""
+    made = (rec.get("samples") or {}).get("error_escape", 0)
+    return f"{made} of {rec.get('probed', 0)} ({rec.get('coincident', 0)})"
+
+
 def collect(sessions: sessionmaker[Session]) -> list[RoundFigures]:
     """Every round's figures, oldest first."""
     out: list[RoundFigures] = []
@@ -75,6 +84,7 @@ def collect(sessions: sessionmaker[Session]) -> list[RoundFigures]:
             channels = (stats.get("calibration") or {}).get("channels", {})
             fig.accuracy = {name: float(c.get("accuracy", 0.0)) for name, c in channels.items() if c.get("n")}
             fig.dedup = stats.get("dedup") or {}
+            fig.recovery = stats.get("recovery") or {}
             fig.dataset_version = stats.get("dataset_version")
             fig.manifest_sha256 = stats.get("manifest_sha256") or ""
             fig.next_policy = stats.get("next_policy") or ""
@@ -287,6 +297,7 @@ def write_report(sessions: sessionmaker[Session], store: ObjectStore, out: Path)
         f"<td><b>{f.success_rate:.0%}</b></td>"
         f"<td>{f.accuracy.get(':'.join(CONSENSUS), 0.0):.0%}</td>"
         f"<td>{'' if f.retention is None else f'{f.retention:.0%}'}</td>"
+        f"<td>{_recovery(f.recovery)}</td>"
         f"<td>{sum(f.categories.values())}</td><td>{sum(f.drops.values())}</td><td>{f.tokens}</td>"
         f"<td>${f.cost_usd:.2f}</td>"
         f"<td>{'' if f.dataset_version is None else f'v{f.dataset_version}'} "
@@ -326,7 +337,8 @@ figure{{display:inline-block;margin:6px;vertical-align:top}}
 .steps figcaption{{font-size:11px;max-width:{THUMB}px;word-break:break-all}}</style></head><body>
 <h1>trajforge: {len(figs)} rounds</h1>
 <h2>Rounds</h2><table><tr><th>round</th><th>policy</th><th>status</th><th>successes</th><th>success rate</th>
-<th>consensus accuracy</th><th>dedup retention</th><th>kept samples</th><th>dropped items</th><th>tokens</th>
+<th>consensus accuracy</th><th>dedup retention</th>
+<th>recovery pairs (probed; coincidence method)</th><th>kept samples</th><th>dropped items</th><th>tokens</th>
 <th>cost</th><th>dataset version</th><th>next policy</th></tr>{rows}</table>
 <h2>Critics against the anchors, out of sample</h2>
 <p>The learned critic's verdict on an episode comes from a model fitted without any episode of its query;
