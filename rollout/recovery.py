@@ -5,8 +5,8 @@ the state before the step by replaying the reference's prefix from the task's re
 own seed: a MiniWoB++ page, a simulated phone and a web app all replay the same way), and the
 replayed screen must match the recorded one. An environment that offers snapshots (`snapshot()`
 and `restore(snapshot)`, as the simulator does) replays once per site and restores the snapshot
-after that. The wrong action is played, then escapes are tried
-in order, each from a fresh restore:
+after that. The wrong action is played, then escapes are tried in order, each from a fresh
+restore:
 
 - `press back`, the escape the paper names;
 - the wrong action again, which undoes a toggle that `back` would leave set.
@@ -89,7 +89,6 @@ class _Restorer:
     def __init__(self, env: Environment, site: RecoverySite) -> None:
         self.env, self.site = env, site
         self._snapshot: object | None = None
-        self._observed: Observation | None = None
 
     def __call__(self) -> Observation:
         env, site = self.env, self.site
@@ -114,13 +113,13 @@ def _check_error(env: Environment, site: RecoverySite, restore: _Restorer) -> No
     (a state the screen does not show: another destination picked from a list)."""
     start = restore()
     error = env.step(site.wrong)
+    if error.done:  # the environment's reward says whether it was wrong
+        raise _Skip("not_an_error" if env.verify().success else "error_ends_episode")
     following = site.steps[site.index + 1].elements if site.index + 1 < len(site.steps) else None
     if same_screen(error.screenshot, error.elements, site.steps[site.index].after, following):
-        if error.done or _finishes(env, site, site.index + 1):
+        if _finishes(env, site, site.index + 1):
             raise _Skip("not_an_error")
         return
-    if error.done:
-        raise _Skip("error_ends_episode")
     if same_screen(error.screenshot, error.elements, start.screenshot, start.elements):
         raise _Skip("error_without_new_screen")
 

@@ -45,7 +45,7 @@ class RecoverySite:
     wrong: Action
     episode: str
     source: str  # "diverged": the rollout failed after it; "harmful": the step critic's label
-    step: int = -1  # the reference's recorded step index of `index` (unparsed outputs left out of `steps`)
+    step: int  # the recorded index of that step in the reference (its unparsed outputs are not in `steps`)
 
     @property
     def prefix(self) -> list[Action]:

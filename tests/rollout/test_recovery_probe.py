@@ -88,7 +88,7 @@ def _tap(view: StepView, text: str, kind: str | None = None) -> Action:
 
 
 def _site(query: Query, steps: tuple[StepView, ...], index: int, wrong: Action) -> RecoverySite:
-    return RecoverySite(query, "ref", steps, index, wrong, "other", "diverged")
+    return RecoverySite(query, "ref", steps, index, wrong, "other", "diverged", index)
 
 
 def _step_on(steps: tuple[StepView, ...], text: str) -> int:
