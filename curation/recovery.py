@@ -49,7 +49,12 @@ class RecoveryReport:
     samples: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     coincident: int = 0  # pairs the pixel-coincidence method would have made (escape unchecked)
-    exclusions: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # probes that made none
+    exclusions: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # sites that made none
+
+    def skip(self, site: RecoverySite, reason: str) -> None:
+        """Count a site that made no samples, and keep it with its reason."""
+        self.skipped[reason] += 1
+        self.exclusions.append((_key(site), reason, _detail(site)))
 
     def render(self) -> str:
         return (
@@ -75,18 +80,18 @@ def recover(
     report = RecoveryReport(coincident=coincident_pairs(groups))
     sites = recovery_sites(groups, report)
     report.prone_steps = len(sites)
-    if prober is None or limit <= 0:
+    if prober is None or limit <= 0:  # recovery not run: counted, and nothing kept as filtered
         report.skipped["no_device" if prober is None else "recovery_off"] += len(sites)
         return [], report
     chosen = _spread(sites, limit)
-    if len(sites) > len(chosen):
-        report.skipped["over_limit"] += len(sites) - len(chosen)
+    for site in sites:
+        if site not in chosen:
+            report.skip(site, "over_limit")
     report.probed = len(chosen)
     drafts: list[SampleDraft] = []
     for result in prober(chosen):
         if result.reason is not None:
-            report.skipped[result.reason] += 1
-            report.exclusions.append((_key(result.site), result.reason, _detail(result.site)))
+            report.skip(result.site, result.reason)
             continue
         drafts += _pair(result)
         report.samples.update(CATEGORIES)
@@ -145,12 +150,13 @@ def _site(
     if other.success and not harmful:
         return None  # another way to succeed, not an error
     wrong = Action.model_validate(other.steps[at].action).model_copy(update={"thought": None, "intent": None})
-    if wrong.kind == ActionKind.TERMINATE:
-        report.skipped["error_ends_episode"] += 1
-        return None
     steps = tuple(ref.steps[i] for i in ref_played)
     source = "harmful" if harmful else "diverged"
-    return RecoverySite(ref.query, ref.uid, steps, d, wrong, other.uid, source, ref_played[d])
+    site = RecoverySite(ref.query, ref.uid, steps, d, wrong, other.uid, source, ref_played[d])
+    if wrong.kind == ActionKind.TERMINATE:
+        report.skip(site, "wrong_action_finishes")  # the episode ends: nothing to escape from
+        return None
+    return site
 
 
 def _same_move(a: StepView, b: StepView) -> bool:

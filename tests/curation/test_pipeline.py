@@ -12,7 +12,10 @@ from curation.pipeline import curate_round
 from curation.rollouts import load_rollouts
 from evolve.smoke import run_smoke_round
 from flows.cli import app as cli
+from rollout.pool import DevicePool
+from rollout.recovery import device_prober
 from rollout.sim.env import demonstrator
+from rollout.sim.farm import SimFarm
 from storage.db import session_factory
 from storage.keys import blob_key
 from storage.models import Episode, Exclusion, Guidance, Sample, ScreenFeature, Step
@@ -70,7 +73,9 @@ def test_a_rerun_writes_nothing_and_featurises_nothing(curated) -> None:
     with sessions() as s:
         states = sorted(s.execute(select(Sample.uid, Sample.status, Sample.reason, Sample.weight)).all())
     store = open_object_store(settings)
-    again = curate_round(sessions, 1, store, settings.curate, demonstrator(APPS, store))
+    farm = SimFarm(store=store)  # the smoke round registered its devices in the pool
+    prober = device_prober(DevicePool(sessions), farm, farm.backend)
+    again = curate_round(sessions, 1, store, settings.curate, demonstrator(APPS, store), prober=prober)
     assert _counts(sessions) == before
     with sessions() as s:
         assert (
@@ -90,7 +95,7 @@ def test_recovery_samples_come_from_escapes_observed_on_a_device(curated) -> Non
         assert escapes and len(tracks) == len(escapes) == rec.samples["error_escape"]
         assert rec.probed == len(escapes) + sum(rec.skipped[r] for r in PROBE_REASONS)
         skipped = s.scalars(select(Exclusion).where(Exclusion.stage == "recovery")).all()
-        assert len(skipped) == sum(rec.skipped[r] for r in PROBE_REASONS)  # each kept with its reason
+        assert len(skipped) == sum(rec.skipped.values())  # each kept with its reason
         for esc in escapes:
             prov = esc.provenance
             seen = prov["observed"]

@@ -61,5 +61,5 @@ def test_one_site_per_wrong_action_and_an_early_finish_is_counted_not_probed() -
     twice = [_rollout(u, [OPEN, EMPTY, DONE], ["GOOD", "HARMFUL", "HARMFUL"], False) for u in ("a", "b")]
     quits = _rollout("quit", [OPEN, {"kind": "terminate", "status": "failure"}], ["GOOD", "HARMFUL"], False)
     sites, report = _sites(*twice, quits)
-    assert len(sites) == 1 and report.skipped["error_ends_episode"] == 1
+    assert len(sites) == 1 and report.skipped["wrong_action_finishes"] == 1
     assert sites[0].wrong.kind == ActionKind.CLICK
