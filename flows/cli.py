@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -335,10 +335,22 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
         )
         if result.get("curriculum"):
             typer.echo(f"  curriculum: {curriculum_line(result['curriculum'])}")
+        if rec := result.get("recovery"):
+            typer.echo(f"  recovery: {recovery_line(rec)}")
         if line := heldout_line(result):
             typer.echo(f"  held-out: {line}")
     index = write_report(spine.sessions, spine.store, report_dir or settings.home / "report")
     typer.echo(f"report: {index.resolve().as_uri()}")
+
+
+def recovery_line(rec: dict[str, Any]) -> str:
+    """The round's error-recovery figures (`curation.recovery.RecoveryReport.as_dict`) in one line."""
+    skipped = ", ".join(f"{r} {n}" for r, n in sorted(rec["skipped"].items())) or "none"
+    return (
+        f"{rec['samples'].get('error_escape', 0)} escape pairs observed of {rec['probed']} probes "
+        f"({rec['prone_steps']} prone-to-error sites; skipped: {skipped}); the pixel-coincidence "
+        f"method would pair {rec['coincident']}"
+    )
 
 
 @app.command("report")

@@ -14,6 +14,7 @@ from PIL import Image
 
 from tests.conftest import service_missing
 from tests.flows.test_cli import TRAJFORGE
+from trajforge.recovery import PROBE_REASONS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,6 +51,11 @@ def test_miniwob_tasks_beside_a_built_in_app_evolve_and_export(tmp_path: Path) -
         assert apps[app]["episodes"] == 8 and apps[app]["outcome_sources"] == {"verifier": 8}
     assert apps["miniwob:click-button"]["successes"] > 0
     assert set(first["heldout"]["per_app"]) == set(apps)
+    # Error recovery ran on the same device slots (a MiniWoB page replays its seed): every probe
+    # made a pair or is counted with its reason.
+    rec = first["recovery"]
+    made = rec["samples"].get("error_escape", 0)
+    assert rec["probed"] == made + sum(n for r, n in rec["skipped"].items() if r in PROBE_REASONS)
 
     out = tmp_path / "export"
     home = {"TRAJFORGE_HOME": str(tmp_path / "run" / "home")}
