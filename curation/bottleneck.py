@@ -45,6 +45,17 @@ class Bottleneck:
         return {"verdict": self.verdict, "without_subgoal": self.without, "with_subgoal": self.with_subgoal}
 
 
+def prediction_mismatch(text: str, action: Action, view: StepView, tolerance: int) -> str | None:
+    """A model's predicted action (canonical JSON) against the recorded one: None when it
+    matches, else the mismatch code (`prediction_unparseable` when it does not parse)."""
+    screen = Screen(view.width, view.height)
+    try:
+        predicted = get_codec("canonical").parse(text, screen)
+    except ParseError:
+        return "prediction_unparseable"
+    return mismatch(predicted, action, view.elements, screen, tolerance)
+
+
 async def measure(
     query: Query,
     view: StepView,
@@ -63,12 +74,7 @@ async def measure(
         content = [text_part(prompt), image_part(frames(view.before))]
         stage = "bottleneck.subgoal" if subgoal else "bottleneck.task"
         reply = await gateway.chat([{"role": "user", "content": content}], stage=stage, json_mode=True)
-        screen = Screen(view.width, view.height)
-        try:
-            predicted = get_codec("canonical").parse(reply.text, screen)
-        except ParseError:
-            return "prediction_unparseable"
-        return mismatch(predicted, action, view.elements, screen, tolerance) or "match"
+        return prediction_mismatch(reply.text, action, view, tolerance) or "match"
 
     high = await predict(None)
     if high == "match":

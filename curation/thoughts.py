@@ -25,13 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from curation.bottleneck import Bottleneck, measure
+from curation.bottleneck import Bottleneck, measure, prediction_mismatch
 from curation.guidance import TEMPLATES
 from storage.samples import SampleDraft
-from trajforge.actions import Action, ActionKind, Screen, get_codec
+from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch, target_bbox
 from trajforge.domain import Query, StepView, describe, screen_text
-from trajforge.errors import ParseError
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
 
@@ -139,11 +138,7 @@ async def think_with_model(
     predicted = await gateway.chat(
         [{"role": "user", "content": [text_part(ask), image]}], stage="thought.predict", json_mode=True
     )
-    try:
-        action = get_codec("canonical").parse(predicted.text, Screen(step.view.width, step.view.height))
-    except ParseError:
-        return thought, "prediction_unparseable"
-    return thought, check(action, step, tolerance)
+    return thought, prediction_mismatch(predicted.text, step.action, step.view, tolerance)
 
 
 async def synthesise(

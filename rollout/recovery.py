@@ -27,7 +27,7 @@ from rollout.pool import DevicePool, Lease, holder_name
 from trajforge.actions import Action, ActionKind
 from trajforge.domain import Observation, StepView
 from trajforge.errors import DeviceError
-from trajforge.recovery import Prober, ProbeResult, RecoverySite, same_screen
+from trajforge.recovery import Prober, ProbeResult, RecoverySite, same_screen, step_action
 from trajforge.world.verify import UNVERIFIABLE
 
 log = logging.getLogger("trajforge.recovery")
@@ -56,10 +56,11 @@ def probe(env: Environment, site: RecoverySite, max_escapes: int = 2) -> ProbeRe
     here = site.steps[site.index]
     restore = _Restorer(env, site)
     try:
-        _check_error(env, site, restore)
+        fresh = _check_error(env, site, restore)
         for escape in escapes(site.wrong, max_escapes):
-            start = restore()
-            error = env.step(site.wrong)
+            # the first escape starts from the error state the check left, the others restore again
+            start, error = fresh or (restore(), env.step(site.wrong))
+            fresh = None
             back = env.step(escape)
             tried += 1
             if not same_screen(back.screenshot, back.elements, here.before, here.elements):
@@ -96,7 +97,7 @@ class _Restorer:
             return env.restore(self._snapshot)  # type: ignore[attr-defined]
         obs = env.reset(site.query)
         for view in site.steps[: site.index]:
-            obs = env.step(_action(view))
+            obs = env.step(step_action(view))
             if obs.done:
                 raise _Skip("restore_ended")
         here = site.steps[site.index]
@@ -107,10 +108,13 @@ class _Restorer:
         return obs
 
 
-def _check_error(env: Environment, site: RecoverySite, restore: _Restorer) -> None:
+def _check_error(
+    env: Environment, site: RecoverySite, restore: _Restorer
+) -> tuple[Observation, Observation] | None:
     """Skip a wrong action that is no error, or leaves no error state to escape from. One that
     shows the reference's next screen is an error only if the reference's rest fails after it
-    (a state the screen does not show: another destination picked from a list)."""
+    (a state the screen does not show: another destination picked from a list). Returns the
+    restored and the error observations while the device still shows that error, else None."""
     start = restore()
     error = env.step(site.wrong)
     if error.done:  # the environment's reward says whether it was wrong
@@ -119,9 +123,10 @@ def _check_error(env: Environment, site: RecoverySite, restore: _Restorer) -> No
     if same_screen(error.screenshot, error.elements, site.steps[site.index].after, following):
         if _finishes(env, site, site.index + 1):
             raise _Skip("not_an_error")
-        return
+        return None  # the check played on past the error
     if same_screen(error.screenshot, error.elements, start.screenshot, start.elements):
         raise _Skip("error_without_new_screen")
+    return start, error
 
 
 def _finishes(env: Environment, site: RecoverySite, first: int) -> bool:
@@ -130,18 +135,13 @@ def _finishes(env: Environment, site: RecoverySite, first: int) -> bool:
     matched = True
     views = site.steps[first:]
     for i, view in enumerate(views):
-        obs = env.step(_action(view))
+        obs = env.step(step_action(view))
         following = views[i + 1].elements if i + 1 < len(views) else None
         matched = matched and same_screen(obs.screenshot, obs.elements, view.after, following)
         if obs.done:
             break
     verdict = env.verify()
     return matched if verdict.failed == UNVERIFIABLE else verdict.success
-
-
-def _action(view: StepView) -> Action:
-    assert view.action is not None  # a reference's steps are the ones that acted
-    return Action.model_validate(view.action)
 
 
 def device_prober(

@@ -49,11 +49,11 @@ class RecoverySite:
 
     @property
     def prefix(self) -> list[Action]:
-        return [_action(v) for v in self.steps[: self.index]]
+        return [step_action(v) for v in self.steps[: self.index]]
 
     @property
     def correct(self) -> Action:
-        return _action(self.steps[self.index])
+        return step_action(self.steps[self.index])
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ class ProbeResult:
 Prober = Callable[[list[RecoverySite]], list[ProbeResult]]
 
 
-def _action(view: StepView) -> Action:
+def step_action(view: StepView) -> Action:
+    """The action of a reference's step (a reference's steps are the ones that acted)."""
     if view.action is None:
         raise ValueError("a recovery reference has an unparsed step; references are successful rollouts")
     return Action.model_validate(view.action)

@@ -60,15 +60,19 @@ def bottleneck(steps: list[StepToThink], rec: Recorded) -> Reply:
     return Reply(content=json.dumps(gold if right else {"kind": "press", "key": "home"}))
 
 
-def test_only_thoughts_that_predict_the_recorded_action_are_kept(replayed) -> None:
+def _synthesise(replayed, steps: list[StepToThink], styles: list[str], **options):
+    """`synthesise` against the scripted model: (drafts, report, the requests it received)."""
     store, _ = replayed
-    steps = steps_of(replayed)
     with ScriptedLLM(responder=scripted(steps)) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="thinker"))
-        drafts, report = asyncio.run(
-            synthesise(steps, ["cot", "concise", "observe_then_act"], 40, gateway, frame_reader(store))
-        )
-        predictions = [r for r in llm.requests if "Give the single action" in r.text]
+        drafts, report = asyncio.run(synthesise(steps, styles, 40, gateway, frame_reader(store), **options))
+        return drafts, report, list(llm.requests)
+
+
+def test_only_thoughts_that_predict_the_recorded_action_are_kept(replayed) -> None:
+    steps = steps_of(replayed)
+    drafts, report, requests = _synthesise(replayed, steps, ["cot", "concise", "observe_then_act"])
+    predictions = [r for r in requests if "Give the single action" in r.text]
     first, second, third = drafts
     assert (
         first.reason is None and first.provenance["pass"] == "free" and first.provenance["style"] == "concise"
@@ -97,15 +101,10 @@ def test_only_thoughts_that_predict_the_recorded_action_are_kept(replayed) -> No
 
 
 def test_only_reasoning_bottlenecks_get_thoughts_when_asked(replayed) -> None:
-    store, _ = replayed
     steps = steps_of(replayed)
-    with ScriptedLLM(responder=scripted(steps)) as llm:
-        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="thinker"))
-        drafts, report = asyncio.run(
-            synthesise(steps, ["cot"], 40, gateway, frame_reader(store), only_bottlenecks=True)
-        )
-        asked = [r.text.count("did step") for r in llm.requests if "Write only your reasoning" in r.text]
-        subgoals = [r for r in llm.requests if "The next step to take:" in r.text]
+    drafts, report, requests = _synthesise(replayed, steps, ["cot"], only_bottlenecks=True)
+    asked = [r.text.count("did step") for r in requests if "Write only your reasoning" in r.text]
+    subgoals = [r for r in requests if "The next step to take:" in r.text]
     assert set(asked) == {1}  # thoughts were written for the bottleneck step only
     assert len(subgoals) == 2  # a_low is asked only where a_high was wrong
     assert [d.reason for d in drafts] == ["solved_without_subgoal", None, "wrong_with_subgoal"]
