@@ -21,16 +21,20 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from critics.view import CriticView, SeenElement
-from trajforge.text import quoted, words
+from trajforge.text import cjk, quoted, words
 
-NAME, VERSION = "learned_trajectory", "1"  # bump with the features or the fit
+NAME, VERSION = "learned_trajectory", "2"  # bump with the features or the fit
 FOLDS = 5
 MIN_TRAIN = 8  # anchored episodes (with both outcomes) before the critic votes at all
 RIDGE = 1.0
+# the critic's probability at which it calls an episode a success: above even odds, since a false
+# success puts a wrong trajectory into the SFT set while a false failure only loses one sample
+SUCCESS_AT = 0.7
 _GENERIC = frozenset(
     [
         "a",
@@ -73,15 +77,15 @@ SIGNS: dict[str, int] = {
     "claims_success": 1,
     "gives_up": -1,
     "no_end_claim": -1,
-    "steps": 0,
+    "steps": -1,
     "no_op_share": -1,
     "repeat_share": -1,
     "unparsed_share": -1,
     "miss_share": -1,
     "away_share": -1,
     "covered_by_actions": 1,
-    "covered_on_end_screen": 0,
-    "covered_anywhere": 0,
+    "covered_on_end_screen": 1,
+    "covered_anywhere": 1,
     "quoted_on_end_screen": 1,
     "typed_unasked": -1,
     "last_touch_named": 1,
@@ -97,10 +101,17 @@ SIGNS: dict[str, int] = {
     "ends_on_last_clause": 1,
     "claim_x_ends_on_last": 1,
     "claim_x_clauses": 1,
+    "every_clause_acted": 1,
     "last_touch_unnamed": -1,
     "last_touch_role_named": 1,
     "last_touch_all_named": 1,
     "quoted_acted": 1,
+    "named_untouched": -1,
+    "end_named_untouched": -1,
+    "named_touched": 1,
+    "last_move_away": -1,
+    "named_state_as_asked": 1,
+    "named_state_not_as_asked": -1,
 }
 FEATURES = tuple(SIGNS)
 # the words a task uses for an element of each role ("Focus into the textbox", "Click the link")
@@ -113,6 +124,27 @@ _ROLE_WORDS = {
     "option": {"option", "dropdown"},
     "list_item": {"item", "option", "row"},
 }
+# the words of a button that commits what the task set up ("Place order", "Submit", "确认呼叫"): a tap on
+# one after the task's last part is finishing the task, not wandering off
+_COMMIT = frozenset(
+    [
+        "ok",
+        "okay",
+        "done",
+        "submit",
+        "confirm",
+        "apply",
+        "save",
+        "send",
+        "place",
+        "order",
+        "pay",
+        "buy",
+        "checkout",
+        "finish",
+    ]
+)
+_COMMIT_CJK = ("确认", "确定", "提交", "下单", "完成", "保存")
 _CLAUSE = re.compile(r"[,;，、。；]|\bthen\b|\band\b|\bwith\b")
 
 
@@ -133,8 +165,41 @@ def _touched_words(e: SeenElement, asked: set[str]) -> set[str]:
     return set(words(e.text)) | (_ROLE_WORDS.get(e.role, set()) & asked)
 
 
+def _away(action: dict[str, Any] | None) -> bool:
+    """A press of back or home: leaving the screen rather than acting on it."""
+    a = action or {}
+    return a.get("kind") in _AWAY or (a.get("kind") == "press" and a.get("key") in _AWAY)
+
+
+def _commits(e: SeenElement) -> bool:
+    """A button that commits what was set up ("Place order", "确认呼叫")."""
+    return bool(set(words(e.text)) & _COMMIT) or any(w in e.text for w in _COMMIT_CJK)
+
+
 def _share(part: set[str], whole: set[str]) -> float:
     return len(part & whole) / len(whole) if whole else 0.0
+
+
+def _named(e: SeenElement, task: str, asked: set[str]) -> str | None:
+    """The element's name when the task names it ("Black" for "Color: Black" in "... in Black"):
+    CJK text by substring, other text by all its content words; else None."""
+    text = re.split(r"[:：]", e.text.casefold())[-1].strip()
+    if not text:  # an empty field the task names by its role ("Focus into the textbox")
+        return f"<{e.role}>" if _ROLE_WORDS.get(e.role, set()) & asked else None
+    if cjk(text):
+        return text if text in task else None
+    mine = set(words(text)) - _GENERIC
+    return text if mine and mine <= asked else None
+
+
+_OFF = frozenset(["off", "disable", "uncheck", "deselect", "unselect", "clear", "关", "关闭"])
+
+
+def _state_asked(name: str, parts: Sequence[str]) -> bool:
+    """Whether the task wants the named switch or option on: off where the part naming it says so
+    ("turn Wi-Fi off", "uncheck X"), on otherwise ("select X", "set the volume to 75%")."""
+    part = next((p for p in parts if name.strip("<>") in p), "")
+    return not (set(words(part)) & _OFF or "关" in part)
 
 
 def _texts(elements: Sequence[SeenElement]) -> set[str]:
@@ -187,7 +252,7 @@ def features(view: CriticView) -> list[float]:
     moving = [st for st in steps if (st.action or {}).get("kind") != "terminate"]
     no_op = sum(st.before == st.after for st in moving) / max(len(moving), 1)
     last_touch = next((e for e in reversed(touched) if e is not None), None)
-    touch = _touched_words(last_touch, asked) if last_touch is not None else set()
+    touch = _touched_words(last_touch, asked) - _GENERIC if last_touch is not None else set()
     named = [e for e in end if e.checked is not None and set(words(e.text)) & asked]
     end_covered = _share(end_words, asked)
     parts = clauses(view.instruction)
@@ -200,11 +265,29 @@ def features(view: CriticView) -> list[float]:
     done_at = next((i for i, w in enumerate(per_action) if parts and _acted(parts[-1], w, essential)), None)
     last_hit = max((i for i, w in enumerate(per_action) if parts and w & parts[-1]), default=None)
     moved = [i for i, st in enumerate(moving) if st.before != st.after]
-    after_last = sum(i > last_hit for i in moved) if last_hit is not None else len(moved)
+    commits = {i for i, e in enumerate(hits) if e is not None and _commits(e)}
+    after_last = sum(i > last_hit and i not in commits for i in moved) if last_hit is not None else len(moved)
     ends_on_last = float(
         bool(parts) and _acted(parts[-1], acted, essential) and last_hit is not None and not after_last
     )
-    clauses_acted = sum(_acted(p, acted, essential) for p in parts) / len(parts) if parts else 0.0
+    task = view.instruction.casefold()
+    shown = {nm for st in steps for e in st.elements if (nm := _named(e, task, asked))}
+    hit = {nm for e in touched if e is not None and (nm := _named(e, task, asked))}
+    hit |= {name for name in shown if any(name in t for t in typed)}
+    end_named = {nm for e in end if (nm := _named(e, task, asked))}
+    raw_parts = [p for p in _CLAUSE.split(task) if p.strip()]
+    states = [
+        (e.checked, _state_asked(nm, raw_parts))
+        for e in end
+        if e.checked is not None and (nm := _named(e, task, asked))
+    ]
+    # a part is done when half its words were acted on, or a thing it names was tapped or typed
+    done = [
+        _acted(set(words(raw)) - _GENERIC, acted, essential) or any(name.strip("<>") in raw for name in hit)
+        for raw in raw_parts
+        if set(words(raw)) - _GENERIC
+    ]
+    clauses_acted = sum(done) / len(done) if done else 0.0
     row = {
         "claims_success": float(claim),
         "gives_up": float(last.get("kind") == "terminate" and not claim),
@@ -214,7 +297,7 @@ def features(view: CriticView) -> list[float]:
         "repeat_share": repeats / n,
         "unparsed_share": sum(st.action is None for st in steps) / n,
         "miss_share": sum(e is None for e in touched) / max(len(touched), 1),
-        "away_share": sum((st.action or {}).get("kind") in _AWAY for st in steps) / n,
+        "away_share": sum(_away(st.action) for st in steps) / n,
         "covered_by_actions": _share(acted, asked),
         "covered_on_end_screen": end_covered,
         "covered_anywhere": _share({w for st in steps for w in _texts(st.elements)} | acted, asked),
@@ -235,6 +318,7 @@ def features(view: CriticView) -> list[float]:
         "ends_on_last_clause": ends_on_last,
         "claim_x_ends_on_last": float(claim) * ends_on_last,
         "claim_x_clauses": float(claim) * clauses_acted,
+        "every_clause_acted": float(bool(done) and all(done)),
         "last_touch_all_named": float(bool(touch) and touch <= asked),
         "quoted_acted": (
             sum(v in typed or any(v in t for t in touched_texts) for v in values) / len(values)
@@ -244,7 +328,15 @@ def features(view: CriticView) -> list[float]:
         "last_touch_role_named": float(
             last_touch is not None and bool(_ROLE_WORDS.get(last_touch.role, set()) & asked)
         ),
-        "last_touch_unnamed": float(last_touch is not None and bool(touch) and not touch & asked),
+        "named_untouched": len(shown - hit) / max(len(shown), 1),
+        "end_named_untouched": len(end_named - hit) / max(len(end_named), 1),
+        "named_touched": len(hit) / max(len(shown), 1),
+        "last_move_away": float(bool(moved) and _away(moving[moved[-1]].action)),
+        "named_state_as_asked": sum(c == want for c, want in states) / max(len(states), 1),
+        "named_state_not_as_asked": sum(c != want for c, want in states) / max(len(states), 1),
+        "last_touch_unnamed": float(
+            last_touch is not None and bool(touch) and not touch & asked and not _commits(last_touch)
+        ),
     }
     return [row[f] for f in FEATURES]
 
@@ -369,7 +461,7 @@ def cross_judge(
             continue
         probs = model.prob(np.array([targets[i][1] for i in mine]))
         for i, p in zip(mine, probs, strict=True):
-            out[i] = Prediction(bool(p >= 0.5), float(p), model)
+            out[i] = Prediction(bool(p >= SUCCESS_AT), float(p), model)
     return [p or Prediction(None, None) for p in out]
 
 

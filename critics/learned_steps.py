@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from critics.learned import Checkpoint, features
+from critics.learned import SUCCESS_AT, Checkpoint, features
 from critics.view import CriticView
 from trajforge.domain import StepVerdict
 
-NAME, VERSION = "learned_step", "1"
+NAME, VERSION = "learned_step", "2"
 MARGIN = 0.05
 
 
@@ -35,7 +35,7 @@ def step_verdicts(model: Checkpoint | None, view: CriticView) -> list[StepVerdic
                 StepVerdict("NEUTRAL", "unparseable_output", "The output did not parse; nothing happened.")
             )
         elif action.get("kind") == "terminate":
-            believed = values[-1] >= 0.5
+            believed = values[-1] >= SUCCESS_AT
             claims = action.get("status") == "success"
             good = believed == claims
             reason = (

@@ -16,7 +16,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from critics.learned import NAME, Checkpoint, Prediction, cross_judge, features, fit_all
+from critics.learned import NAME, SUCCESS_AT, Checkpoint, Prediction, cross_judge, features, fit_all
 from critics.view import critic_view
 from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
 from storage.episodes import steps_by_episode
@@ -88,7 +88,7 @@ def leave_one_app_out(
             continue
         stats = ChannelStats()
         for e, p in zip(mine, model.prob(np.array([e.features for e in mine])), strict=True):
-            stats.add(bool(p >= 0.5), truth[e.episode_id])
+            stats.add(bool(p >= SUCCESS_AT), truth[e.episode_id])
         out[app] = {**stats.summary(), "trained_on": model.trained_on}
     return out
 

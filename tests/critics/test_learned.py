@@ -111,7 +111,8 @@ def test_too_few_anchors_or_one_outcome_fit_nothing() -> None:
 
 def test_every_episode_is_judged_by_a_model_that_never_saw_its_query(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(1)
-    signal = FEATURES.index("steps")  # a feature free to point either way carries the signal
+    # a feature free to point either way carries the signal
+    signal = next(i for i, f in enumerate(FEATURES) if learned.SIGNS[f] == 0)
 
     def row(i: int) -> list[float]:  # the first column names the row
         x = [0.0] * len(FEATURES)
@@ -140,12 +141,13 @@ def test_a_feature_never_turns_its_evidence_around() -> None:
     rng = np.random.default_rng(2)
     y = (rng.random(200) < 0.5).astype(float)
     x = np.zeros((200, len(FEATURES)))
-    x[:, FEATURES.index("steps")] = y + rng.normal(0, 0.5, 200)  # free: may point either way
+    free = next(i for i, f in enumerate(FEATURES) if learned.SIGNS[f] == 0)  # may point either way
+    x[:, free] = y + rng.normal(0, 0.5, 200)
     covered = FEATURES.index("covered_by_actions")  # evidence for success only, here against it
     x[:, covered] = 1 - y + rng.normal(0, 0.5, 200)
     model = fit(x, y)
     assert model is not None and model.weights[covered] == 0.0
-    assert model.weights[FEATURES.index("steps")] > 0
+    assert model.weights[free] > 0
 
 
 def test_the_innermost_element_under_the_finger_takes_the_tap() -> None:
@@ -165,3 +167,66 @@ def test_step_labels_follow_the_change_of_the_critics_value() -> None:
     )
     labels = step_verdicts(model, wrong)
     assert labels[-1].reason == "premature_stop" and labels[-1].label == "HARMFUL"
+
+
+def _run(instruction: str, *taps: tuple[SeenElement, tuple[SeenElement, ...]], back: bool = False) -> dict:
+    """The features of a run that taps each element on its screen, optionally presses back, then
+    claims success on the screen its last action left."""
+    steps = [
+        SeenStep(
+            {"kind": "click", "point": [e.bounds[0] + 1, e.bounds[1] + 1]},
+            "",
+            None,
+            f"s{i}",
+            f"s{i + 1}",
+            screen,
+            1000,
+            1000,
+        )
+        for i, (e, screen) in enumerate(taps)
+    ]
+    end = taps[-1][1]
+    if back:
+        steps.append(SeenStep({"kind": "press", "key": "back"}, "", None, "s8", "s9", end, 1000, 1000))
+    steps.append(SeenStep({"kind": "terminate", "status": "success"}, "", None, "s9", "s9", end, 1000, 1000))
+    return dict(zip(FEATURES, features(CriticView(instruction, tuple(steps))), strict=True))
+
+
+def _el(text: str, row: int, role: str = "list_item", checked: bool | None = None) -> SeenElement:
+    return SeenElement(text, role, (0, row * 100, 1000, row * 100 + 90), checked=checked)
+
+
+def test_a_named_element_shown_but_never_tapped_counts_against_the_run() -> None:
+    fries, home, office = _el("Fries", 0), _el("Home", 1), _el("Office", 2)
+    skipped = _run("Order Fries, deliver to Home", (fries, (fries,)), (office, (home, office)))
+    done = _run("Order Fries, deliver to Home", (fries, (fries,)), (home, (home, office)))
+    assert skipped["named_untouched"] == 0.5 and skipped["every_clause_acted"] == 0.0
+    assert (
+        done["named_untouched"] == 0.0 and done["named_touched"] == 1.0 and done["every_clause_acted"] == 1.0
+    )
+
+
+def test_a_label_prefix_cjk_text_and_an_empty_field_named_by_its_role_are_named() -> None:
+    black = _el("Color: Black", 0)
+    assert _run("Buy the MacBook Air in Black", (black, (black,)))["named_touched"] == 1.0
+    station = _el("北京西站", 0)
+    assert _run("从北京南站叫车去鸟巢", (station, (station, _el("鸟巢", 1))))["named_untouched"] == 1.0
+    field = _el("", 0, role="input")
+    assert _run("Focus into the textbox.", (field, (field,)))["named_touched"] == 1.0
+
+
+def test_a_named_switch_must_end_as_the_task_asks() -> None:
+    off, on = _el("Wi-Fi", 0, "toggle", checked=False), _el("Wi-Fi", 0, "toggle", checked=True)
+    assert _run("Turn Wi-Fi off", (on, (off,)))["named_state_as_asked"] == 1.0
+    assert _run("Turn Wi-Fi off", (off, (on,)))["named_state_not_as_asked"] == 1.0
+    picked, other = _el("Jjjo", 0, "toggle", checked=False), _el("7B", 1, "toggle", checked=True)
+    assert _run("Select Jjjo and click Submit.", (other, (picked, other)))["named_state_not_as_asked"] == 1.0
+
+
+def test_backing_out_of_the_goal_and_committing_after_it_are_told_apart() -> None:
+    sound = _el("Sound", 0)
+    left = _run("Open Settings, then open Sound", (sound, (sound,)), back=True)
+    assert left["last_move_away"] == 1.0 and left["away_share"] > 0
+    office, order = _el("Office", 0), _el("Place order", 1, "button")
+    placed = _run("Send 2 Fries to Office", (office, (office, order)), (order, (order,)))
+    assert placed["acted_after_last_clause"] == 0.0 and placed["last_touch_unnamed"] == 0.0
