@@ -18,15 +18,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from critics.view import CriticView, SeenElement
-from trajforge.text import cjk, quoted, words
+from critics.task_words import (
+    GENERIC,
+    ROLE_WORDS,
+    clause_texts,
+    clauses,
+    goes_away,
+    is_commit,
+    name_in_task,
+    part_acted,
+    share,
+    state_asked,
+    texts,
+    touched_words,
+    without_shown_task,
+)
+from critics.view import CriticView
+from trajforge.text import quoted, words
 
 NAME, VERSION = "learned_trajectory", "2"  # bump with the features or the fit
 FOLDS = 5
@@ -35,40 +48,7 @@ RIDGE = 1.0
 # the critic's probability at which it calls an episode a success: above even odds, since a false
 # success puts a wrong trajectory into the SFT set while a false failure only loses one sample
 SUCCESS_AT = 0.7
-_GENERIC = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "as",
-        "at",
-        "be",
-        "by",
-        "for",
-        "from",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "please",
-        "the",
-        "then",
-        "this",
-        "that",
-        "to",
-        "with",
-        "you",
-        "your",
-    ]
-)
 _TOUCH = ("click", "long_press")
-_AWAY = ("back", "home")
 # Each feature with the direction its evidence may point: +1 only toward success, -1 only toward
 # failure, 0 either way. The fit keeps every weight on its side (a feature whose unconstrained weight
 # would cross is left out), so a pattern peculiar to the apps it was fitted on cannot turn evidence
@@ -114,119 +94,12 @@ SIGNS: dict[str, int] = {
     "named_state_not_as_asked": -1,
 }
 FEATURES = tuple(SIGNS)
-# the words a task uses for an element of each role ("Focus into the textbox", "Click the link")
-_ROLE_WORDS = {
-    "input": {"textbox", "field", "input", "box", "text"},
-    "button": {"button", "btn"},
-    "link": {"link"},
-    "toggle": {"checkbox", "radio", "toggle", "switch", "box"},
-    "tab": {"tab"},
-    "option": {"option", "dropdown"},
-    "list_item": {"item", "option", "row"},
-}
-# the words of a button that commits what the task set up ("Place order", "Submit", "确认呼叫"): a tap on
-# one after the task's last part is finishing the task, not wandering off
-_COMMIT = frozenset(
-    [
-        "ok",
-        "okay",
-        "done",
-        "submit",
-        "confirm",
-        "apply",
-        "save",
-        "send",
-        "place",
-        "order",
-        "pay",
-        "buy",
-        "checkout",
-        "finish",
-    ]
-)
-_COMMIT_CJK = ("确认", "确定", "提交", "下单", "完成", "保存")
-_CLAUSE = re.compile(r"[,;，、。；]|\bthen\b|\band\b|\bwith\b")
-
-
-def clauses(instruction: str) -> list[set[str]]:
-    """The task's parts in order ("Open Sound, then open Ring volume"), each as its content words."""
-    parts = [set(words(p)) - _GENERIC for p in _CLAUSE.split(instruction.casefold())]
-    return [p for p in parts if p]
-
-
-def _acted(part: set[str], acted: set[str], essential: frozenset[str] = frozenset()) -> bool:
-    """Half a part's words acted on, and every word of a value it quotes."""
-    return len(part & acted) * 2 >= len(part) and part & essential <= acted
-
-
-def _touched_words(e: SeenElement, asked: set[str]) -> set[str]:
-    """What a tap on `e` did in the task's words: its text, and its role where the task names one
-    ("Focus into the textbox" is done by a tap on an empty input)."""
-    return set(words(e.text)) | (_ROLE_WORDS.get(e.role, set()) & asked)
-
-
-def _away(action: dict[str, Any] | None) -> bool:
-    """A press of back or home: leaving the screen rather than acting on it."""
-    a = action or {}
-    return a.get("kind") in _AWAY or (a.get("kind") == "press" and a.get("key") in _AWAY)
-
-
-def _commits(e: SeenElement) -> bool:
-    """A button that commits what was set up ("Place order", "确认呼叫")."""
-    return bool(set(words(e.text)) & _COMMIT) or any(w in e.text for w in _COMMIT_CJK)
-
-
-def _share(part: set[str], whole: set[str]) -> float:
-    return len(part & whole) / len(whole) if whole else 0.0
-
-
-def _named(e: SeenElement, task: str, asked: set[str]) -> str | None:
-    """The element's name when the task names it ("Black" for "Color: Black" in "... in Black"):
-    CJK text by substring, other text by all its content words; else None."""
-    text = re.split(r"[:：]", e.text.casefold())[-1].strip()
-    if not text:  # an empty field the task names by its role ("Focus into the textbox")
-        return f"<{e.role}>" if _ROLE_WORDS.get(e.role, set()) & asked else None
-    if cjk(text):
-        return text if text in task else None
-    mine = set(words(text)) - _GENERIC
-    return text if mine and mine <= asked else None
-
-
-_OFF = frozenset(["off", "disable", "uncheck", "deselect", "unselect", "clear", "关", "关闭"])
-
-
-def _state_asked(name: str, parts: Sequence[str]) -> bool:
-    """Whether the task wants the named switch or option on: off where the part naming it says so
-    ("turn Wi-Fi off", "uncheck X"), on otherwise ("select X", "set the volume to 75%")."""
-    part = next((p for p in parts if name.strip("<>") in p), "")
-    return not (set(words(part)) & _OFF or "关" in part)
-
-
-def _texts(elements: Sequence[SeenElement]) -> set[str]:
-    return {w for e in elements for w in words(e.text)}
-
-
-def _shown_task(view: CriticView) -> CriticView:
-    """The view without the elements that show the task's own words (MiniWoB++ prints its
-    instruction on the page): the instruction on a screen says nothing about progress."""
-    task = " ".join(words(view.instruction))
-
-    def own(e: SeenElement) -> bool:
-        mine = " ".join(words(e.text))
-        return bool(mine) and (
-            task in mine or (mine in task and mine.count(" ") >= 3 and len(mine) >= 0.6 * len(task))
-        )
-
-    return CriticView(
-        view.instruction,
-        tuple(replace(st, elements=tuple(e for e in st.elements if not own(e))) for st in view.steps),
-    )
 
 
 def features(view: CriticView) -> list[float]:
     """The episode's observation features, in `FEATURES` order."""
-    view = _shown_task(view)
-    asked = set(words(view.instruction)) - _GENERIC
+    view = without_shown_task(view)
+    asked = set(words(view.instruction)) - GENERIC
     values = [q.casefold().strip() for q in quoted(view.instruction)]
     steps = view.steps
     n = max(len(steps), 1)
@@ -237,11 +110,11 @@ def features(view: CriticView) -> list[float]:
     touched = [e for e, tap in zip(hits, taps, strict=True) if tap]  # None: a tap that hit nothing
     typed = [str((st.action or {}).get("text") or "").casefold().strip() for st in steps]
     typed = [t for t in typed if t]
-    acted = {w for e in touched if e is not None for w in _touched_words(e, asked)} | {
+    acted = {w for e in touched if e is not None for w in touched_words(e, asked)} | {
         w for t in typed for w in words(t)
     }
     end = steps[-1].elements if steps else ()
-    end_words = _texts(end)
+    end_words = texts(end)
     touched_texts = [e.text.casefold() for e in touched if e is not None]
     end_texts = [e.text.casefold() for e in end]
     seen: set[str] = set()
@@ -252,40 +125,43 @@ def features(view: CriticView) -> list[float]:
     moving = [st for st in steps if (st.action or {}).get("kind") != "terminate"]
     no_op = sum(st.before == st.after for st in moving) / max(len(moving), 1)
     last_touch = next((e for e in reversed(touched) if e is not None), None)
-    touch = _touched_words(last_touch, asked) - _GENERIC if last_touch is not None else set()
+    touch = touched_words(last_touch, asked) - GENERIC if last_touch is not None else set()
     named = [e for e in end if e.checked is not None and set(words(e.text)) & asked]
-    end_covered = _share(end_words, asked)
+    end_covered = share(end_words, asked)
     parts = clauses(view.instruction)
     essential = frozenset(w for v in values for w in words(v))
-    per_action = [_touched_words(e, asked) if e is not None else set() for e in hits]
+    per_action = [touched_words(e, asked) if e is not None else set() for e in hits]
     per_action = [
         w | set(words(str((st.action or {}).get("text") or "")))
         for w, st in zip(per_action, steps, strict=True)
     ]
-    done_at = next((i for i, w in enumerate(per_action) if parts and _acted(parts[-1], w, essential)), None)
+    done_at = next(
+        (i for i, w in enumerate(per_action) if parts and part_acted(parts[-1], w, essential)), None
+    )
     last_hit = max((i for i, w in enumerate(per_action) if parts and w & parts[-1]), default=None)
     moved = [i for i, st in enumerate(moving) if st.before != st.after]
-    commits = {i for i, e in enumerate(hits) if e is not None and _commits(e)}
+    commits = {i for i, e in enumerate(hits) if e is not None and is_commit(e)}
     after_last = sum(i > last_hit and i not in commits for i in moved) if last_hit is not None else len(moved)
     ends_on_last = float(
-        bool(parts) and _acted(parts[-1], acted, essential) and last_hit is not None and not after_last
+        bool(parts) and part_acted(parts[-1], acted, essential) and last_hit is not None and not after_last
     )
     task = view.instruction.casefold()
-    shown = {nm for st in steps for e in st.elements if (nm := _named(e, task, asked))}
-    hit = {nm for e in touched if e is not None and (nm := _named(e, task, asked))}
+    shown = {nm for st in steps for e in st.elements if (nm := name_in_task(e, task, asked))}
+    hit = {nm for e in touched if e is not None and (nm := name_in_task(e, task, asked))}
     hit |= {name for name in shown if any(name in t for t in typed)}
-    end_named = {nm for e in end if (nm := _named(e, task, asked))}
-    raw_parts = [p for p in _CLAUSE.split(task) if p.strip()]
+    end_named = {nm for e in end if (nm := name_in_task(e, task, asked))}
+    raw_parts = clause_texts(task)
     states = [
-        (e.checked, _state_asked(nm, raw_parts))
+        (e.checked, state_asked(nm, raw_parts))
         for e in end
-        if e.checked is not None and (nm := _named(e, task, asked))
+        if e.checked is not None and (nm := name_in_task(e, task, asked))
     ]
     # a part is done when half its words were acted on, or a thing it names was tapped or typed
     done = [
-        _acted(set(words(raw)) - _GENERIC, acted, essential) or any(name.strip("<>") in raw for name in hit)
+        part_acted(set(words(raw)) - GENERIC, acted, essential)
+        or any(name.strip("<>") in raw for name in hit)
         for raw in raw_parts
-        if set(words(raw)) - _GENERIC
+        if set(words(raw)) - GENERIC
     ]
     clauses_acted = sum(done) / len(done) if done else 0.0
     row = {
@@ -297,15 +173,15 @@ def features(view: CriticView) -> list[float]:
         "repeat_share": repeats / n,
         "unparsed_share": sum(st.action is None for st in steps) / n,
         "miss_share": sum(e is None for e in touched) / max(len(touched), 1),
-        "away_share": sum(_away(st.action) for st in steps) / n,
-        "covered_by_actions": _share(acted, asked),
+        "away_share": sum(goes_away(st.action) for st in steps) / n,
+        "covered_by_actions": share(acted, asked),
         "covered_on_end_screen": end_covered,
-        "covered_anywhere": _share({w for st in steps for w in _texts(st.elements)} | acted, asked),
+        "covered_anywhere": share({w for st in steps for w in texts(st.elements)} | acted, asked),
         "quoted_on_end_screen": (
             sum(any(v in t for t in end_texts) for v in values) / len(values) if values else 0.0
         ),
         "typed_unasked": sum(t not in view.instruction.casefold() for t in typed) / max(len(typed), 1),
-        "last_touch_named": _share(asked, touch) if touch else 0.0,
+        "last_touch_named": share(asked, touch) if touch else 0.0,
         "named_checked": sum(bool(e.checked) for e in named) / max(len(named), 1),
         "named_unchecked": sum(e.checked is False for e in named) / max(len(named), 1),
         "end_changed": float(bool(steps) and steps[-1].before != steps[-1].after),
@@ -326,16 +202,16 @@ def features(view: CriticView) -> list[float]:
             else 0.0
         ),
         "last_touch_role_named": float(
-            last_touch is not None and bool(_ROLE_WORDS.get(last_touch.role, set()) & asked)
+            last_touch is not None and bool(ROLE_WORDS.get(last_touch.role, set()) & asked)
         ),
         "named_untouched": len(shown - hit) / max(len(shown), 1),
         "end_named_untouched": len(end_named - hit) / max(len(end_named), 1),
         "named_touched": len(hit) / max(len(shown), 1),
-        "last_move_away": float(bool(moved) and _away(moving[moved[-1]].action)),
+        "last_move_away": float(bool(moved) and goes_away(moving[moved[-1]].action)),
         "named_state_as_asked": sum(c == want for c, want in states) / max(len(states), 1),
         "named_state_not_as_asked": sum(c != want for c, want in states) / max(len(states), 1),
         "last_touch_unnamed": float(
-            last_touch is not None and bool(touch) and not touch & asked and not _commits(last_touch)
+            last_touch is not None and bool(touch) and not touch & asked and not is_commit(last_touch)
         ),
     }
     return [row[f] for f in FEATURES]

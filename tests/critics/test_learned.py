@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import critics.learned as learned
-from critics.learned import FEATURES, Checkpoint, clauses, cross_judge, features, fit, fold_of
+from critics.learned import FEATURES, Checkpoint, cross_judge, features, fit, fold_of
 from critics.learned_steps import step_verdicts
+from critics.task_words import clauses
 from critics.view import CriticView, SeenElement, SeenStep, critic_view
 from trajforge.domain import StepVerdict
 
