@@ -36,6 +36,7 @@ from critics.task_words import (
     state_asked,
     texts,
     touched_words,
+    untyped_parts,
     without_shown_task,
 )
 from critics.view import CriticView
@@ -68,6 +69,7 @@ SIGNS: dict[str, int] = {
     "covered_anywhere": 1,
     "quoted_on_end_screen": 1,
     "typed_unasked": -1,
+    "typing_asked_not_done": -1,
     "last_touch_named": 1,
     "named_checked": 0,
     "named_unchecked": 0,
@@ -180,6 +182,7 @@ def features(view: CriticView) -> list[float]:
         "quoted_on_end_screen": (
             sum(any(v in t for t in end_texts) for v in values) / len(values) if values else 0.0
         ),
+        "typing_asked_not_done": untyped_parts(parts, {w for t in typed for w in words(t)}),
         "typed_unasked": sum(t not in view.instruction.casefold() for t in typed) / max(len(typed), 1),
         "last_touch_named": share(asked, touch) if touch else 0.0,
         "named_checked": sum(bool(e.checked) for e in named) / max(len(named), 1),

@@ -96,6 +96,19 @@ def part_acted(part: set[str], acted: set[str], essential: frozenset[str] = froz
     return len(part & acted) * 2 >= len(part) and part & essential <= acted
 
 
+# verbs that ask for text to be typed ("Search for noise cancelling headphones", "Enter "Kasie" ...")
+_TYPE_VERBS = frozenset(["search", "find", "type", "enter", "搜", "索", "输", "入"])
+
+
+def untyped_parts(parts: Sequence[set[str]], typed: set[str]) -> float:
+    """The share of the task's parts that ask for text to be typed and whose words (besides the verb
+    and the field's role) were less than half typed."""
+    roles = {w for ws in ROLE_WORDS.values() for w in ws}
+    asking = [p - _TYPE_VERBS - roles for p in parts if p & _TYPE_VERBS]
+    asking = [p for p in asking if p]
+    return sum(len(p & typed) * 2 < len(p) for p in asking) / len(asking) if asking else 0.0
+
+
 def touched_words(e: SeenElement, asked: set[str]) -> set[str]:
     """What a tap on `e` did in the task's words: its text, and its role where the task names one
     ("Focus into the textbox" is done by a tap on an empty input)."""

@@ -231,3 +231,18 @@ def test_backing_out_of_the_goal_and_committing_after_it_are_told_apart() -> Non
     office, order = _el("Office", 0), _el("Place order", 1, "button")
     placed = _run("Send 2 Fries to Office", (office, (office, order)), (order, (order,)))
     assert placed["acted_after_last_clause"] == 0.0 and placed["last_touch_unnamed"] == 0.0
+
+
+def test_a_part_that_asks_for_typing_is_done_only_by_typing_its_words() -> None:
+    def typed(text: str) -> dict:
+        box = _el("Search products", 0, "input")
+        steps = (
+            SeenStep({"kind": "click", "point": [1, 1]}, "", None, "s0", "s1", (box,), 1000, 1000),
+            SeenStep({"kind": "type", "text": text}, "", None, "s1", "s2", (box,), 1000, 1000),
+        )
+        return dict(
+            zip(FEATURES, features(CriticView("Search for noise cancelling headphones", steps)), strict=True)
+        )
+
+    assert typed("noise cancelling headphones")["typing_asked_not_done"] == 0.0
+    assert typed("headphones")["typing_asked_not_done"] == 1.0
