@@ -97,7 +97,8 @@ def part_acted(part: set[str], acted: set[str], essential: frozenset[str] = froz
 
 
 # verbs that ask for text to be typed ("Search for noise cancelling headphones", "Enter "Kasie" ...")
-_TYPE_VERBS = frozenset(["search", "find", "type", "enter", "搜", "索", "输", "入"])
+# and the fields whose value is always typed ("... with the password guest-pass")
+_TYPE_VERBS = frozenset(["search", "find", "type", "enter", "password", "搜", "索", "输", "入", "密", "码"])
 
 
 def untyped_parts(parts: Sequence[set[str]], typed: set[str]) -> float:

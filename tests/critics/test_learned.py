@@ -246,3 +246,6 @@ def test_a_part_that_asks_for_typing_is_done_only_by_typing_its_words() -> None:
 
     assert typed("noise cancelling headphones")["typing_asked_not_done"] == 0.0
     assert typed("headphones")["typing_asked_not_done"] == 1.0
+    field = _el("Password", 0, "input")
+    join = _run("Join CoffeeBar with the password hunter22", (field, (field,)))
+    assert join["typing_asked_not_done"] == 1.0  # a password is typed, whether or not the task says so
