@@ -71,6 +71,13 @@ def test_evolve_rounds_then_rerun_and_report(
         "human",
         "critic",
     }
+    pooled = page.split("<td>all</td><td>all apps</td>")[1].split("</td>")[
+        0
+    ]  # every round's held-out verdicts
+    judged = sum(
+        r["overall"]["accuracy"].get("learned_trajectory:2", {}).get("n", 0) for r in table["rounds"]
+    )
+    assert f"(n {judged}," in pooled
     assert r2["overall"]["samples"]["kept"] == sum(a["samples"].get("kept", 0) for a in r2["apps"].values())
 
 
