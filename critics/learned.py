@@ -7,11 +7,15 @@ ridge-regularised logistic regression on anchored episodes (a verifier's or a hu
 verdict). The features say how the task's words and quoted values were covered by what was
 tapped and typed and by the screens shown, how the run ended (a success claim, giving up,
 running out), and how much of it went nowhere (no-op actions, repeated screens, misses,
-unparsed output). Nothing in them names an app, a widget or a task, so a critic trained on
-some apps judges others; each feature's weight is held to the side its evidence points (`SIGNS`).
+unparsed output), and the elements the task names (`critics.task_words`): those shown but never
+tapped, a named switch's end state against the one asked, each of the task's parts acted on,
+typing that was asked for, a run that ends by pressing back. Nothing in them names an app, a
+widget or a task, so a critic trained on some apps judges others; each feature's weight is held
+to the side its evidence points (`SIGNS`).
 
 `cross_judge` gives every episode a verdict from a model that never saw an episode of its query
-(k folds by query), so its measured accuracy is out of sample by construction.
+(k folds by query), so its measured accuracy is out of sample by construction. It calls an episode
+a success at `SUCCESS_AT`, above even odds.
 """
 
 from __future__ import annotations
