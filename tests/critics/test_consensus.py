@@ -61,4 +61,4 @@ def test_each_rule_over_the_channels_that_voted(sessions: sessionmaker[Session])
     with sessions() as s:
         rows = s.scalars(select(Judgment).where(Judgment.critic == CONSENSUS[0])).all()
     assert len(rows) == len(ids)  # one per episode whatever ran before
-    assert {r.analysis for r in rows if r.target_id == ids[0]} == {"learned_trajectory:2=correct"}
+    assert {r.analysis for r in rows if r.target_id == ids[0]} == {"learned_trajectory:1=correct"}
