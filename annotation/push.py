@@ -20,6 +20,7 @@ from annotation.images import ImageLinks, image_mode
 from annotation.queue import Candidate, review_queue, signature
 from annotation.tasks import blind, build_task
 from storage.db import transaction
+from storage.keys import BLOBS
 from storage.models import AnnotationProject, AnnotationTask
 from storage.objectstore import ObjectStore, S3ObjectStore
 from trajforge.errors import AnnotationError
@@ -65,7 +66,7 @@ def _connect_storage(
             project=project.ls_project_id,
             title="trajforge screenshots",
             bucket=store.bucket,
-            prefix="blobs/",
+            prefix=BLOBS,
             s3endpoint=endpoint,
             aws_access_key_id=s3.access_key.get_secret_value(),
             aws_secret_access_key=s3.secret_key.get_secret_value(),

@@ -22,6 +22,7 @@ from rollout.policies.knn import NAME as KNN
 from rollout.policies.knn import KnnPolicy
 from rollout.policies.knn_memory import Memory, demonstrated
 from storage.db import insert_ignore
+from storage.keys import policy_checkpoint_prefix
 from storage.models import Policy as PolicyRow
 from trajforge.errors import ConfigError
 
@@ -50,13 +51,9 @@ def register_policy(
     return s.scalars(select(PolicyRow.id).where(PolicyRow.name == name, PolicyRow.version == version)).one()
 
 
-def checkpoint_prefix(name: str, version: int) -> str:
-    return f"checkpoints/{name}/v{version}/"
-
-
 def upload_checkpoint(spine: Spine, folder: Path, name: str, version: int) -> str:
     """Every file of `folder` into the object store; the `store:` URI of the copy."""
-    prefix = checkpoint_prefix(name, version)
+    prefix = policy_checkpoint_prefix(name, version)
     for path in sorted(folder.rglob("*")):
         if path.is_file():
             spine.store.put(prefix + str(path.relative_to(folder)), path.read_bytes())

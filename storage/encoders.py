@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
+from storage.keys import encoder_prefix
 from storage.models import ScreenEncoder
 from storage.objectstore import ObjectStore
 
@@ -62,7 +63,7 @@ def save_encoder(
         raise FileNotFoundError(f"{folder} is not an encoder checkpoint: {', '.join(missing)} missing")
     facts = json.loads(json.dumps(facts))  # as the row will read back (tuples become lists)
     sha = checkpoint_sha256(folder)
-    prefix = f"encoders/{sha}"
+    prefix = encoder_prefix(sha)
     with sessions() as s:
         known = s.scalars(select(ScreenEncoder).where(ScreenEncoder.sha256 == sha)).first()
         if known is not None:  # the same weights: stored already, written once
