@@ -46,11 +46,11 @@ class RolloutConfig(BaseModel):
         description="Number of the first rollout: another policy's episodes of the same queries "
         "(guided demonstrations) take numbers after the policy's own.",
     )
-    max_steps: int = Field(30, ge=1, le=500)
+    max_steps: int = Field(30, ge=1, le=500, description="Steps before an episode ends as running out.")
     step_timeout_s: float = Field(
         60.0, gt=0, description="A device step or policy call slower than this fails."
     )
-    episode_timeout_s: float = Field(900.0, gt=0)
+    episode_timeout_s: float = Field(900.0, gt=0, description="An episode slower than this fails.")
     workers: int = Field(1, ge=1, le=256, description="Episodes in flight at once (bounded by free devices).")
     max_attempts: int = Field(4, ge=1, le=20, description="Tries of one episode across devices.")
     on_parse_error: Literal["continue", "end"] = Field(

@@ -12,11 +12,11 @@ import hashlib
 import io
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -28,14 +28,23 @@ from storage.objectstore import ObjectStore
 log = logging.getLogger("trajforge.publish")
 
 
-@dataclass(frozen=True)
-class PublishConfig:
-    rounds: tuple[int, ...] | None = None  # round numbers; None: every round
-    val_fraction: float = 0.1
-    chunk_rows: int = 4096  # average rows per shard inside a partition
-    max_shard_rows: int = 65536
-    filters: dict[str, Any] = field(default_factory=dict)  # the thresholds the samples passed
-    statuses: tuple[str, ...] = ("kept",)  # ("kept", "dropped"): filtering off, for ablations
+class PublishConfig(BaseModel):
+    """What a dataset version selects and how it is cut (recorded in its manifest by `as_dict`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rounds: tuple[int, ...] | None = Field(None, description="Round numbers to publish; None: every round.")
+    val_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of queries whose samples go to the val split (by query)."
+    )
+    chunk_rows: int = Field(4096, ge=1, description="Average rows per shard inside a partition.")
+    max_shard_rows: int = Field(65536, ge=1, description="No shard holds more rows than this.")
+    filters: dict[str, Any] = Field(
+        default_factory=dict, description="The thresholds the samples passed, as the manifest records them."
+    )
+    statuses: tuple[str, ...] = Field(
+        ("kept",), description='Sample statuses published; ("kept", "dropped"): filtering off, for ablations.'
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return {
