@@ -73,7 +73,9 @@ def test_push_annotate_pull_round_trip(
     label_studio: LabelStudioServer, engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, sessions, round_id = _round(db_url, monkeypatch)
-    annotate = _settings(label_studio, audit_fraction=1.0)
+    # the critics are sure of most of this round: a verdict scored under 0.9 goes to review, the rest
+    # to the blind audit, so the round has tasks of both kinds
+    annotate = _settings(label_studio, audit_fraction=1.0, low_confidence=0.9)
     store = open_object_store(settings)
     studio = Studio(annotate)
     ls = studio.ls
@@ -284,10 +286,11 @@ def test_label_studio_failures_are_one_clear_error_and_write_nothing(
     store = open_object_store(settings)
     with pytest.raises(ConfigError, match="TRAJFORGE_ANNOTATE_API_KEY"):
         push_round(sessions, round_id, store, AnnotationSettings(url=label_studio.url), settings.s3)
-    wrong = _settings(label_studio, api_key="not-a-token-" + uuid.uuid4().hex)
+    # every episode is queued (a blind audit), so each push has tasks to send
+    wrong = _settings(label_studio, api_key="not-a-token-" + uuid.uuid4().hex, audit_fraction=1.0)
     with pytest.raises(AnnotationError, match="refused the access token"):
         push_round(sessions, round_id, store, wrong, settings.s3)
-    closed = _settings(label_studio, url="http://127.0.0.1:9", timeout_s=2)
+    closed = _settings(label_studio, url="http://127.0.0.1:9", timeout_s=2, audit_fraction=1.0)
     with pytest.raises(
         AnnotationError, match=r"not reachable at http://127\.0\.0\.1:9 .*TRAJFORGE_ANNOTATE_URL"
     ):
