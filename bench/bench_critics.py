@@ -182,9 +182,7 @@ def out_of_sample(home: Path) -> str:
         if p.success is not None:
             held[apps[e.episode_id]].add(p.success, truth[e.episode_id])
             held["all"].add(p.success, truth[e.episode_id])
-    loao["all"] = ChannelStats(
-        **{k: sum(st[k] for st in loao.values()) for k in ("tp", "fp", "tn", "fn")}
-    ).summary()
+    loao["all"] = ChannelStats.pooled(loao.values()).summary()
     summaries = {app: st.summary() for app, st in held.items()}
     lines = [
         f"{'learned critic, out of sample':32} {'n':>5} {'accuracy':>9} {'precision':>9} "

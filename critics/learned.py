@@ -156,7 +156,7 @@ def features(view: CriticView) -> list[float]:
     hit = {nm for e in touched if e is not None and (nm := name_in_task(e, task, asked))}
     hit |= {name for name in shown if any(name in t for t in typed)}
     end_named = {nm for e in end if (nm := name_in_task(e, task, asked))}
-    raw_parts = clause_texts(task)
+    raw_parts = clause_texts(task)  # the same parts as `parts`, as text
     states = [
         (e.checked, state_asked(nm, raw_parts))
         for e in end
@@ -164,10 +164,8 @@ def features(view: CriticView) -> list[float]:
     ]
     # a part is done when half its words were acted on, or a thing it names was tapped or typed
     done = [
-        part_acted(set(words(raw)) - GENERIC, acted, essential)
-        or any(name.strip("<>") in raw for name in hit)
-        for raw in raw_parts
-        if set(words(raw)) - GENERIC
+        part_acted(part, acted, essential) or any(name.strip("<>") in raw for name in hit)
+        for raw, part in zip(raw_parts, parts, strict=True)
     ]
     clauses_acted = sum(done) / len(done) if done else 0.0
     row = {
@@ -187,7 +185,7 @@ def features(view: CriticView) -> list[float]:
             sum(any(v in t for t in end_texts) for v in values) / len(values) if values else 0.0
         ),
         "typing_asked_not_done": untyped_parts(parts, {w for t in typed for w in words(t)}),
-        "typed_unasked": sum(t not in view.instruction.casefold() for t in typed) / max(len(typed), 1),
+        "typed_unasked": sum(t not in task for t in typed) / max(len(typed), 1),
         "last_touch_named": share(asked, touch) if touch else 0.0,
         "named_checked": sum(bool(e.checked) for e in named) / max(len(named), 1),
         "named_unchecked": sum(e.checked is False for e in named) / max(len(named), 1),

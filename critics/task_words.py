@@ -146,14 +146,15 @@ def name_in_task(e: SeenElement, task: str, asked: set[str]) -> str | None:
     return text if mine and mine <= asked else None
 
 
-_OFF = frozenset(["off", "disable", "uncheck", "deselect", "unselect", "clear", "关", "关闭"])
+# words that ask for a switch off ("关" too: CJK text is a word per character)
+_OFF = frozenset(["off", "disable", "uncheck", "deselect", "unselect", "clear", "关"])
 
 
 def state_asked(name: str, parts: Sequence[str]) -> bool:
     """Whether the task wants the named switch or option on: off where the part naming it says so
     ("turn Wi-Fi off", "uncheck X"), on otherwise ("select X", "set the volume to 75%")."""
     part = next((p for p in parts if name.strip("<>") in p), "")
-    return not (set(words(part)) & _OFF or "关" in part)
+    return not set(words(part)) & _OFF
 
 
 def texts(elements: Sequence[SeenElement]) -> set[str]:

@@ -27,16 +27,11 @@ def _cell(st: dict[str, Any] | None) -> str:
     )
 
 
-def _pool(into: ChannelStats, st: dict[str, Any] | None) -> None:
-    for k in ("tp", "fp", "tn", "fn"):
-        setattr(into, k, getattr(into, k) + int((st or {}).get(k, 0)))
-
-
 def critic_table(sessions: sessionmaker[Session]) -> str:
     """An HTML table: round, app, learned critic (held-out queries), consensus, learned critic fitted
     on the other apps, and the round's checkpoint."""
     rows = []
-    pooled = {column: ChannelStats() for column in ("held", "consensus", "loao")}
+    cells: dict[str, list[dict[str, Any] | None]] = {"held": [], "consensus": [], "loao": []}
     with sessions() as s:
         for rnd in s.scalars(select(Round).order_by(Round.number)):
             stats = rnd.stats or {}
@@ -47,12 +42,9 @@ def critic_table(sessions: sessionmaker[Session]) -> str:
                 f"{fitted.get('version') or 'none'} ({fitted.get('anchored', 0)} anchors)"
             )
             for app, channels in sorted((calibration.get("by_app") or {}).items()):
-                for column, st in (
-                    ("held", channels.get(LEARNED)),
-                    ("consensus", channels.get(":".join(CONSENSUS))),
-                    ("loao", loao.get(app)),
-                ):
-                    _pool(pooled[column], st)
+                cells["held"].append(channels.get(LEARNED))
+                cells["consensus"].append(channels.get(":".join(CONSENSUS)))
+                cells["loao"].append(loao.get(app))
                 rows.append(
                     f"<tr><td>{rnd.number}</td><td>{html.escape(app)}</td>{_cell(channels.get(LEARNED))}"
                     f"{_cell(channels.get(':'.join(CONSENSUS)))}{_cell(loao.get(app))}<td>{checkpoint}</td></tr>"
@@ -60,7 +52,7 @@ def critic_table(sessions: sessionmaker[Session]) -> str:
     if rows:
         rows.append(
             "<tr><td>all</td><td>all apps</td>"
-            + "".join(_cell(pooled[c].summary()) for c in ("held", "consensus", "loao"))
+            + "".join(_cell(ChannelStats.pooled(column).summary()) for column in cells.values())
             + "<td></td></tr>"
         )
     return (

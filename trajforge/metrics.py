@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,11 @@ class ChannelStats:
             self.fn += 1
         else:
             self.tn += 1
+
+    @classmethod
+    def pooled(cls, summaries: Iterable[Mapping[str, Any] | None]) -> ChannelStats:
+        """The counts of several `summary()`s added up (a missing one adds nothing)."""
+        return cls(*(sum(int((st or {}).get(k, 0)) for st in summaries) for k in ("tp", "fp", "tn", "fn")))
 
     def kappa(self) -> float:
         """Cohen's kappa: agreement with the anchor beyond what the two base rates give by chance."""
