@@ -19,10 +19,12 @@ from annotation.client import PREDICTIONS
 from annotation.images import ImageLinks
 from annotation.queue import Candidate
 from storage.anchors import CONSENSUS
-from storage.models import Anchor, Episode, Judgment, Step
+from storage.episodes import steps_by_episode
+from storage.models import Anchor, Episode, Judgment
 from storage.models import Query as QueryRow
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import target_element
+from trajforge.episode import Step as PlayedStep
 from trajforge.settings import AnnotationSettings
 
 
@@ -44,7 +46,7 @@ class StepShown:
     box: list[int] | None  # the target element's pixel bounds, outlined on the screen
 
 
-def show_step(st: Step, i: int, n: int) -> StepShown:
+def show_step(st: PlayedStep, i: int, n: int) -> StepShown:
     if st.action is None:
         note = f"no action: {st.parse_error or 'none'}"
         return StepShown(note, f"Step {i + 1} of {n}: {note}", None)
@@ -97,7 +99,7 @@ def build_task(
     assert episode is not None
     query = s.get(QueryRow, episode.query_id)
     assert query is not None
-    steps = list(s.scalars(select(Step).where(Step.episode_id == episode.id).order_by(Step.index)))
+    steps = steps_by_episode(s, Episode.id == episode.id).get(episode.id, [])
     episode_judgments = list(
         s.scalars(select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id))
     )

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from critics.csrs_writer import write_with_model
 from critics.llm import TEMPLATES
 from storage.db import record_exclusions, transaction
-from storage.episodes import round_episodes, round_step_judgments, step_view, stored_step_verdicts
+from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
 from storage.models import Exclusion, HumanAnnotation, Sample
 from storage.outcomes import decide_outcomes
 from storage.rounds import EXTRACTED, mark_stage
@@ -253,7 +253,7 @@ def extract_round(
                 undecided.append((episode.uid, outcome.source, detail))
                 continue
             verdicts = stored_step_verdicts(judged, round_id, steps)
-            views = [step_view(st) for st in steps]
+            views = [st.view() for st in steps]
             outcomes[episode.id] = outcome.provenance()
             drafts = extract(
                 query,

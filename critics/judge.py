@@ -29,13 +29,14 @@ from critics.trained import learned_round
 from critics.view import critic_view
 from storage.anchors import backend_of, success_references
 from storage.db import insert_ignore, record_exclusions, transaction
-from storage.episodes import round_episodes, step_view
-from storage.models import Episode, Exclusion, Judgment, Step
+from storage.episodes import round_episodes
+from storage.models import Episode, Exclusion, Judgment
 from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import JUDGED, mark_stage
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query, StepVerdict, describe
+from trajforge.episode import Step
 from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
@@ -87,7 +88,7 @@ def judge_round(
         learned = learned_round(s, round_id, store)
         visual = VisualTrajectoryCritic(success_references(s, round_id), frames)
         for episode, query, steps in round_episodes(s, round_id):
-            views = [step_view(st) for st in steps]
+            views = [st.view() for st in steps]
             trace = step_critic.follow(query, views)
             judged = learned[episode.id]
             by_value = step_verdicts(judged.checkpoint, critic_view(query.instruction, steps))
@@ -194,7 +195,7 @@ async def judge_round_llm(
             return []
 
     async def judged(episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
-        views = [step_view(st) for st in steps]
+        views = [st.view() for st in steps]
         history = [
             describe(Action.model_validate(v.action), v) if v.action else "(unparseable)" for v in views
         ]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajforge.actions import Screen
+from trajforge.episode import Step
 
 SLOP_SHARE = 0.03  # touch slop as a share of the screen's shorter side
 SLOP_MIN_PX = 8
@@ -96,19 +97,19 @@ class CriticView:
         return CriticView(self.instruction, self.steps[:n])
 
 
-def seen_step(row: Any) -> SeenStep:
-    """A stored `storage.models.Step` row as a critic sees it."""
+def seen_step(step: Step) -> SeenStep:
+    """A recorded step as a critic sees it."""
     return SeenStep(
-        action=row.action,
-        raw_output=row.raw_output or "",
-        parse_error=row.parse_error,
-        before=row.screenshot,
-        after=row.screenshot_after or row.screenshot,
-        elements=tuple(SeenElement.reported(e) for e in row.elements or []),
-        width=row.width,
-        height=row.height,
+        action=step.action,
+        raw_output=step.raw_output,
+        parse_error=step.parse_error,
+        before=step.screenshot,
+        after=step.after,
+        elements=tuple(SeenElement.reported(e) for e in step.elements or []),
+        width=step.width,
+        height=step.height,
     )
 
 
-def critic_view(instruction: str, steps: Sequence[Any]) -> CriticView:
+def critic_view(instruction: str, steps: Sequence[Step]) -> CriticView:
     return CriticView(instruction, tuple(seen_step(st) for st in steps))

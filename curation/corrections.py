@@ -18,7 +18,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import record_exclusions, transaction
-from storage.episodes import round_episodes, step_view
+from storage.episodes import round_episodes
 from storage.models import Correction, Episode, HumanAnnotation, Sample
 from storage.samples import SampleDraft
 from trajforge.actions import Action, Screen
@@ -54,7 +54,7 @@ def correction_samples(sessions: sessionmaker[Session], round_id: int) -> tuple[
                 continue
             drafts: list[SampleDraft] = []
             batches.append((episode.id, drafts))
-            views = [step_view(st) for st in steps]
+            views = [st.view() for st in steps]
             done = [
                 describe(Action.model_validate(v.action), v) if v.action is not None else "(no action)"
                 for v in views

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.episodes import round_episodes, round_step_judgments, step_view, stored_step_verdicts
+from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
 from storage.outcomes import decide_outcomes
 from trajforge.actions import Action
 from trajforge.domain import Query, StepView, describe
@@ -49,7 +49,7 @@ def load_rollouts(
         judged = round_step_judgments(s, round_id)
         for episode, query, steps in round_episodes(s, round_id):
             verdicts = stored_step_verdicts(judged, round_id, steps)
-            views = [step_view(st) for st in steps]
+            views = [st.view() for st in steps]
             labels: list[str] = [v.label for v in verdicts]
             out.append(Rollout(episode.id, episode.uid, query, views, labels, outcomes[episode.id].success))
     return out

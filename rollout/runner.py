@@ -27,13 +27,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from rollout.env import Environment
 from rollout.policies.base import Policy, observed
 from rollout.pool import DevicePool, Lease, holder_name
-from rollout.records import forget_model_faults, record_attempts, store_episode
+from rollout.records import forget_model_faults
+from storage.episodes import record_attempts, store_episode
 from storage.models import Query as QueryRow
 from trajforge.actions import ActionKind, get_codec
-from trajforge.domain import Query
+from trajforge.domain import Observation, Query
+from trajforge.episode import Attempt, Episode, Step
 from trajforge.errors import DeviceCrashed, DeviceError, DeviceHung, LLMError, ParseError
 from trajforge.logs import counts
-from trajforge.world.verify import UNVERIFIABLE
+from trajforge.world.verify import UNVERIFIABLE, VerifierResult
 
 T = TypeVar("T")
 
@@ -94,6 +96,43 @@ class RolloutReport:
             f"{60 * self.completed / secs:.0f} episodes/min",
         ]
         return "\n".join(lines)
+
+
+@dataclass
+class _Play:
+    """An episode while it is played."""
+
+    steps: list[Step] = field(default_factory=list)
+    status: str | None = None  # the policy's claim, when it terminated
+    reason: str | None = None
+    ended_by_env: bool = False
+    over: bool = False
+    policy_failure: dict[str, Any] | None = None
+    sampling: dict[str, Any] | None = None
+
+    def fault(self, reason: str, detail: dict[str, Any]) -> None:
+        """The policy's endpoint failed: the episode ends, to be played again by a rerun."""
+        self.reason, self.policy_failure, self.over = reason, detail, True
+
+    def episode(self, uid: str, rollout: int, verdict: VerifierResult) -> Episode:
+        # An environment that ends its own episodes decides it with its reward; elsewhere the
+        # policy must also claim success (a verified state reached by chance is not a success).
+        success = verdict.success and (self.status == "success" or self.ended_by_env)
+        reason = self.reason
+        if not success and reason is None:
+            reason = "gave_up" if self.status == "failure" else (verdict.failed or "terminated_early")
+            if verdict.success and self.status is None:
+                reason = "no_terminate"
+        return Episode(
+            uid=uid,
+            rollout=rollout,
+            steps=tuple(self.steps),
+            outcome="unknown" if verdict.failed == UNVERIFIABLE else ("success" if success else "failure"),
+            reason=None if success else reason,
+            verdict=verdict,
+            policy_failure=self.policy_failure,
+            sampling=self.sampling,
+        )
 
 
 class _Retry(Exception):
@@ -168,8 +207,8 @@ class EpisodeRunner:
         report = RolloutReport(requested=len(queries) * self.config.rollouts_per_query)
 
         async def one(query: Query, k: int) -> tuple[Query, int, str]:
-            result, _, _ = await self._attempts(query, k, f"{label}:{query.uid}:{k}", report)
-            return query, k, result["outcome"] if result else "not_run"
+            episode, _ = await self._attempts(query, k, f"{label}:{query.uid}:{k}", report)
+            return query, k, episode.outcome if episode else "not_run"
 
         rollouts = range(self.config.rollouts_per_query)
         return await self._all([partial(one, q, k) for q in queries for k in rollouts])
@@ -223,47 +262,39 @@ class EpisodeRunner:
         self, query: Query, k: int, round_id: int, policy_id: int, query_id: int, report: RolloutReport
     ) -> None:
         uid = episode_uid(round_id, query.uid, k)
-        result, device, failures = await self._attempts(query, k, uid, report)
-        if result is None:
+        episode, failures = await self._attempts(query, k, uid, report)
+        if episode is None:
             report.not_run += 1  # left for the next run, which resumes it: not the episode's failure
             await self._io(record_attempts, self.sessions, round_id, uid, failures)
-            return
-        args = (self.sessions, uid, round_id, policy_id, query_id, k, device, result, failures)
-        if await self._io(store_episode, *args):
-            self._count(result, report)
+        elif await self._io(store_episode, self.sessions, round_id, policy_id, query_id, episode):
+            self._count(episode, report)
 
     async def _attempts(
         self, query: Query, k: int, uid: str, report: RolloutReport
-    ) -> tuple[dict[str, Any] | None, str | None, list[dict[str, Any]]]:
-        """Play one episode, on another device after a device fault: (result, device, failed
-        attempts); the result is None when no device was free. Out of attempts, it is a failure."""
-        failures: list[dict[str, Any]] = []
+    ) -> tuple[Episode | None, list[Attempt]]:
+        """Play one episode, on another device after a device fault: (the episode, its failed
+        attempts); None when no device was free. Out of attempts, it is a failure."""
+        failures: list[Attempt] = []
         for attempt in range(self.config.max_attempts):
             try:
                 lease = await self._lease(holder_name(uid[:16]))
             except DeviceError:
-                return None, None, failures
+                return None, failures
             try:
-                result = await asyncio.wait_for(
+                played = await asyncio.wait_for(
                     self._play(query, k, uid, lease), self.config.episode_timeout_s
                 )
             except (_Retry, TimeoutError) as exc:
                 reason = exc.reason if isinstance(exc, _Retry) else "episode_timeout"
                 report.retries += 1
                 report.attempt_failures[reason] += 1
-                failures.append({"attempt": attempt, "device": lease.key, "reason": reason})
+                failures.append(Attempt(attempt=attempt, device=lease.key, reason=reason))
                 await self._recover(lease)
                 continue
             await self._io(self.pool.release, lease)
             self._freed.set()
-            return result, lease.key, failures
-        exhausted: dict[str, Any] = {
-            "steps": [],
-            "outcome": "failure",
-            "reason": "device_retries_exhausted",
-            "verdict": None,
-        }
-        return exhausted, None, failures
+            return played.model_copy(update={"device": lease.key, "failures": tuple(failures)}), failures
+        return Episode.exhausted(uid, k, failures), failures
 
     async def _recover(self, lease: Lease) -> None:
         """Report the device, rebuild its environment, and put it back unless retired."""
@@ -285,81 +316,68 @@ class EpisodeRunner:
             self._envs[lease.key] = self.envs(lease)
         return self._envs[lease.key]
 
-    async def _play(self, query: Query, k: int, uid: str, lease: Lease) -> dict[str, Any]:
-        cfg = self.config
+    async def _play(self, query: Query, k: int, uid: str, lease: Lease) -> Episode:
         env = await self._io(self._env, lease)  # building one may launch a browser: not on the loop
         policy = self.policies()
         beat = time.monotonic()
         policy.start(query, seed=uid, guidance=self.guidance.get(query.uid), rollout=k)
         obs = await self._device(env.reset, query)
-        steps: list[dict[str, Any]] = []
-        status, reason, ended_by_env = None, None, False
-        policy_failure: dict[str, Any] | None = None
-        sampling: dict[str, Any] | None = None
-        for index in range(cfg.max_steps):
-            t0 = time.monotonic()
-            try:
-                out = await asyncio.wait_for(policy.act(obs), cfg.step_timeout_s)
-            except LLMError as exc:
-                reason, policy_failure = "policy_error", {"step": index, **exc.detail()}
-                break
-            except TimeoutError:
-                reason = "policy_timeout"
-                policy_failure = {"step": index, "reason": reason, "timeout_s": cfg.step_timeout_s}
-                break
-            sampling = sampling or out.sampling
-            codec = get_codec(out.format)
-            action, error = None, None
-            try:
-                action = codec.parse(out.text, observed(obs))
-            except ParseError as exc:
-                error = exc.reason
-            after = await self._device(env.step, action) if action is not None else obs
-            steps.append(
-                {
-                    "index": index,
-                    "screenshot": obs.screenshot,
-                    "screenshot_after": after.screenshot,
-                    "width": obs.width,
-                    "height": obs.height,
-                    "raw_output": out.text,
-                    "parse_error": error,
-                    "latency_ms": int((time.monotonic() - t0) * 1000),
-                    "elements": obs.elements,
-                    "action": action.model_dump(mode="json", exclude_none=True) if action else None,
-                }
-            )
-            obs = after
+        play = _Play()
+        for index in range(self.config.max_steps):
+            obs = await self._step(policy, env, obs, index, play)
             if time.monotonic() - beat > self.pool.ttl.total_seconds() / 4:  # not a write per step
                 beat = time.monotonic()
                 await self._io(self.pool.heartbeat, lease)
-            if error is not None and cfg.on_parse_error == "end":
-                reason = f"unparseable_output:{error}"
-                break
-            if action is not None and action.kind == ActionKind.TERMINATE:
-                status = action.status
-                break
-            if after.done:  # the environment ended the episode (MiniWoB++'s WOB_DONE_GLOBAL)
-                ended_by_env = True
+            if play.over:
                 break
         else:
-            reason = "max_steps"
-        verdict = await self._io(env.verify)
-        # An environment that ends its own episodes decides it with its reward; elsewhere the
-        # policy must also claim success (a verified state reached by chance is not a success).
-        success = verdict.success and (status == "success" or ended_by_env)
-        if not success and reason is None:
-            reason = "gave_up" if status == "failure" else (verdict.failed or "terminated_early")
-            if verdict.success and status is None:
-                reason = "no_terminate"
-        return {
-            "steps": steps,
-            "outcome": "unknown" if verdict.failed == UNVERIFIABLE else ("success" if success else "failure"),
-            "reason": None if success else reason,
-            "verdict": verdict,
-            "policy_failure": policy_failure,
-            "sampling": sampling,
-        }
+            play.reason = "max_steps"
+        return play.episode(uid, k, await self._io(env.verify))
+
+    async def _step(
+        self, policy: Policy, env: Environment, obs: Observation, index: int, play: _Play
+    ) -> Observation:
+        """One policy call and its action on the device, recorded in `play`: the screen it left."""
+        cfg = self.config
+        t0 = time.monotonic()
+        try:
+            out = await asyncio.wait_for(policy.act(obs), cfg.step_timeout_s)
+        except LLMError as exc:
+            play.fault("policy_error", {"step": index, **exc.detail()})
+            return obs
+        except TimeoutError:
+            play.fault(
+                "policy_timeout", {"step": index, "reason": "policy_timeout", "timeout_s": cfg.step_timeout_s}
+            )
+            return obs
+        play.sampling = play.sampling or out.sampling
+        action, error = None, None
+        try:
+            action = get_codec(out.format).parse(out.text, observed(obs))
+        except ParseError as exc:
+            error = exc.reason
+        after = await self._device(env.step, action) if action is not None else obs
+        play.steps.append(
+            Step(
+                index=index,
+                screenshot=obs.screenshot,
+                screenshot_after=after.screenshot,
+                width=obs.width,
+                height=obs.height,
+                raw_output=out.text,
+                parse_error=error,
+                latency_ms=int((time.monotonic() - t0) * 1000),
+                elements=obs.elements,
+                action=action.model_dump(mode="json", exclude_none=True) if action else None,
+            )
+        )
+        if error is not None and cfg.on_parse_error == "end":
+            play.reason, play.over = f"unparseable_output:{error}", True
+        elif action is not None and action.kind == ActionKind.TERMINATE:
+            play.status, play.over = action.status, True
+        elif after.done:  # the environment ended the episode (MiniWoB++'s WOB_DONE_GLOBAL)
+            play.ended_by_env = play.over = True
+        return after
 
     async def _device(self, fn: Callable[..., Any], arg: Any) -> Any:
         """A device call in a thread, bounded by the step timeout; failures become retries."""
@@ -372,12 +390,12 @@ class EpisodeRunner:
         except TimeoutError as exc:
             raise _Retry("step_timeout") from exc
 
-    def _count(self, result: dict[str, Any], report: RolloutReport) -> None:
+    def _count(self, episode: Episode, report: RolloutReport) -> None:
         """Count an episode this worker stored (one another worker stored first is not counted)."""
         report.completed += 1
-        report.successes += result["outcome"] == "success"
-        report.steps += len(result["steps"])
-        if result["reason"]:
-            report.outcomes[result["reason"].split(":")[0]] += 1
+        report.successes += episode.outcome == "success"
+        report.steps += len(episode.steps)
+        if episode.reason:
+            report.outcomes[episode.reason.split(":")[0]] += 1
         if self.on_episode is not None:
             self.on_episode()

@@ -15,6 +15,7 @@ from critics.learned_steps import step_verdicts
 from critics.task_words import clauses
 from critics.view import CriticView, SeenElement, SeenStep, critic_view
 from trajforge.domain import StepVerdict
+from trajforge.episode import Step
 
 # what a critic is never shown: the spec's ids and slots, the query's path and goal, the anchor
 HIDDEN = {"id", "widget", "value", "slot", "slots", "path", "goal", "screen", "verifier", "anchor", "success"}
@@ -26,11 +27,17 @@ def test_view_types_have_no_field_for_hidden_state() -> None:
         assert not names & HIDDEN, f"{kind.__name__} carries {names & HIDDEN}"
 
 
-class _Row:  # a stored step row, with the spec's fields the simulator writes
-    def __init__(self, action: dict, elements: list[dict], after: str = "b") -> None:
-        self.action, self.raw_output, self.parse_error = action, '{"action": "click"}', None
-        self.screenshot, self.screenshot_after = "a", after
-        self.elements, self.width, self.height = elements, 1000, 2000
+def _step(action: dict, elements: list[dict], after: str = "b") -> Step:  # as the simulator records it
+    return Step(
+        index=0,
+        screenshot="a",
+        screenshot_after=after,
+        width=1000,
+        height=2000,
+        raw_output='{"action": "click"}',
+        elements=elements,
+        action=action,
+    )
 
 
 def test_a_stored_tree_reaches_the_critic_without_spec_fields() -> None:
@@ -42,7 +49,7 @@ def test_a_stored_tree_reaches_the_critic_without_spec_fields() -> None:
         "text": "15%",
         "bounds": [0, 0, 9, 9],
     }
-    view = critic_view("Tip 15%", [_Row({"kind": "click", "point": [1, 1]}, [node])])
+    view = critic_view("Tip 15%", [_step({"kind": "click", "point": [1, 1]}, [node])])
     (element,) = view.steps[0].elements
     assert element == SeenElement("15%", "list_item", (0, 0, 9, 9))
     assert "tip" not in json.dumps(dataclasses.asdict(view)).replace("Tip", "")
