@@ -4,7 +4,7 @@ Each pull compares Label Studio with what was pulled before: new and updated ann
 are stored, annotations and tasks deleted there are withdrawn here, skips are kept as
 skips (no verdict). Per episode, the verdicts of its annotations resolve to one human
 anchor by `annotate.resolve`; the anchor overrides the verifier's (see
-`critics.judge.deciding_anchor`). Corrected actions are parsed with every known codec;
+`critics.outcomes.deciding_anchor`). Corrected actions are parsed with every known codec;
 one that parses nowhere is kept with `parse_error`, never dropped silently.
 """
 

@@ -17,11 +17,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from storage.anchors import CONSENSUS, SILENT
 from storage.models import Anchor, Episode, Exclusion, Judgment, Step
 from storage.models import Query as QueryRow
 from storage.samples import OUTCOME_STAGE
 from trajforge.settings import AnnotationSettings
+from trajforge.verdicts import CONSENSUS, SILENT
 
 # why an episode needs a human, most urgent first; no_outcome: no anchor and no trusted critic decided it
 REASONS = (

@@ -18,7 +18,6 @@ from annotation import config as cfg
 from annotation.client import PREDICTIONS
 from annotation.images import ImageLinks
 from annotation.queue import Candidate
-from storage.anchors import CONSENSUS
 from storage.episodes import steps_by_episode
 from storage.models import Anchor, Episode, Judgment
 from storage.models import Query as QueryRow
@@ -26,6 +25,7 @@ from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import target_element
 from trajforge.episode import Step as PlayedStep
 from trajforge.settings import AnnotationSettings
+from trajforge.verdicts import CONSENSUS
 
 
 def _verdict(label: str) -> str:

@@ -30,18 +30,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from critics.judge import judge_round
 from critics.learned import cross_judge
+from critics.outcomes import decide_outcomes, deciding_anchor
 from critics.trained import anchored_truth, leave_one_app_out, seen_episodes
 from rollout.web.env import chromium_available
-from storage.anchors import CONSENSUS, anchors_by_episode, backend_of, deciding_anchor, episode_apps
+from storage.anchors import anchors_by_episode, episode_apps
 from storage.apps import round_apps
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Anchor, Episode, Judgment, Policy, Round
 from storage.models import Query as QueryRow
 from storage.objectstore import LocalObjectStore
-from storage.outcomes import decide_outcomes
 from trajforge.appspec import load_apps
+from trajforge.domain import backend_of
 from trajforge.metrics import ChannelStats
 from trajforge.settings import CriticSettings
+from trajforge.verdicts import CONSENSUS
 
 ROOT = Path(__file__).resolve().parents[1]
 OFFLINE = ("route_check", "heuristic_visual", "learned_trajectory", CONSENSUS[0])

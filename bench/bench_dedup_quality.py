@@ -61,10 +61,10 @@ from curation.dedup_eval import Pair, choose, score, similarities, write_pairs
 from curation.encoder import EncoderSpec, train_encoder, write_checkpoint
 from querygen.pipeline import generate_queries
 from rollout.sim.env import SimEnv
-from storage.features import PHashFeaturizer, ResNetFeaturizer, ThumbFeaturizer, _normalise
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import AppSpec, builtin_app_names, load_app
 from trajforge.domain import Query
+from trajforge.features import PHashFeaturizer, ResNetFeaturizer, ThumbFeaturizer, _normalise
 from trajforge.world.model import POPUP_CLOSE, FaultConfig, Move
 from trajforge.world.oracle import actions_for
 

@@ -34,8 +34,9 @@ from bench.common import table
 from curation.dedup import NEAR_DUPLICATE, Trajectory, dedup, embed_frames
 from curation.overlays import GreyThumbs
 from evolve.spine import open_spine
-from storage.features import FeatureStore, Featurizer, PHashFeaturizer, make_featurizer
+from storage.features import FeatureStore, make_featurizer
 from storage.models import Episode, Round, Step
+from trajforge.features import Featurizer, PHashFeaturizer
 from trajforge.settings import Settings, load_settings
 
 Rows = dict[int, list[tuple[str, str, bool, tuple[str, ...]]]]  # round -> (uid, query, success, frames)

@@ -25,8 +25,8 @@ from bench.bench_dedup_quality import play
 from bench.common import table, timed
 from evolve.smoke import run_smoke_round
 from querygen.pipeline import generate_queries
-from storage.features import ResNetFeaturizer
 from trajforge.appspec import builtin_app_names, load_app
+from trajforge.features import ResNetFeaturizer
 from trajforge.settings import load_settings
 
 

@@ -2,10 +2,10 @@
 
 `compose_round` reads every stored episode verdict of the channels in `critics.channels` (the
 learned critic, the visual channel, the model critics), and writes one consensus judgment per
-episode under `storage.anchors.CONSENSUS` by `critics.rule` (AND, majority or weighted).
+episode under `trajforge.verdicts.CONSENSUS` by `critics.rule` (AND, majority or weighted).
 It rewrites the round's consensus rows, so running it again after the model critics have
 judged folds their votes in. An abstaining or unparsed channel does not vote; with no vote the
-episode is undecided. Whether the consensus may decide an outcome is `storage.outcomes`'s
+episode is undecided. Whether the consensus may decide an outcome is `critics.outcomes`'s
 trust gate: its measured accuracy on the app's anchored episodes.
 """
 
@@ -15,10 +15,10 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.heuristic import ChannelVerdict, consensus
-from storage.anchors import CONSENSUS
 from storage.db import transaction
 from storage.models import Episode, Judgment
 from trajforge.settings import CriticSettings
+from trajforge.verdicts import CONSENSUS
 
 SUMMARY = {
     "correct": "the voting channels agree",

@@ -23,10 +23,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from critics.csrs_writer import write_with_model
 from critics.llm import TEMPLATES
+from critics.outcomes import decide_outcomes
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
 from storage.models import Exclusion, HumanAnnotation, Sample
-from storage.outcomes import decide_outcomes
 from storage.rounds import EXTRACTED, mark_stage
 from storage.samples import CATEGORIES, OUTCOME_STAGE, SampleDraft, store_drafts
 from trajforge.actions import Action, Screen
@@ -232,7 +232,7 @@ def extract_round(
     frames: Callable[[str], bytes] | None = None,
     settings: CriticSettings | None = None,
 ) -> ExtractionReport:
-    """Samples for every episode of a judged round whose outcome is decided (`storage.outcomes`);
+    """Samples for every episode of a judged round whose outcome is decided (`critics.outcomes`);
     idempotent; drops go to `exclusion` too, and so do episodes left for a human, with why.
 
     Step labels are the stored step judgments (a model critic's where present). With a gateway

@@ -25,9 +25,9 @@ from critics.learned_steps import NAME as LEARNED_STEP
 from critics.learned_steps import VERSION as LEARNED_STEP_VERSION
 from critics.learned_steps import step_verdicts
 from critics.llm import LLMJudgment, LLMStepCritic, LLMTrajectoryCritic
+from critics.outcomes import success_references
 from critics.trained import learned_round
 from critics.view import critic_view
-from storage.anchors import backend_of, success_references
 from storage.db import insert_ignore, record_exclusions, transaction
 from storage.episodes import round_episodes
 from storage.models import Episode, Exclusion, Judgment
@@ -35,7 +35,7 @@ from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import JUDGED, mark_stage
 from trajforge.actions import Action
 from trajforge.appspec import AppSpec
-from trajforge.domain import Query, StepVerdict, describe
+from trajforge.domain import Query, StepVerdict, backend_of, describe
 from trajforge.episode import Step
 from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway

@@ -17,8 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from critics.learned import NAME, SUCCESS_AT, Checkpoint, Prediction, cross_judge, features, fit_all
+from critics.outcomes import deciding_anchor
 from critics.view import critic_view
-from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
+from storage.anchors import anchors_by_episode, episode_apps
 from storage.episodes import steps_by_episode
 from storage.keys import critic_checkpoint_key
 from storage.models import Episode, Round

@@ -18,7 +18,7 @@ not. At 128x256 a screen's title is a few pixels high, and screens that differ o
 their title (Settings' "System" and "Display") would look alike, so the same network also
 learns a second view: the app bar below the status bar at 384x48 (`AppBar`), its views
 differing by a dialog's scrim, shifts and colour. A frame's vector joins the two, each
-centred on its training mean (`storage.features.ResNetFeaturizer`). Both views are
+centred on its training mean (`trajforge.features.ResNetFeaturizer`). Both views are
 standardised per image, which divides a scrim's uniform dimming out. Training runs on CUDA
 when there is one, else on the CPU threads given.
 """
@@ -42,11 +42,11 @@ from PIL import Image, ImageDraw, ImageEnhance
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.encoders import SIDECAR, StoredEncoder, latest_encoder, save_encoder
-from storage.features import AppBar, pooled, screen_and_bar, standardised
+from storage.encoders import StoredEncoder, latest_encoder, save_encoder
 from storage.models import Episode, Round, Step
 from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
+from trajforge.features import SIDECAR, AppBar, pooled, screen_and_bar, standardised
 from trajforge.stage_settings import CurationSettings
 
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from storage.features import grey
+from trajforge.features import grey
 
 K = TypeVar("K", bound=Hashable)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select, update
@@ -29,17 +30,19 @@ from curation.recovery import RecoveryReport, recover
 from curation.rollouts import Rollout, by_query, load_rollouts, pass_rate
 from curation.thoughts import StepToThink, ThoughtReport, synthesise
 from storage.db import record_exclusions, transaction
-from storage.features import CacheStats, FeatureStore, Featurizer, dedup_threshold, make_featurizer
+from storage.features import CacheStats, FeatureStore, dedup_threshold, make_featurizer
 from storage.models import Episode, Exclusion, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import CURATED, mark_stage
 from storage.samples import CATEGORIES, SampleDraft, store_drafts
 from trajforge.actions import Action
+from trajforge.features import Featurizer
 from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
 from trajforge.recovery import Prober
-from trajforge.settings import CriticSettings, CurationSettings
+from trajforge.settings import CurationSettings
+from trajforge.verdicts import Outcome
 
 DEDUP_STAGE = "dedup"
 
@@ -86,15 +89,16 @@ def curate_round(
     store: ObjectStore,
     settings: CurationSettings,
     demonstrate: Demonstrator | None,
+    outcomes: Mapping[int, Outcome],
     gateway: LLMGateway | None = None,
     featurizer: Featurizer | None = None,
-    critics: CriticSettings | None = None,
     prober: Prober | None = None,
 ) -> CurationReport:
-    """Curate one judged round (see the module docstring); safe to rerun. `prober` plays the
+    """Curate one judged round (see the module docstring); safe to rerun. `outcomes` are the
+    episodes' decided outcomes by id (`critics.outcomes.round_outcomes`). `prober` plays the
     error-recovery probes on a device (`rollout.recovery`); without one, recovery is skipped."""
     report = CurationReport()
-    rollouts = load_rollouts(sessions, round_id, critics)
+    rollouts = load_rollouts(sessions, round_id, outcomes)
     groups = by_query(rollouts)
     frames = frame_reader(store)
 

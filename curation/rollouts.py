@@ -1,21 +1,21 @@
 """A round's rollouts as curation sees them: per query group, with outcomes and step labels.
 
-An episode's outcome is decided as `storage.outcomes` says (an anchor, else the calibrated
-critics' consensus; None when a human must decide). Step labels are the stored step-critic
+An episode's outcome is handed in, as `critics.outcomes` decided it (an anchor, else the
+calibrated critics' consensus; None when a human must decide). Step labels are the stored step-critic
 judgments (a model critic's when present).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
-from storage.outcomes import decide_outcomes
 from trajforge.actions import Action
 from trajforge.domain import Query, StepView, describe
-from trajforge.settings import CriticSettings
+from trajforge.verdicts import Outcome
 
 
 @dataclass
@@ -36,16 +36,15 @@ class Rollout:
 
 
 def load_rollouts(
-    sessions: sessionmaker[Session], round_id: int, settings: CriticSettings | None = None
+    sessions: sessionmaker[Session], round_id: int, outcomes: Mapping[int, Outcome]
 ) -> list[Rollout]:
-    """The judged round's rollouts, with their decided outcomes (`storage.outcomes`) and stored step labels.
+    """The judged round's rollouts, with their decided outcomes (by episode id) and stored step labels.
 
     Raises:
         StageError: the round has steps without a step-critic label (not judged yet).
     """
     out = []
     with sessions() as s:
-        outcomes = decide_outcomes(s, round_id, settings or CriticSettings())
         judged = round_step_judgments(s, round_id)
         for episode, query, steps in round_episodes(s, round_id):
             verdicts = stored_step_verdicts(judged, round_id, steps)

@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from evolve.report_critics import critic_table
 from evolve.revisits import revisited
 from evolve.rounds_json import write_rounds_json
-from storage.anchors import CONSENSUS
 from storage.datasets import VersionRef, list_versions, manifest
 from storage.llm_cache import usage_by_stage
 from storage.models import Anchor, App, Episode, Exclusion, Judgment, Policy, Round, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
+from trajforge.verdicts import CONSENSUS
 
 EXAMPLES = 4  # trajectories shown, success and failure alternating
 THUMB = 180  # px width of an example screenshot

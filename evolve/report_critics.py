@@ -11,9 +11,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.learned import NAME, VERSION
-from storage.anchors import CONSENSUS
 from storage.models import Round
 from trajforge.metrics import ChannelStats
+from trajforge.verdicts import CONSENSUS
 
 LEARNED = f"{NAME}:{VERSION}"
 

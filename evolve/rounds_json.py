@@ -31,12 +31,14 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.outcomes import deciding_anchor
 from evolve.revisits import revisited
-from storage.anchors import SILENT, anchors_by_episode, deciding_anchor
+from storage.anchors import anchors_by_episode
 from storage.models import Episode, Exclusion, Judgment, Policy, Round, Sample
 from storage.models import Query as QueryRow
 from storage.samples import OUTCOME_STAGE
 from trajforge.metrics import ChannelStats
+from trajforge.verdicts import SILENT
 
 OVERALL = "overall"
 

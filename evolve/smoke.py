@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from critics.calibration import calibrate_round
 from critics.csrs import ExtractionReport, extract_round
 from critics.judge import judge_round
+from critics.outcomes import round_outcomes
 from curation.pipeline import CurationReport, curate_round
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise
@@ -29,7 +30,6 @@ from rollout.recovery import device_prober
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from rollout.sim.env import demonstrator
 from rollout.sim.farm import SimFarm
-from storage.anchors import CONSENSUS
 from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
 from storage.models import App, Episode, Policy, Round, Step
 from storage.models import Query as QueryRow
@@ -38,6 +38,7 @@ from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
 from trajforge.logs import redact_url
 from trajforge.settings import Settings
+from trajforge.verdicts import CONSENSUS
 
 NOISE = OracleNoise(malformed=0.08, wrong_value=0.05, mis_tap=0.03, premature_terminate=0.03)
 DEVICES = 2
@@ -147,7 +148,7 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
         store,
         settings.curate,
         demonstrator(farm.apps, store),
-        critics=settings.critics,
+        round_outcomes(sessions, round_id, settings.critics),
         prober=device_prober(pool, farm, farm.backend, settings.curate.recovery_escapes),
     )
     with transaction(sessions) as s:

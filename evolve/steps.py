@@ -25,6 +25,7 @@ from sqlalchemy import func, select
 from critics.calibration import calibrate_round
 from critics.csrs import extract_round
 from critics.judge import judge_round, judge_round_llm
+from critics.outcomes import round_outcomes
 from curation.pipeline import curate_round
 from evolve.heldout import evaluate_policy, heldout_queries
 from evolve.ownership import foreign_round, loop_round
@@ -37,7 +38,6 @@ from querygen.pipeline import generate_round
 from rollout.policies import NoisyOracle, OracleNoise, Policy
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.env import demonstrator
-from storage.anchors import CONSENSUS
 from storage.datasets import manifest
 from storage.db import transaction
 from storage.features import FeatureStore, make_featurizer
@@ -49,6 +49,7 @@ from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError
 from trajforge.gateway import closing
 from trajforge.settings import Settings
+from trajforge.verdicts import CONSENSUS
 
 EXPLORER = ("random-explorer", 0)
 GUIDED = ("guided-demo", 0)
@@ -281,8 +282,8 @@ def curate(settings: Settings, number: int) -> dict[str, Any]:
         spine.store,
         settings.curate,
         demonstrator(spine.apps, spine.store),
+        round_outcomes(spine.sessions, rnd.id, settings.critics),
         spine.gateway(),
-        critics=settings.critics,
         prober=open_prober(spine),
     )
     return {

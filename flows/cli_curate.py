@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from critics.outcomes import round_outcomes
 from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
 from trajforge.settings import FeaturizerName
 
@@ -44,8 +45,8 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
         spine.store,
         settings.curate,
         demonstrator(apps, spine.store),
+        round_outcomes(sessions, round_id, settings.critics),
         gateway,
-        critics=settings.critics,
         prober=open_prober(spine),
     )
     typer.echo(report.render())

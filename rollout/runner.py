@@ -25,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from rollout.env import Environment
+from rollout.play import Play
 from rollout.policies.base import Policy, observed
 from rollout.pool import DevicePool, Lease, holder_name
 from rollout.records import forget_model_faults
@@ -35,7 +36,6 @@ from trajforge.domain import Observation, Query
 from trajforge.episode import Attempt, Episode, Step
 from trajforge.errors import DeviceCrashed, DeviceError, DeviceHung, LLMError, ParseError
 from trajforge.logs import counts
-from trajforge.world.verify import UNVERIFIABLE, VerifierResult
 
 T = TypeVar("T")
 
@@ -96,43 +96,6 @@ class RolloutReport:
             f"{60 * self.completed / secs:.0f} episodes/min",
         ]
         return "\n".join(lines)
-
-
-@dataclass
-class _Play:
-    """An episode while it is played."""
-
-    steps: list[Step] = field(default_factory=list)
-    status: str | None = None  # the policy's claim, when it terminated
-    reason: str | None = None
-    ended_by_env: bool = False
-    over: bool = False
-    policy_failure: dict[str, Any] | None = None
-    sampling: dict[str, Any] | None = None
-
-    def fault(self, reason: str, detail: dict[str, Any]) -> None:
-        """The policy's endpoint failed: the episode ends, to be played again by a rerun."""
-        self.reason, self.policy_failure, self.over = reason, detail, True
-
-    def episode(self, uid: str, rollout: int, verdict: VerifierResult) -> Episode:
-        # An environment that ends its own episodes decides it with its reward; elsewhere the
-        # policy must also claim success (a verified state reached by chance is not a success).
-        success = verdict.success and (self.status == "success" or self.ended_by_env)
-        reason = self.reason
-        if not success and reason is None:
-            reason = "gave_up" if self.status == "failure" else (verdict.failed or "terminated_early")
-            if verdict.success and self.status is None:
-                reason = "no_terminate"
-        return Episode(
-            uid=uid,
-            rollout=rollout,
-            steps=tuple(self.steps),
-            outcome="unknown" if verdict.failed == UNVERIFIABLE else ("success" if success else "failure"),
-            reason=None if success else reason,
-            verdict=verdict,
-            policy_failure=self.policy_failure,
-            sampling=self.sampling,
-        )
 
 
 class _Retry(Exception):
@@ -322,7 +285,7 @@ class EpisodeRunner:
         beat = time.monotonic()
         policy.start(query, seed=uid, guidance=self.guidance.get(query.uid), rollout=k)
         obs = await self._device(env.reset, query)
-        play = _Play()
+        play = Play()
         for index in range(self.config.max_steps):
             obs = await self._step(policy, env, obs, index, play)
             if time.monotonic() - beat > self.pool.ttl.total_seconds() / 4:  # not a write per step
@@ -335,7 +298,7 @@ class EpisodeRunner:
         return play.episode(uid, k, await self._io(env.verify))
 
     async def _step(
-        self, policy: Policy, env: Environment, obs: Observation, index: int, play: _Play
+        self, policy: Policy, env: Environment, obs: Observation, index: int, play: Play
     ) -> Observation:
         """One policy call and its action on the device, recorded in `play`: the screen it left."""
         cfg = self.config

@@ -22,8 +22,8 @@ from storage.db import insert_ignore, transaction
 from storage.keys import encoder_prefix
 from storage.models import ScreenEncoder
 from storage.objectstore import ObjectStore
+from trajforge.features import SIDECAR
 
-SIDECAR = "trajforge_encoder.json"  # input size and training facts, next to config.json
 WEIGHTS = ("config.json", "model.safetensors")  # transformers' own files
 CHECKPOINT_FILES = (*WEIGHTS, SIDECAR)
 

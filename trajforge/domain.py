@@ -141,6 +141,11 @@ def goal_key(goal: dict[str, Any], backend: str = "") -> str:
     return json.dumps([backend, goal], sort_keys=True, ensure_ascii=False)
 
 
+def backend_of(device: str | None) -> str:
+    """The kind of device an episode ran on ("sim-0#1" -> "sim"): frames compare only within one."""
+    return str(device or "").split("-")[0]
+
+
 NOTHING_READABLE = "(nothing readable)"  # a screen with no text: said in a prompt, never an answer
 EPISODE_ENDS = "(the episode ends)"  # no next screen was recorded: said in a prompt, never an answer
 PLACEHOLDERS = frozenset({NOTHING_READABLE, EPISODE_ENDS})

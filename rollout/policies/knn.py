@@ -52,9 +52,9 @@ from rollout.policies.knn_text import (
     shared,
 )
 from rollout.policies.oracle import box_overlap, element_bounds, element_center, point_inside
-from storage.features import ThumbFeaturizer
 from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.domain import Observation, Query
+from trajforge.features import ThumbFeaturizer
 from trajforge.text import words
 
 NAME = "knn"

@@ -18,8 +18,8 @@ import numpy as np
 import polars as pl
 
 from rollout.policies.knn_text import TASK_PREFIX, instruction_of
-from storage.features import ThumbFeaturizer
 from trajforge.errors import ConfigError
+from trajforge.features import ThumbFeaturizer
 
 CHECKPOINT_FORMAT = "trajforge-knn/1"
 

@@ -9,6 +9,7 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.csrs import SUPERSEDED, extract_round
+from critics.outcomes import round_outcomes
 from curation.corrections import CATEGORY
 from curation.corrections import SUPERSEDED as CORRECTED
 from curation.pipeline import curate_round
@@ -120,7 +121,14 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
     assert verification and all(x.payload["response"] == "no" for x in verification)
 
     apps, store = [load_app(n) for n in builtin_app_names()], open_object_store(settings)
-    report = curate_round(sessions, round_id, store, settings.curate, demonstrator(apps, store))
+    report = curate_round(
+        sessions,
+        round_id,
+        store,
+        settings.curate,
+        demonstrator(apps, store),
+        round_outcomes(sessions, round_id, settings.critics),
+    )
     assert report.corrections["action"] == 1 and report.corrections["unparseable_correction"] == 1
     (sample,) = [x for x in _samples(sessions, episode_id) if x.category == CATEGORY]
     assert sample.payload["action"] == corrected and sample.payload["thought"] == "The button is at the top."
@@ -136,7 +144,14 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
     with sessions() as s:
         rows = s.scalar(select(func.count()).select_from(Sample))
     extract_round(sessions, round_id)
-    curate_round(sessions, round_id, store, settings.curate, demonstrator(apps, store))
+    curate_round(
+        sessions,
+        round_id,
+        store,
+        settings.curate,
+        demonstrator(apps, store),
+        round_outcomes(sessions, round_id, settings.critics),
+    )
     with sessions() as s:
         assert s.scalar(select(func.count()).select_from(Sample)) == rows
 
@@ -203,7 +218,14 @@ def test_a_corrected_action_supersedes_the_models_action_samples(
     episode_id, index = int(found[0]), int(found[1])
     _human_verdict(sessions, episode_id, round_id, "success", step=index)
     apps, store = [load_app(n) for n in builtin_app_names()], open_object_store(settings)
-    report = curate_round(sessions, round_id, store, settings.curate, demonstrator(apps, store))
+    report = curate_round(
+        sessions,
+        round_id,
+        store,
+        settings.curate,
+        demonstrator(apps, store),
+        round_outcomes(sessions, round_id, settings.critics),
+    )
     assert report.corrections["superseded_samples"] >= 1
     step = [x for x in _samples(sessions, episode_id) if x.step_index == index]
     assert {x.reason for x in step if x.category in ("action_prediction", "intent_execution")} == {CORRECTED}

@@ -16,7 +16,6 @@ from annotation.images import ImageLinks, image_mode, overlay
 from annotation.pull import clicked_action, independence, parse_correction, parse_result, resolve
 from annotation.queue import review_queue
 from annotation.stats import inter_annotator
-from storage.anchors import CONSENSUS
 from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Judgment
 from storage.objectstore import LocalObjectStore, put_blob
@@ -24,6 +23,7 @@ from tests.support.spine import seed_episodes
 from trajforge.actions import Screen
 from trajforge.errors import ConfigError
 from trajforge.settings import AnnotationSettings
+from trajforge.verdicts import CONSENSUS
 
 
 def test_parse_result_reads_verdict_step_labels_and_corrections() -> None:

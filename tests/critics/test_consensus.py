@@ -7,11 +7,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.consensus import compose_round
-from storage.anchors import CONSENSUS
 from storage.db import insert_ignore, transaction
 from storage.models import Judgment
 from tests.support.spine import seed_episodes
 from trajforge.settings import CriticSettings
+from trajforge.verdicts import CONSENSUS
 
 VOTES = {  # per episode: the channels' labels
     0: {"learned_trajectory": "correct", "heuristic_visual": "correct", "llm_textual": "incorrect"},

@@ -12,13 +12,13 @@ from sqlalchemy import Engine, select
 
 from critics.calibration import calibrate_round
 from critics.judge import judge_round_llm
+from critics.outcomes import decide_outcomes, measure_trust
 from evolve.smoke import run_smoke_round
 from storage.anchors import episode_apps
 from storage.db import session_factory
 from storage.models import Anchor, Episode
 from storage.models import Query as QueryRow
 from storage.objectstore import frame_reader, open_object_store
-from storage.outcomes import decide_outcomes, measure_trust
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
 from trajforge.gateway import LLMGateway
 from trajforge.settings import CriticSettings, LLMSettings, load_settings

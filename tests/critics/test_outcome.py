@@ -10,15 +10,16 @@ from sqlalchemy.orm import Session, sessionmaker
 from annotation.queue import review_queue
 from critics.csrs import extract_round
 from critics.judge import judge_round
+from critics.outcomes import decide_outcomes, measure_trust
 from evolve.smoke import run_smoke_round
 from storage.anchors import episode_apps
 from storage.db import session_factory
 from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
 from storage.objectstore import open_object_store
-from storage.outcomes import UNTRUSTED, decide_outcomes, measure_trust
 from storage.samples import OUTCOME_STAGE
 from trajforge.appspec import load_apps
 from trajforge.settings import AnnotationSettings, CriticSettings, load_settings
+from trajforge.verdicts import UNTRUSTED
 
 
 def episode_apps_of(sessions: sessionmaker[Session]) -> dict[int, str]:

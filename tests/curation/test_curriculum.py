@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select
 
+from critics.outcomes import round_outcomes
 from curation.curriculum import HELD, ZERO_PASS, label_and_hold, tier_of
 from curation.pipeline import curate_round
 from curation.rollouts import Rollout, by_query, load_rollouts
@@ -34,7 +35,12 @@ def curated(tmp_path: Path, db_url: str, engine: Engine):
     steps.calibrate(settings, 1)
     spine = open_spine(settings)
     report = curate_round(
-        spine.sessions, 1, spine.store, settings.curate, demonstrator(spine.apps, spine.store)
+        spine.sessions,
+        1,
+        spine.store,
+        settings.curate,
+        demonstrator(spine.apps, spine.store),
+        round_outcomes(spine.sessions, 1, settings.critics),
     )
     return settings, spine.sessions, report
 
@@ -116,7 +122,7 @@ def test_the_hold_out_can_be_turned_off(engine: Engine, db_url: str, monkeypatch
     with sessions() as s:
         assert not s.scalars(select(Sample).where(Sample.status == HELD)).first()
         assert len(s.scalars(select(QueryPassRate)).all()) == 4  # the labels are kept all the same
-    rollouts = load_rollouts(sessions, 1, settings.critics)
+    rollouts = load_rollouts(sessions, 1, round_outcomes(sessions, 1, settings.critics))
     assert sum(label_and_hold(sessions, 1, by_query(rollouts), settings.curate).tiers.values()) == 4
 
 

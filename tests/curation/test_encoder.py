@@ -26,11 +26,12 @@ from curation.encoder import (
 )
 from flows.cli import app as cli
 from storage.encoders import latest_encoder
-from storage.features import FeatureStore, PHashFeaturizer, ResNetFeaturizer, make_featurizer
+from storage.features import FeatureStore, make_featurizer
 from storage.models import Step
 from storage.objectstore import LocalObjectStore, frame_reader, open_object_store
 from trajforge.domain import StepView
 from trajforge.errors import ConfigError
+from trajforge.features import PHashFeaturizer, ResNetFeaturizer
 
 SMALL = EncoderSpec(
     width=32,

@@ -9,15 +9,10 @@ import numpy as np
 import pytest
 from transformers import ResNetModel
 
-from storage.features import (
-    FeatureStore,
-    PHashFeaturizer,
-    ResNetFeaturizer,
-    ThumbFeaturizer,
-    make_featurizer,
-)
+from storage.features import FeatureStore, make_featurizer
 from storage.objectstore import frame_reader
 from trajforge.errors import ConfigError
+from trajforge.features import PHashFeaturizer, ResNetFeaturizer, ThumbFeaturizer
 from trajforge.settings import CurationSettings
 
 from .conftest import TINY_RESNET

@@ -11,9 +11,9 @@ from curation.dedup import embed_frames
 from curation.overlays import GreyThumbs, overlay_of, settled, thumb
 from querygen.pipeline import generate_queries
 from rollout.sim.env import SimEnv
-from storage.features import PHashFeaturizer
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import load_app
+from trajforge.features import PHashFeaturizer
 from trajforge.world.model import POPUP_CLOSE, FaultConfig, Move
 from trajforge.world.oracle import actions_for
 

@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 from typer.testing import CliRunner
 
+from critics.outcomes import round_outcomes
 from curation.guidance import load_guidance
 from curation.pipeline import curate_round
 from curation.rollouts import load_rollouts
@@ -23,7 +24,7 @@ from storage.objectstore import open_object_store
 from storage.samples import CATEGORIES
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.recovery import PROBE_REASONS
-from trajforge.settings import load_settings
+from trajforge.settings import CriticSettings, load_settings
 
 APPS = [load_app(n) for n in builtin_app_names()]
 
@@ -75,7 +76,15 @@ def test_a_rerun_writes_nothing_and_featurises_nothing(curated) -> None:
     store = open_object_store(settings)
     farm = SimFarm(store=store)  # the smoke round registered its devices in the pool
     prober = device_prober(DevicePool(sessions), farm, farm.backend)
-    again = curate_round(sessions, 1, store, settings.curate, demonstrator(APPS, store), prober=prober)
+    again = curate_round(
+        sessions,
+        1,
+        store,
+        settings.curate,
+        demonstrator(APPS, store),
+        round_outcomes(sessions, 1, settings.critics),
+        prober=prober,
+    )
     assert _counts(sessions) == before
     with sessions() as s:
         assert (
@@ -129,7 +138,7 @@ def test_hard_queries_get_guidance_for_their_next_rollouts(curated) -> None:
         assert g.reference == "replay" or outcomes[g.reference] == "success"
         kept = [st for st in g.steps if st["kept"]]
         assert kept and all(st["reason"] for st in g.steps if not st["kept"])
-    rollouts = load_rollouts(sessions, 1)
+    rollouts = load_rollouts(sessions, 1, round_outcomes(sessions, 1, CriticSettings()))
     assert set(load_guidance(sessions, [r.query.uid for r in rollouts])) == {g.query_uid for g in rows}
 
 

@@ -15,41 +15,29 @@ undecided and goes to the human review queue. `critics.outcome` picks the rule:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
-from storage.anchors import (
-    anchors_by_episode,
-    consensus_labels,
-    deciding_anchor,
-    episode_apps,
-    reversed_verifier,
-)
-from storage.models import Episode
+from storage.anchors import anchors_by_episode, consensus_labels, episode_apps
+from storage.models import Anchor, Episode, Step
+from storage.models import Query as QueryRow
+from trajforge.domain import backend_of, goal_key
 from trajforge.settings import CriticSettings
-
-UNTRUSTED = "critic_untrusted"  # no anchor, and the app's consensus is not (yet) trusted
-UNDECIDED = "critic_undecided"  # no anchor, and every critic channel abstained
+from trajforge.verdicts import UNDECIDED, UNTRUSTED, Outcome
 
 
-@dataclass(frozen=True)
-class Outcome:
-    success: bool | None  # None: nobody may decide it; a human must
-    source: str  # verifier | human | critic | UNTRUSTED | UNDECIDED | "none"
-    accuracy: float | None = None  # the consensus's measured accuracy, when the critic decided
-    anchored: int = 0  # the anchored episodes that accuracy was measured on
-    overrides: str | None = None  # the verifier's label a human reversed
+def deciding_anchor(anchors: Sequence[Anchor]) -> Anchor | None:
+    """The anchor that decides an episode's outcome: a human's overrides the verifier's."""
+    return next((a for a in anchors if a.source == "human"), anchors[0] if anchors else None)
 
-    def provenance(self) -> dict[str, Any]:
-        """What a sample records about its outcome (`provenance.anchor`)."""
-        out: dict[str, Any] = {"source": self.source, "label": "success" if self.success else "failure"}
-        if self.accuracy is not None:
-            out.update(accuracy=round(self.accuracy, 4), anchored=self.anchored)
-        if self.overrides is not None:
-            out["overrides"] = self.overrides
-        return out
+
+def reversed_verifier(anchors: Sequence[Anchor], deciding: Anchor) -> str | None:
+    """The verifier's label when the deciding anchor is a human who reversed it, else None."""
+    verifier = next((a.label for a in anchors if a.source == "verifier"), None)
+    return verifier if deciding.source == "human" and verifier not in (None, deciding.label) else None
 
 
 @dataclass(frozen=True)
@@ -104,4 +92,42 @@ def decide_outcomes(s: Session, round_id: int, settings: CriticSettings) -> dict
             out[episode_id] = Outcome(None, UNTRUSTED, measured.accuracy, measured.anchored)
         else:
             out[episode_id] = Outcome(label == "correct", "critic", measured.accuracy, measured.anchored)
+    return out
+
+
+def round_outcomes(
+    sessions: sessionmaker[Session], round_id: int, settings: CriticSettings
+) -> dict[int, Outcome]:
+    """`decide_outcomes` in a session of its own: what curation is handed."""
+    with sessions() as s:
+        return decide_outcomes(s, round_id, settings)
+
+
+def success_references(s: Session, round_id: int) -> dict[str, dict[str, set[str]]]:
+    """End frames of episodes an anchor calls successful, this round and earlier, by goal and backend:
+    {goal key: {end frame: uids of the queries of those episodes}}."""
+    up_to = Episode.round_id <= round_id
+    won = {
+        episode_id
+        for episode_id, found in anchors_by_episode(s, up_to).items()
+        if (decided := deciding_anchor(found)) is not None and decided.label == "success"
+    }
+    out: dict[str, dict[str, set[str]]] = {}
+    columns = (
+        Episode.id,
+        QueryRow.uid,
+        Episode.device,
+        QueryRow.goal,
+        Step.screenshot_after,
+        Step.screenshot,
+    )
+    for episode_id, uid, device, goal, after, before in s.execute(
+        select(*columns)
+        .join(QueryRow, QueryRow.id == Episode.query_id)
+        .join(Step, (Step.episode_id == Episode.id) & (Step.index == Episode.num_steps - 1))
+        .where(up_to)
+    ):
+        if episode_id in won:
+            key = goal_key(goal, backend_of(device))
+            out.setdefault(key, {}).setdefault(after or before, set()).add(uid)
     return out

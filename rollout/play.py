@@ -1,0 +1,47 @@
+"""An episode while the runner plays it, and how it ends: the policy's claim against the
+environment's verifier or reward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trajforge.episode import Episode, Step
+from trajforge.world.verify import UNVERIFIABLE, VerifierResult
+
+
+@dataclass
+class Play:
+    """An episode while it is played."""
+
+    steps: list[Step] = field(default_factory=list)
+    status: str | None = None  # the policy's claim, when it terminated
+    reason: str | None = None
+    ended_by_env: bool = False
+    over: bool = False
+    policy_failure: dict[str, Any] | None = None
+    sampling: dict[str, Any] | None = None
+
+    def fault(self, reason: str, detail: dict[str, Any]) -> None:
+        """The policy's endpoint failed: the episode ends, to be played again by a rerun."""
+        self.reason, self.policy_failure, self.over = reason, detail, True
+
+    def episode(self, uid: str, rollout: int, verdict: VerifierResult) -> Episode:
+        # An environment that ends its own episodes decides it with its reward; elsewhere the
+        # policy must also claim success (a verified state reached by chance is not a success).
+        success = verdict.success and (self.status == "success" or self.ended_by_env)
+        reason = self.reason
+        if not success and reason is None:
+            reason = "gave_up" if self.status == "failure" else (verdict.failed or "terminated_early")
+            if verdict.success and self.status is None:
+                reason = "no_terminate"
+        return Episode(
+            uid=uid,
+            rollout=rollout,
+            steps=tuple(self.steps),
+            outcome="unknown" if verdict.failed == UNVERIFIABLE else ("success" if success else "failure"),
+            reason=None if success else reason,
+            verdict=verdict,
+            policy_failure=self.policy_failure,
+            sampling=self.sampling,
+        )
