@@ -11,34 +11,30 @@ CSRS samples are extracted.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.calibration import calibrate_round
-from critics.csrs import ExtractionReport, extract_round
-from critics.judge import judge_round
-from critics.outcomes import round_outcomes
-from curation.pipeline import CurationReport, curate_round
+from critics.csrs import ExtractionReport
+from curation.pipeline import CurationReport
+from evolve.lifecycle import calibrate, close_round, curate, judge, open_round, play
+from evolve.policies import register_policy
+from evolve.spine import new_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.policies import NoisyOracle, OracleNoise
 from rollout.pool import DevicePool
 from rollout.recovery import device_prober
-from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
-from rollout.sim.env import demonstrator
+from rollout.runner import RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
-from storage.db import engine_from_settings, insert_ignore, session_factory, transaction, upgrade
-from storage.models import App, Episode, Policy, Round, Step
+from storage.db import transaction
+from storage.models import App, Episode, Step
 from storage.models import Query as QueryRow
-from storage.objectstore import open_object_store
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
 from trajforge.logs import redact_url
 from trajforge.settings import Settings
-from trajforge.verdicts import CONSENSUS
 
 NOISE = OracleNoise(malformed=0.08, wrong_value=0.05, mis_tap=0.03, premature_terminate=0.03)
 DEVICES = 2
@@ -93,75 +89,47 @@ class SmokeReport:
 
 
 def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int = ROLLOUTS) -> SmokeReport:
-    """One round on the configured database and object store; each call is the next round."""
-    engine = engine_from_settings(settings)
-    upgrade(engine)
-    sessions = session_factory(engine)
-    store = open_object_store(settings)
-    farm = SimFarm(store=store)
-    pool = DevicePool(sessions)
+    """One round on the configured database and object store; each call is the next round. It
+    goes through the loop's own lifecycle (`evolve.lifecycle`) with the noisy oracle as policy."""
+    spine = new_spine(settings)
+    farm = SimFarm(store=spine.store)
+    pool = DevicePool(spine.sessions)
     farm.register(pool, DEVICES)
     where = settings.s3.endpoint if settings.store.backend == "s3" else str(settings.store_path)
-    with transaction(sessions) as s:
-        insert_ignore(
-            s,
-            Policy,
-            [{"name": "noisy-oracle", "version": 0, "meta": NOISE.model_dump()}],
-            ["name", "version"],
-        )
-        policy_id = s.scalars(
-            select(Policy.id).where(Policy.name == "noisy-oracle", Policy.version == 0)
-        ).one()
-        number = (s.scalar(select(func.max(Round.number))) or 0) + 1
-        rnd = Round(number=number, policy_id=policy_id, seed=number)
-        s.add(rnd)
-        s.flush()
-        round_id = rnd.id
+    with transaction(spine.sessions) as s:
+        policy_id = register_policy(s, "noisy-oracle", 0, meta=NOISE.model_dump())
+        rnd = open_round(s, policy_id)
+        round_id, number = rnd.id, rnd.number
     report = SmokeReport(number, redact_url(settings.db_url), f"{settings.store.backend} {where}")
     queries: list[Query] = []
     for name in builtin_app_names():
         spec = load_app(name)
-        coverage, dedup = load_history(sessions, name)
+        coverage, dedup = load_history(spine.sessions, name)
         generated = generate_queries(spec, queries_per_app, seed=number, coverage=coverage, deduper=dedup)
-        store_generation(sessions, spec, generated, round_id=round_id)
+        store_generation(spine.sessions, spec, generated, round_id=round_id)
         report.queries[name] += len(generated.kept)
         report.reasons.update(generated.reasons())
         queries.extend(generated.kept)
-    runner = EpisodeRunner(
-        sessions,
-        pool,
-        farm,
-        lambda: NoisyOracle(NOISE),
-        RolloutConfig(workers=DEVICES, max_steps=30, rollouts_per_query=rollouts),
+    config = RolloutConfig(workers=DEVICES, max_steps=30, rollouts_per_query=rollouts)
+    policy = lambda: NoisyOracle(NOISE)  # noqa: E731
+    report.rollout, runner = play(
+        spine, farm, pool, round_id, policy_id, queries, policy, config, backend=None
     )
-    report.rollout = asyncio.run(runner.run(queries, round_id, policy_id))
     report.frames_written = sum(getattr(env, "frames_written", 0) for env in runner.environments())
     report.frames_deduped = sum(getattr(env, "frames_deduped", 0) for env in runner.environments())
-    _count(sessions, round_id, report)
-    judged = judge_round(sessions, round_id, farm.apps, store, settings.critics)
-    report.labels.update(judged.steps)
-    report.calibration = calibrate_round(sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
-    report.samples = extract_round(sessions, round_id, settings=settings.critics)
-    report.curation = curate_round(
-        sessions,
-        round_id,
-        store,
-        settings.curate,
-        demonstrator(farm.apps, store),
-        round_outcomes(sessions, round_id, settings.critics),
-        prober=device_prober(pool, farm, farm.backend, settings.curate.recovery_escapes),
+    _count(spine.sessions, round_id, report)
+    report.labels.update(judge(spine, round_id).offline.steps)
+    report.calibration, report.samples = calibrate(spine, round_id)
+    report.curation = curate(
+        spine, round_id, device_prober(pool, farm, farm.backend, settings.curate.recovery_escapes)
     )
-    with transaction(sessions) as s:
-        finished = s.get(Round, round_id)
-        assert finished is not None
-        finished.status = "done"
-        finished.stats = {
-            **(finished.stats or {}),
-            "episodes": report.rollout.completed,
-            "successes": report.rollout.successes,
-            "steps": report.rollout.steps,
-            "dropped": dict(report.reasons),
-        }
+    stats = {
+        "episodes": report.rollout.completed,
+        "successes": report.rollout.successes,
+        "steps": report.rollout.steps,
+        "dropped": dict(report.reasons),
+    }
+    close_round(spine, number, stats)
     return report
 
 

@@ -78,14 +78,20 @@ def build_gateway(llm: LLMSettings, sessions: sessionmaker[Session]) -> LLMGatew
     return None if llm.offline else LLMGateway(llm, SqlResponseCache(sessions))
 
 
+def new_spine(settings: Settings) -> Spine:
+    """A spine of its own: the schema migrated, the store reached on first use."""
+    engine = engine_from_settings(settings)
+    upgrade(engine)
+    return Spine(settings, session_factory(engine))
+
+
 def open_spine(settings: Settings) -> Spine:
-    """The process's spine for these settings: the schema migrated once, the store reached on first use."""
+    """The process's spine for these settings, opened once (`new_spine`): a Prefect task gets the
+    settings, which pickle, and finds the spine its process opened for them."""
     key = settings.model_dump_json()
     with _LOCK:
         if key not in _OPEN:
-            engine = engine_from_settings(settings)
-            upgrade(engine)
-            _OPEN[key] = Spine(settings, session_factory(engine))
+            _OPEN[key] = new_spine(settings)
         return _OPEN[key]
 
 

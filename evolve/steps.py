@@ -12,22 +12,17 @@ the policy trained after round N - 1.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
 
-from critics.calibration import calibrate_round
-from critics.csrs import extract_round
-from critics.judge import judge_round, judge_round_llm
-from critics.outcomes import round_outcomes
-from curation.pipeline import curate_round
+from evolve import lifecycle
 from evolve.heldout import evaluate_policy, heldout_queries
+from evolve.lifecycle import close_round, find_round, open_round, play
 from evolve.ownership import foreign_round, loop_round
 from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
@@ -36,8 +31,7 @@ from evolve.spine import Spine, open_farm, open_pool, open_prober, open_spine
 from evolve.suite_tasks import suite_round_queries
 from querygen.pipeline import generate_round
 from rollout.policies import NoisyOracle, OracleNoise, Policy
-from rollout.runner import EpisodeRunner, RolloutConfig
-from rollout.sim.env import demonstrator
+from rollout.runner import RolloutConfig
 from storage.datasets import manifest
 from storage.db import transaction
 from storage.features import FeatureStore, make_featurizer
@@ -47,9 +41,7 @@ from storage.models import Query as QueryRow
 from storage.publish import PublishConfig, publish
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError
-from trajforge.gateway import closing
 from trajforge.settings import Settings
-from trajforge.verdicts import CONSENSUS
 
 EXPLORER = ("random-explorer", 0)
 GUIDED = ("guided-demo", 0)
@@ -66,14 +58,6 @@ def config_hash(settings: Settings) -> str:
         keep["tier_mix"] = ev.tier_mix
     keep |= {"filtering": ev.filtering, "dataset": ev.dataset}
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()
-
-
-def _round(spine: Spine, number: int) -> Round:
-    with spine.sessions() as s:
-        row = s.scalars(select(Round).where(Round.number == number)).first()
-    if row is None:
-        raise ConfigError(f"round {number} has not been started; run `trajforge evolve` to start it")
-    return row
 
 
 def start_round(settings: Settings, number: int) -> dict[str, Any]:
@@ -94,11 +78,9 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
                         f"with --rounds {number} to finish it first"
                     )
                 policy_id = int(trained)
-            row = Round(
-                number=number, policy_id=policy_id, seed=settings.evolve.seed + number, config_hash=wanted
+            row = open_round(
+                s, policy_id, number=number, seed=settings.evolve.seed + number, config_hash=wanted
             )
-            s.add(row)
-            s.flush()
         elif not loop_round(row):
             raise foreign_round(row)
         elif row.config_hash != wanted and row.status != "done":
@@ -121,7 +103,7 @@ def round_queries(settings: Settings, number: int) -> list[str]:
     """The round's query uids: its new queries (stored ones, else sampled per app and stored, one
     transaction per app), then its revisits (`evolve.revisits`)."""
     spine = open_spine(settings)
-    rnd = _round(spine, number)
+    rnd = find_round(spine, number)
     uids: list[str] = []
     for spec in spine.apps:
         with spine.sessions() as s:
@@ -171,9 +153,18 @@ def _roll(
     guidance: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     farm = open_farm(spine)
-    pool = open_pool(spine)
-    runner = EpisodeRunner(spine.sessions, pool, farm, make, config, backend=farm.backend, guidance=guidance)
-    report = asyncio.run(runner.run(queries, rnd.id, policy_id))
+    report, _ = play(
+        spine,
+        farm,
+        open_pool(spine),
+        rnd.id,
+        policy_id,
+        queries,
+        make,
+        config,
+        backend=farm.backend,
+        guidance=guidance,
+    )
     if report.not_run:  # the task fails loudly; its retry (or a rerun) plays only what is missing
         raise DeviceError(
             f"{report.not_run} episodes of round {rnd.number} found no free device within "
@@ -187,7 +178,7 @@ def _roll(
 def rollout_shard(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
     """K rollouts of the round's policy on these queries; episodes stored earlier are not redone."""
     spine = open_spine(settings)
-    rnd = _round(spine, number)
+    rnd = find_round(spine, number)
     ev = settings.evolve
     guidance, demos = latest_guidance(spine, uids)
     make = policy_factory(spine, rnd.policy_id, demos)
@@ -214,7 +205,7 @@ def guided_queries(settings: Settings, number: int, uids: list[str]) -> list[str
 def demonstrate(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
     """One guided demonstration per query: the ground-truth path replayed without noise."""
     spine = open_spine(settings)
-    rnd = _round(spine, number)
+    rnd = find_round(spine, number)
     with transaction(spine.sessions) as s:
         policy_id = register_policy(s, *GUIDED, meta={"noise": OracleNoise().model_dump()})
     ev = settings.evolve
@@ -226,7 +217,7 @@ def demonstrate(settings: Settings, number: int, uids: list[str]) -> dict[str, A
 
 def episode_uids(settings: Settings, number: int) -> list[str]:
     spine = open_spine(settings)
-    rnd = _round(spine, number)
+    rnd = find_round(spine, number)
     with spine.sessions() as s:
         return list(s.scalars(select(Episode.uid).where(Episode.round_id == rnd.id).order_by(Episode.uid)))
 
@@ -247,23 +238,15 @@ def featurise_shard(settings: Settings, number: int, uids: list[str]) -> dict[st
 def judge(settings: Settings, number: int) -> dict[str, Any]:
     """Offline critics on every step and episode; the model critics too when an endpoint is set."""
     spine = open_spine(settings)
-    rnd = _round(spine, number)
-    report = judge_round(spine.sessions, rnd.id, spine.apps, spine.store, settings.critics)
-    out: dict[str, Any] = {"episodes": report.episodes, "steps": dict(report.steps)}
-    gateway = spine.gateway()
-    if gateway is not None:
-        judged = judge_round_llm(spine.sessions, rnd.id, gateway, spine.frames, settings=settings.critics)
-        out["model_judged"] = asyncio.run(closing(gateway, judged)).episodes
-    return out
+    judged = lifecycle.judge(spine, find_round(spine, number).id)
+    out: dict[str, Any] = {"episodes": judged.offline.episodes, "steps": dict(judged.offline.steps)}
+    return out if judged.model_judged is None else {**out, "model_judged": judged.model_judged}
 
 
 def calibrate(settings: Settings, number: int) -> dict[str, Any]:
     """Critics against the anchors (verifier, or a human's verdict where one exists); CSRS extraction."""
     spine = open_spine(settings)
-    rnd = _round(spine, number)
-    report = calibrate_round(spine.sessions, rnd.id)
-    samples = extract_round(spine.sessions, rnd.id, spine.gateway(), spine.frames, settings.critics)
-    consensus = report["channels"].get(":".join(CONSENSUS), {})
+    consensus, samples = lifecycle.calibrate(spine, find_round(spine, number).id)
     return {
         "consensus": consensus,
         "kept": samples.kept,
@@ -275,17 +258,7 @@ def calibrate(settings: Settings, number: int) -> dict[str, Any]:
 def curate(settings: Settings, number: int) -> dict[str, Any]:
     """Dedup, guidance, thoughts, recovery and balancing (features come from the cache when fanned out)."""
     spine = open_spine(settings)
-    rnd = _round(spine, number)
-    report = curate_round(
-        spine.sessions,
-        rnd.id,
-        spine.store,
-        settings.curate,
-        demonstrator(spine.apps, spine.store),
-        round_outcomes(spine.sessions, rnd.id, settings.critics),
-        spine.gateway(),
-        prober=open_prober(spine),
-    )
+    report = lifecycle.curate(spine, find_round(spine, number).id, open_prober(spine))
     return {
         "samples": dict(report.samples),
         "recovery": report.recovery.as_dict(),
@@ -345,7 +318,7 @@ def publish_round(settings: Settings, number: int) -> dict[str, Any]:
 def round_stats(settings: Settings, number: int) -> dict[str, Any]:
     """Success of the round's own policy (guided demonstrations apart), per app too."""
     spine = open_spine(settings)
-    rnd = _round(spine, number)
+    rnd = find_round(spine, number)
     fig = RoundFigures(number, "", rnd.status)
     with spine.sessions() as s:
         tally_episodes(s, rnd, fig)
@@ -373,12 +346,8 @@ def finish_round(settings: Settings, number: int, extra: dict[str, Any]) -> dict
     spine = open_spine(settings)
     stats = round_stats(settings, number) | extra
     if settings.evolve.heldout_per_app:
-        stats["heldout"] = evaluate_policy(spine, _round(spine, number).policy_id, heldout_queries(spine))
-    with transaction(spine.sessions) as s:
-        row = s.scalars(select(Round).where(Round.number == number)).one()
-        row.stats = {**(row.stats or {}), **stats}
-        row.status = "done"
-        row.finished = row.finished or datetime.now(UTC)
+        stats["heldout"] = evaluate_policy(spine, find_round(spine, number).policy_id, heldout_queries(spine))
+    close_round(spine, number, stats)
     return stats
 
 

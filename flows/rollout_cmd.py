@@ -2,34 +2,33 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.spine import open_pool, open_spine
+from evolve.lifecycle import close_round, open_round, play
+from evolve.policies import register_policy
+from evolve.spine import Spine, open_pool, open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
-from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
+from rollout.runner import RolloutConfig
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
 from storage.apps import check_apps
-from storage.db import insert_ignore, transaction
+from storage.db import transaction
 from storage.keys import sha256_hex
 from storage.models import App, Round
-from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
-from storage.objectstore import frame_reader
 from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError
-from trajforge.settings import load_settings
+from trajforge.settings import Settings, load_settings
 
 POLICIES = ("noisy-oracle", "random-explorer", "vlm")
 BACKENDS = ("sim", "web", "android")
@@ -48,7 +47,86 @@ def run_rollout(
     serials: list[str] | None = None,
     adb: str = "adb",
 ) -> None:
-    """Roll out a policy on the device farm; a rerun resumes the unfinished round."""
+    """Roll out a policy on the device farm; a rerun resumes the unfinished round. The round goes
+    through the loop's lifecycle (`evolve.lifecycle`): opened, played, closed."""
+    _check_choices(policy, backend, serials)
+    settings = load_settings(config)
+    spec = load_app(app_ref)
+    # The farm serves the run's apps with this one among them: its launcher must show it.
+    apps = [spec, *(a for a in load_apps(settings.apps) if a.name != spec.name)]
+    if backend == "android" and spec.name not in android_packages(apps):
+        raise ConfigError(
+            f"backend 'android' cannot open app {spec.name!r}: its spec has no `package:`; set the "
+            "activity to launch (e.g. package: com.example.app/.MainActivity)"
+        )
+    spine = open_spine(settings)
+    check_apps(spine.sessions, apps)  # before anything is written
+    if policy == "vlm" and settings.llm.offline:
+        raise ConfigError("policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL (or use noisy-oracle)")
+    gateway = spine.gateway() if policy == "vlm" else None
+    oracle_noise = OracleNoise(
+        mis_tap=noise, wrong_value=noise, premature_terminate=noise / 2, malformed=noise
+    )
+
+    def make_policy() -> Policy:
+        if policy == "noisy-oracle":
+            return NoisyOracle(oracle_noise)
+        if policy == "random-explorer":
+            return RandomExplorer(max_actions=max_steps)
+        assert gateway is not None
+        vlm = VLMPolicyConfig.from_settings(settings.policy, model=settings.llm.model)
+        return VLMPolicy(vlm, gateway, spine.frames)
+
+    sample = make_policy()
+    todo = _queries(spine.sessions, spec, queries)
+    with transaction(spine.sessions) as s:
+        meta = {"noise": oracle_noise.model_dump()} if policy == "noisy-oracle" else {}
+        policy_id = register_policy(s, sample.name, sample.version, meta=meta, endpoint=settings.llm.base_url)
+        # The same rollout again (app, queries, policy, backend, budget) is the round that holds it:
+        # its stored episodes are not redone. Otherwise an unfinished round of this policy resumes.
+        same = rollout_hash(spec, todo, rollouts_per_query, backend, max_steps, sample)
+        rnd = _rollout_round(s, policy_id, same, spec.name)
+        number = rnd.number
+    farm, workers = _farm(backend, apps, spine, settings, serials, adb, workers)
+    pool = open_pool(spine)
+    farm.register(pool, workers)
+    config_ = RolloutConfig(rollouts_per_query=rollouts_per_query, workers=workers, max_steps=max_steps)
+    with Progress(
+        TextColumn(f"round {number} {spec.name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("episodes", total=len(todo) * rollouts_per_query)
+        report, _ = play(
+            spine,
+            farm,
+            pool,
+            rnd.id,
+            policy_id,
+            todo,
+            make_policy,
+            config_,
+            backend=backend,
+            on_episode=lambda: progress.advance(task),
+            gateway_to_close=gateway,
+        )
+    if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it
+        close_round(spine, number, {})
+    typer.echo(
+        f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
+    )
+    typer.echo(report.render())
+    if report.not_run:
+        raise DeviceError(
+            f"round {number} is incomplete: {report.not_run} episodes found no healthy device; "
+            "`trajforge devices list` shows the pool, `trajforge devices reset` returns retired devices, "
+            "then rerun the same command"
+        )
+
+
+def _check_choices(policy: str, backend: str, serials: list[str] | None) -> None:
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if backend not in BACKENDS:
@@ -61,133 +139,36 @@ def run_rollout(
         raise ConfigError(
             "backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
         )
-    settings = load_settings(config)
-    spec = load_app(app_ref)
-    # The farm serves the run's apps with this one among them: its launcher must show it.
-    apps = [spec, *(a for a in load_apps(settings.apps) if a.name != spec.name)]
+
+
+def _rollout_round(s: Session, policy_id: int, same: str, app: str) -> Round:
+    """The round holding this very rollout, else this policy's unfinished one, else a new round."""
+    held = s.scalars(select(Round).where(Round.policy_id == policy_id, Round.config_hash == same)).first()
+    running = s.scalars(
+        select(Round)
+        .where(Round.status == "running", Round.policy_id == policy_id)
+        .order_by(Round.number.desc())
+    ).first()
+    made_by = {"made_by": f"trajforge rollout --app {app}"}  # not a round of the loop
+    return held or running or open_round(s, policy_id, seed=0, config_hash=same, stats=made_by)
+
+
+def _farm(
+    backend: str,
+    apps: list[AppSpec],
+    spine: Spine,
+    settings: Settings,
+    serials: list[str] | None,
+    adb: str,
+    workers: int,
+) -> tuple[SimFarm | WebFarm | AndroidFarm, int]:
+    """The devices, and how many episodes run at once on them."""
     if backend == "android":
-        packages = android_packages(apps)
-        if spec.name not in packages:
-            raise ConfigError(
-                f"backend 'android' cannot open app {spec.name!r}: its spec has no `package:`; set the "
-                "activity to launch (e.g. package: com.example.app/.MainActivity)"
-            )
-    spine = open_spine(settings)
-    sessions = spine.sessions
-    check_apps(sessions, apps)  # before anything is written
-    store = spine.store
-    gateway = None
-    if policy == "vlm":
-        if settings.llm.offline:
-            raise ConfigError(
-                "policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL (or use noisy-oracle)"
-            )
-        gateway = spine.gateway()
-    oracle_noise = OracleNoise(
-        mis_tap=noise, wrong_value=noise, premature_terminate=noise / 2, malformed=noise
-    )
-
-    def make_policy() -> Policy:
-        if policy == "noisy-oracle":
-            return NoisyOracle(oracle_noise)
-        if policy == "random-explorer":
-            return RandomExplorer(max_actions=max_steps)
-        assert gateway is not None
-        vlm = VLMPolicyConfig.from_settings(settings.policy, model=settings.llm.model)
-        return VLMPolicy(vlm, gateway, frame_reader(store))
-
-    sample = make_policy()
-    todo = _queries(sessions, spec, queries)
-    with transaction(sessions) as s:
-        insert_ignore(
-            s,
-            PolicyRow,
-            [
-                {
-                    "name": sample.name,
-                    "version": sample.version,
-                    "endpoint": settings.llm.base_url,
-                    "meta": {"noise": oracle_noise.model_dump()} if policy == "noisy-oracle" else {},
-                }
-            ],
-            ["name", "version"],
+        return AndroidFarm(serials or [], android_packages(apps), adb, spine.store), min(
+            workers, len(serials or [])
         )
-        policy_id = s.scalars(
-            select(PolicyRow.id).where(PolicyRow.name == sample.name, PolicyRow.version == sample.version)
-        ).one()
-        # The same rollout again (app, queries, policy, backend, budget) is the round that holds it:
-        # its stored episodes are not redone. Otherwise an unfinished round of this policy resumes.
-        same = rollout_hash(spec, todo, rollouts_per_query, backend, max_steps, sample)
-        rnd = s.scalars(select(Round).where(Round.policy_id == policy_id, Round.config_hash == same)).first()
-        rnd = (
-            rnd
-            or s.scalars(
-                select(Round)
-                .where(Round.status == "running", Round.policy_id == policy_id)
-                .order_by(Round.number.desc())
-            ).first()
-        )
-        if rnd is None:
-            rnd = Round(
-                number=(s.scalar(select(func.max(Round.number))) or 0) + 1,
-                policy_id=policy_id,
-                config_hash=same,
-                stats={"made_by": f"trajforge rollout --app {spec.name}"},  # not a round of the loop
-            )
-            s.add(rnd)
-            s.flush()
-        round_id, number = rnd.id, rnd.number
-    farm: SimFarm | WebFarm | AndroidFarm
-    if backend == "android":
-        farm = AndroidFarm(serials or [], android_packages(apps), adb, store)
-        workers = min(workers, len(serials or []))
-    else:
-        faults = settings.evolve.faults  # fault drills: the config's switch
-        farm = (SimFarm if backend == "sim" else WebFarm)(apps, store=store, faults=faults)
-    pool = open_pool(spine)
-    farm.register(pool, workers)
-    total = len(todo) * rollouts_per_query
-    with Progress(
-        TextColumn(f"round {number} {spec.name}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("episodes", total=total)
-        runner = EpisodeRunner(
-            sessions,
-            pool,
-            farm,
-            make_policy,
-            RolloutConfig(rollouts_per_query=rollouts_per_query, workers=workers, max_steps=max_steps),
-            backend=backend,
-            on_episode=lambda: progress.advance(task),
-        )
-
-        async def go() -> RolloutReport:
-            try:
-                return await runner.run(todo, round_id, policy_id)
-            finally:
-                if gateway is not None:
-                    await gateway.aclose()
-
-        report = asyncio.run(go())
-    if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it
-        with transaction(sessions) as s:
-            done = s.get(Round, round_id)
-            assert done is not None
-            done.status = "done"
-    typer.echo(
-        f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
-    )
-    typer.echo(report.render())
-    if report.not_run:
-        raise DeviceError(
-            f"round {number} is incomplete: {report.not_run} episodes found no healthy device; "
-            "`trajforge devices list` shows the pool, `trajforge devices reset` returns retired devices, "
-            "then rerun the same command"
-        )
+    faults = settings.evolve.faults  # fault drills: the config's switch
+    return (SimFarm if backend == "sim" else WebFarm)(apps, store=spine.store, faults=faults), workers
 
 
 def android_packages(apps: list[AppSpec]) -> dict[str, str]:

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from curation.encoder import round_encoder
 from evolve import heldout, steps
 from evolve import spine as spine_module
+from evolve.lifecycle import find_round
 from evolve.policies import policy_factory
 from evolve.revisits import latest_guidance, revisit_rates
 from evolve.rounds_json import rounds_table
@@ -112,7 +113,7 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     taught = policy_factory(spine, rnd.policy_id, demos)()
     assert isinstance(taught, KnnPolicy) and len(taught.memory) == len(policy.memory) + len(demos)
     steps.rollout_shard(settings, 2, revisits)
-    rates = revisit_rates(spine, steps._round(spine, 2))
+    rates = revisit_rates(spine, find_round(spine, 2))
     assert [r["query"] for r in rates] == revisits
     assert all(0 <= r["after"] <= 1 and r["before"] <= settings.curate.guidance_pass_rate for r in rates)
     assert steps.round_stats(settings, 2)["episodes"] == 0  # success curves count new queries only
