@@ -87,7 +87,6 @@ def extract(
     out: list[SampleDraft] = []
     done: list[str] = []
     for i, (view, verdict) in enumerate(zip(steps, verdicts, strict=True)):
-        mark = len(out)
         facts = {"outcome": success, "label": verdict.label, "history": list(done), "after": view.after}
         prov = {
             "episode": episode_uid,
@@ -97,121 +96,127 @@ def extract(
             "template": TEMPLATE_VERSION,
             "query": query.uid,
         }
-        images = [view.before]
-        screen = screen_text(view.elements)
-        out.append(
-            SampleDraft(
-                "state_summary",
-                i,
-                {"images": images, "prompt": prompt("state_summary"), "response": screen},
-                prov,
-            )
-        )
-        out.append(
-            SampleDraft(
-                "progress_tracking",
-                i,
-                {
-                    "images": images,
-                    "prompt": prompt("progress_tracking", task=query.instruction),
-                    "response": ("Done: " + "; ".join(done) if done else "Nothing yet.")
-                    + f" Step {i + 1} comes next.",
-                },
-                prov,
-            )
-        )
-        is_last = i == len(steps) - 1
-        out.append(
-            SampleDraft(
-                "state_verification",
-                i,
-                {
-                    "images": images,
-                    "prompt": prompt("state_verification", task=query.instruction),
-                    "response": "yes" if (is_last and success) else "no",
-                    "polarity": bool(is_last and success),  # what balancing reads, whoever words it
-                },
-                prov,
-            )
-        )
-        if view.action is None:
-            _anchor(out[mark:], facts)
-            continue
-        action = Action.model_validate(view.action)
-        words = describe(action, view)
-        next_screen = screen_text(steps[i + 1].elements) if i + 1 < len(steps) else EPISODE_ENDS
-        out.append(
-            SampleDraft(
-                "effect_prediction",
-                i,
-                {
-                    "images": images,
-                    "prompt": prompt("effect_prediction", screen=screen, action=words),
-                    "response": next_screen if view.after != view.before else "The screen does not change.",
-                },
-                prov,
-            )
-        )
-        out.append(
-            SampleDraft(
-                "self_reflection",
-                i,
-                {
-                    "images": [view.before, view.after],
-                    "prompt": prompt("self_reflection", task=query.instruction, action=words),
-                    "response": f"{verdict.label}: {verdict.summary}",
-                    **({"polarity": verdict.label == "GOOD"} if verdict.label != "NEUTRAL" else {}),
-                },
-                prov,
-            )
-        )
-        target = action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
-        grounding = {  # what exports and RL rewards need: action, intent, screen, the target's bbox
-            "action": target,
-            "intent": words,
-            "screen": [view.width, view.height],
-            "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
-        }
-        out.append(
-            SampleDraft(
-                "intent_execution",
-                i,
-                {
-                    "images": images,
-                    "prompt": prompt("intent_execution", action=words),
-                    "response": json.dumps(target, ensure_ascii=False),
-                    **grounding,
-                },
-                prov,
-            )
-        )
-        # A failed trajectory's actions stay as data, dropped with their reason (unfiltered runs use them).
-        sample = SampleDraft(
-            "action_prediction",
-            i,
-            {
-                "images": images,
-                "prompt": prompt(
-                    "action_prediction", task=query.instruction, history="; ".join(done) or "none"
-                ),
-                "response": json.dumps(target, ensure_ascii=False),
-                **grounding,
-            },
-            prov,
-        )
-        if not success:
-            sample.reason = TRAJECTORY_FAILED
-        elif SCORES[verdict.label] < tau_c:
-            sample.reason = "critic_below_threshold"
-        elif action.thought and not _consistent(action.thought, words):
-            sample.reason = THOUGHT_ACTION_MISMATCH
-        out.append(sample)
-        _anchor(out[mark:], facts)
-        done.append(words)
+        drafts = _seeing(query, i, view, done, success and i == len(steps) - 1, prov)
+        if view.action is not None:
+            action = Action.model_validate(view.action)
+            words = describe(action, view)
+            after = screen_text(steps[i + 1].elements) if i + 1 < len(steps) else EPISODE_ENDS
+            drafts += _acting(query, i, view, action, words, after, verdict, done, prov)
+            drafts[-1].reason = _action_drop(success, verdict, action, words, tau_c)
+            done.append(words)
+        _anchor(drafts, facts)
+        out += drafts
     for draft in out:  # a screen with no text to summarise or predict: nothing to learn from
         if draft.reason is None and blank_answer(draft.payload["response"]):
             draft.reason = EMPTY_ANSWER
     return out
+
+
+def _seeing(
+    query: Query, i: int, view: StepView, done: list[str], ended_well: bool, prov: dict[str, Any]
+) -> list[SampleDraft]:
+    """What the screen shows, how far the task is, whether it is done: every step has these."""
+    images = [view.before]
+    progress = ("Done: " + "; ".join(done) if done else "Nothing yet.") + f" Step {i + 1} comes next."
+    verification = {
+        "images": images,
+        "prompt": prompt("state_verification", task=query.instruction),
+        "response": "yes" if ended_well else "no",
+        "polarity": ended_well,  # what balancing reads, whoever words it
+    }
+    return [
+        SampleDraft(
+            "state_summary",
+            i,
+            {"images": images, "prompt": prompt("state_summary"), "response": screen_text(view.elements)},
+            prov,
+        ),
+        SampleDraft(
+            "progress_tracking",
+            i,
+            {
+                "images": images,
+                "prompt": prompt("progress_tracking", task=query.instruction),
+                "response": progress,
+            },
+            prov,
+        ),
+        SampleDraft("state_verification", i, verification, prov),
+    ]
+
+
+def _acting(
+    query: Query,
+    i: int,
+    view: StepView,
+    action: Action,
+    words: str,
+    next_screen: str,
+    verdict: StepVerdict,
+    done: list[str],
+    prov: dict[str, Any],
+) -> list[SampleDraft]:
+    """What the action does, whether it was right, and the action itself (by intent and by task)."""
+    images = [view.before]
+    screen = screen_text(view.elements)
+    effect = {
+        "images": images,
+        "prompt": prompt("effect_prediction", screen=screen, action=words),
+        "response": next_screen if view.after != view.before else "The screen does not change.",
+    }
+    reflection = {
+        "images": [view.before, view.after],
+        "prompt": prompt("self_reflection", task=query.instruction, action=words),
+        "response": f"{verdict.label}: {verdict.summary}",
+        **({"polarity": verdict.label == "GOOD"} if verdict.label != "NEUTRAL" else {}),
+    }
+    target = action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
+    answer = json.dumps(target, ensure_ascii=False)
+    grounding = {  # what exports and RL rewards need: action, intent, screen, the target's bbox
+        "action": target,
+        "intent": words,
+        "screen": [view.width, view.height],
+        "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
+    }
+    history = "; ".join(done) or "none"
+    return [
+        SampleDraft("effect_prediction", i, effect, prov),
+        SampleDraft("self_reflection", i, reflection, prov),
+        SampleDraft(
+            "intent_execution",
+            i,
+            {
+                "images": images,
+                "prompt": prompt("intent_execution", action=words),
+                "response": answer,
+                **grounding,
+            },
+            prov,
+        ),
+        SampleDraft(
+            "action_prediction",
+            i,
+            {
+                "images": images,
+                "prompt": prompt("action_prediction", task=query.instruction, history=history),
+                "response": answer,
+                **grounding,
+            },
+            prov,
+        ),
+    ]
+
+
+def _action_drop(success: bool, verdict: StepVerdict, action: Action, words: str, tau_c: float) -> str | None:
+    """Why an action-prediction sample is dropped: a failed trajectory's actions stay as data,
+    dropped with their reason (unfiltered runs use them)."""
+    if not success:
+        return TRAJECTORY_FAILED
+    if SCORES[verdict.label] < tau_c:
+        return "critic_below_threshold"
+    if action.thought and not _consistent(action.thought, words):
+        return THOUGHT_ACTION_MISMATCH
+    return None
 
 
 def _anchor(drafts: list[SampleDraft], facts: dict[str, Any]) -> None:

@@ -274,11 +274,9 @@ def _version_row(sessions: sessionmaker[Session], store: ObjectStore, v: Version
     parent, lineage = "-", ""
     if v.status == "sealed":
         man = manifest(sessions, store, v.name, v.version)
-        parent = f"v{man['parent']['version']}" if man["parent"] else "none"
-        policies = ", ".join(
-            f"r{p['round']}:{p['policy']}@{p['version']}" for p in man["lineage"]["policies"]
-        )
-        lineage = f"{man['rows']} rows; rounds {man['lineage']['rounds']}; policies {policies}"
+        parent = f"v{man.parent.version}" if man.parent else "none"
+        policies = ", ".join(f"r{p.round}:{p.policy}@{p.version}" for p in man.lineage.policies)
+        lineage = f"{man.rows} rows; rounds {man.lineage.rounds}; policies {policies}"
     return (
         f"<tr><td>{html.escape(v.name)}</td><td>v{v.version}</td><td>{v.status}</td>"
         f"<td><code>{(v.manifest_sha256 or '')[:16]}</code></td><td>{parent}</td>"

@@ -302,7 +302,7 @@ def publish_round(settings: Settings, number: int) -> dict[str, Any]:
             "dataset": name,
             "version": version,
             "manifest_sha256": digest,
-            "rows": manifest(spine.sessions, spine.store, name, version)["rows"],
+            "rows": manifest(spine.sessions, spine.store, name, version).rows,
             "reused": True,
         }
     report = publish(spine.sessions, spine.store, name, config, description=f"evolve round {number}")

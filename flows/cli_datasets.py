@@ -59,16 +59,14 @@ def datasets_show(version: int, dataset: DatasetOpt = "trajforge", config: Confi
 
     _, sessions, store = cli_spine(config)
     man = manifest(sessions, store, dataset, version)
-    lineage = man["lineage"]
-    parent = f"v{man['parent']['version']}" if man["parent"] else "none"
-    typer.echo(f"{dataset} v{version}: {man['rows']} rows in {len(man['shards'])} shards; parent {parent}")
-    typer.echo("splits: " + ", ".join(f"{k}={v}" for k, v in man["splits"].items()))
-    typer.echo("categories: " + ", ".join(f"{k}={v}" for k, v in man["categories"].items()))
-    policies = ", ".join(f"r{p['round']}:{p['policy']}@{p['version']}" for p in lineage["policies"])
-    typer.echo(
-        f"lineage: rounds {lineage['rounds']}; policies {policies}; critics {', '.join(lineage['critics'])}"
-    )
-    typer.echo(f"config hash: {man['config_hash'][:16]}")
+    lineage = man.lineage
+    parent = f"v{man.parent.version}" if man.parent else "none"
+    typer.echo(f"{dataset} v{version}: {man.rows} rows in {len(man.shards)} shards; parent {parent}")
+    typer.echo("splits: " + ", ".join(f"{k}={v}" for k, v in man.splits.items()))
+    typer.echo("categories: " + ", ".join(f"{k}={v}" for k, v in man.categories.items()))
+    policies = ", ".join(f"r{p.round}:{p.policy}@{p.version}" for p in lineage.policies)
+    typer.echo(f"lineage: rounds {lineage.rounds}; policies {policies}; critics {', '.join(lineage.critics)}")
+    typer.echo(f"config hash: {man.config_hash[:16]}")
 
 
 @datasets_app.command("diff")
@@ -91,9 +89,7 @@ def datasets_verify(version: int, dataset: DatasetOpt = "trajforge", config: Con
         typer.echo(f"mismatch: {p}")
     if problems:
         raise typer.Exit(1)
-    typer.echo(
-        f"{dataset} v{version}: {len(manifest(sessions, store, dataset, version)['shards'])} shards ok"
-    )
+    typer.echo(f"{dataset} v{version}: {len(manifest(sessions, store, dataset, version).shards)} shards ok")
 
 
 @datasets_app.command("export")

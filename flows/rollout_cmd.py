@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -28,6 +31,7 @@ from storage.models import Query as QueryRow
 from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError
+from trajforge.gateway import LLMGateway
 from trajforge.settings import Settings, load_settings
 
 POLICIES = ("noisy-oracle", "random-explorer", "vlm")
@@ -51,16 +55,80 @@ def run_rollout(
     through the loop's lifecycle (`evolve.lifecycle`): opened, played, closed."""
     _check_choices(policy, backend, serials)
     settings = load_settings(config)
+    spec, apps = _apps(app_ref, settings, backend)
+    spine = open_spine(settings)
+    check_apps(spine.sessions, apps)  # before anything is written
+    make_policy, gateway, meta = _policies(policy, spine, noise, max_steps)
+    sample = make_policy()
+    todo = _queries(spine.sessions, spec, queries)
+    with transaction(spine.sessions) as s:
+        policy_id = register_policy(s, sample.name, sample.version, meta=meta, endpoint=settings.llm.base_url)
+        # The same rollout again (app, queries, policy, backend, budget) is the round that holds it:
+        # its stored episodes are not redone. Otherwise an unfinished round of this policy resumes.
+        same = rollout_hash(spec, todo, rollouts_per_query, backend, max_steps, sample)
+        rnd = _rollout_round(s, policy_id, same, spec.name)
+        number = rnd.number
+    farm, workers = _farm(backend, apps, spine, settings, serials, adb, workers)
+    pool = open_pool(spine)
+    farm.register(pool, workers)
+    config_ = RolloutConfig(rollouts_per_query=rollouts_per_query, workers=workers, max_steps=max_steps)
+    with _progress(f"round {number} {spec.name}", len(todo) * rollouts_per_query) as advance:
+        report, _ = play(
+            spine,
+            farm,
+            pool,
+            rnd.id,
+            policy_id,
+            todo,
+            make_policy,
+            config_,
+            backend=backend,
+            on_episode=advance,
+            gateway_to_close=gateway,
+        )
+    if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it
+        close_round(spine, number, {})
+    typer.echo(
+        f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
+    )
+    typer.echo(report.render())
+    if report.not_run:
+        raise DeviceError(
+            f"round {number} is incomplete: {report.not_run} episodes found no healthy device; "
+            "`trajforge devices list` shows the pool, `trajforge devices reset` returns retired devices, "
+            "then rerun the same command"
+        )
+
+
+@contextmanager
+def _progress(label: str, total: int) -> Iterator[Callable[[], None]]:
+    """A progress bar of `total` episodes; yields what advances it by one."""
+    with Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True
+    ) as bar:
+        task = bar.add_task("episodes", total=total)
+        yield lambda: bar.advance(task)
+
+
+def _apps(app_ref: str, settings: Settings, backend: str) -> tuple[AppSpec, list[AppSpec]]:
+    """The app rolled out, and every app the farm serves (the run's apps with this one among
+    them: its launcher must show it)."""
     spec = load_app(app_ref)
-    # The farm serves the run's apps with this one among them: its launcher must show it.
     apps = [spec, *(a for a in load_apps(settings.apps) if a.name != spec.name)]
     if backend == "android" and spec.name not in android_packages(apps):
         raise ConfigError(
             f"backend 'android' cannot open app {spec.name!r}: its spec has no `package:`; set the "
             "activity to launch (e.g. package: com.example.app/.MainActivity)"
         )
-    spine = open_spine(settings)
-    check_apps(spine.sessions, apps)  # before anything is written
+    return spec, apps
+
+
+def _policies(
+    policy: str, spine: Spine, noise: float, max_steps: int
+) -> tuple[Callable[[], Policy], LLMGateway | None, dict[str, Any]]:
+    """A fresh policy per episode, the model gateway it calls (closed after the run) and what
+    the policy row records."""
+    settings = spine.settings
     if policy == "vlm" and settings.llm.offline:
         raise ConfigError("policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL (or use noisy-oracle)")
     gateway = spine.gateway() if policy == "vlm" else None
@@ -77,53 +145,8 @@ def run_rollout(
         vlm = VLMPolicyConfig.from_settings(settings.policy, model=settings.llm.model)
         return VLMPolicy(vlm, gateway, spine.frames)
 
-    sample = make_policy()
-    todo = _queries(spine.sessions, spec, queries)
-    with transaction(spine.sessions) as s:
-        meta = {"noise": oracle_noise.model_dump()} if policy == "noisy-oracle" else {}
-        policy_id = register_policy(s, sample.name, sample.version, meta=meta, endpoint=settings.llm.base_url)
-        # The same rollout again (app, queries, policy, backend, budget) is the round that holds it:
-        # its stored episodes are not redone. Otherwise an unfinished round of this policy resumes.
-        same = rollout_hash(spec, todo, rollouts_per_query, backend, max_steps, sample)
-        rnd = _rollout_round(s, policy_id, same, spec.name)
-        number = rnd.number
-    farm, workers = _farm(backend, apps, spine, settings, serials, adb, workers)
-    pool = open_pool(spine)
-    farm.register(pool, workers)
-    config_ = RolloutConfig(rollouts_per_query=rollouts_per_query, workers=workers, max_steps=max_steps)
-    with Progress(
-        TextColumn(f"round {number} {spec.name}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("episodes", total=len(todo) * rollouts_per_query)
-        report, _ = play(
-            spine,
-            farm,
-            pool,
-            rnd.id,
-            policy_id,
-            todo,
-            make_policy,
-            config_,
-            backend=backend,
-            on_episode=lambda: progress.advance(task),
-            gateway_to_close=gateway,
-        )
-    if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it
-        close_round(spine, number, {})
-    typer.echo(
-        f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
-    )
-    typer.echo(report.render())
-    if report.not_run:
-        raise DeviceError(
-            f"round {number} is incomplete: {report.not_run} episodes found no healthy device; "
-            "`trajforge devices list` shows the pool, `trajforge devices reset` returns retired devices, "
-            "then rerun the same command"
-        )
+    meta = {"noise": oracle_noise.model_dump()} if policy == "noisy-oracle" else {}
+    return make_policy, gateway, meta
 
 
 def _check_choices(policy: str, backend: str, serials: list[str] | None) -> None:

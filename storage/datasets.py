@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -54,6 +55,73 @@ MANIFEST_FORMAT = "trajforge-manifest/1"
 
 def canonical(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class ShardRef(BaseModel):
+    """One shard as the manifest lists it: its rows sit in one partition (split, round, category)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sha256: str = Field(description="Of the shard's parquet bytes; also its object key's name.")
+    key: str = Field(description="Where the shard is in the object store.")
+    rows: int = Field(ge=1)
+    split: str = Field(description="train | val")
+    round: int
+    category: str
+
+
+class PolicyRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    round: int
+    policy: str
+    version: int
+
+
+class Lineage(BaseModel):
+    """Where the rows come from: the rounds, each round's policy, the critics that judged them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rounds: list[int]
+    policies: list[PolicyRef]
+    critics: list[str] = Field(description="name:version of every episode critic that judged the rounds.")
+    sampling: list[dict[str, Any]] | None = Field(
+        None, description="The policies' sampling parameters by round; absent for offline rounds."
+    )
+
+    def as_json(self) -> dict[str, Any]:
+        # manifests of offline rounds stay as they were: no sampling key
+        return self.model_dump(mode="json", exclude={"sampling"} if self.sampling is None else set())
+
+
+class ParentRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    manifest_sha256: str
+
+
+class Manifest(BaseModel):
+    """A sealed version's manifest (`MANIFEST_FORMAT`); `body` is the JSON stored and hashed."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    format: str = MANIFEST_FORMAT
+    dataset: str
+    version: int
+    parent: ParentRef | None
+    config_hash: str
+    config: dict[str, Any] = Field(description="The `PublishConfig` (`as_dict`).")
+    columns: dict[str, str] = Field(alias="schema", description="Column name to polars type.")
+    rows: int
+    splits: dict[str, int]
+    categories: dict[str, int]
+    lineage: Lineage
+    shards: list[ShardRef]
+
+    def body(self) -> bytes:
+        return canonical({**self.model_dump(mode="json", by_alias=True), "lineage": self.lineage.as_json()})
 
 
 def missing_images(store: ObjectStore, images: Iterable[str]) -> list[str]:
@@ -94,7 +162,7 @@ def list_versions(sessions: sessionmaker[Session], name: str | None = None) -> l
         ]
 
 
-def manifest(sessions: sessionmaker[Session], store: ObjectStore, name: str, version: int) -> dict[str, Any]:
+def manifest(sessions: sessionmaker[Session], store: ObjectStore, name: str, version: int) -> Manifest:
     """The sealed version's manifest, checked against the hash in the database."""
     refs = [r for r in list_versions(sessions, name) if r.version == version]
     if not refs:
@@ -106,29 +174,28 @@ def manifest(sessions: sessionmaker[Session], store: ObjectStore, name: str, ver
     body = store.get(ref.manifest_key)
     if sha256_hex(body) != ref.manifest_sha256:
         raise DatasetError(f"dataset {name} v{version}: the stored manifest does not match its recorded hash")
-    data: dict[str, Any] = json.loads(body)
-    return data
+    return Manifest.model_validate_json(body)
 
 
-def read_shard(store: ObjectStore, shard: dict[str, Any], columns: list[str] | None = None) -> pl.DataFrame:
+def read_shard(store: ObjectStore, shard: ShardRef, columns: list[str] | None = None) -> pl.DataFrame:
     """A shard's rows, after checking its bytes against the manifest's sha256.
 
     Raises:
         DatasetError: the stored shard is damaged (names `datasets verify` and how to repair).
     """
-    data = store.get(shard["key"])
-    if sha256_hex(data) != shard["sha256"]:
+    data = store.get(shard.key)
+    if sha256_hex(data) != shard.sha256:
         raise DatasetError(
-            f"shard {shard['key']} is damaged in the object store (its sha256 no longer matches the "
+            f"shard {shard.key} is damaged in the object store (its sha256 no longer matches the "
             "manifest); `trajforge datasets verify` lists every damaged shard, and publishing any "
             "version again rewrites them from the database"
         )
     return pl.read_parquet(io.BytesIO(data), columns=columns)
 
 
-def iter_rows(store: ObjectStore, man: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def iter_rows(store: ObjectStore, man: Manifest) -> Iterator[dict[str, Any]]:
     """Every row of a version, one shard in memory at a time."""
-    for shard in man["shards"]:
+    for shard in man.shards:
         yield from read_shard(store, shard).iter_rows(named=True)
 
 
@@ -138,21 +205,21 @@ def verify(sessions: sessionmaker[Session], store: ObjectStore, name: str, versi
     man = manifest(sessions, store, name, version)
     problems = []
     images: set[str] = set()
-    for shard in man["shards"]:
+    for shard in man.shards:
         try:
-            data = store.get(shard["key"])
+            data = store.get(shard.key)
         except TrajforgeError as exc:
-            problems.append(f"{shard['key']}: unreadable ({exc})")
+            problems.append(f"{shard.key}: unreadable ({exc})")
             continue
-        if sha256_hex(data) != shard["sha256"]:
+        if sha256_hex(data) != shard.sha256:
             problems.append(
-                f"{shard['key']}: sha256 {sha256_hex(data)[:16]}… differs from the manifest's "
-                f"{shard['sha256'][:16]}…"
+                f"{shard.key}: sha256 {sha256_hex(data)[:16]}… differs from the manifest's "
+                f"{shard.sha256[:16]}…"
             )
             continue
         frame = pl.read_parquet(io.BytesIO(data), columns=["images"])
-        if frame.height != shard["rows"]:
-            problems.append(f"{shard['key']}: row count differs from the manifest's {shard['rows']}")
+        if frame.height != shard.rows:
+            problems.append(f"{shard.key}: row count differs from the manifest's {shard.rows}")
         images.update(sha for row in frame["images"] for sha in row)
     problems += [f"{blob_key(sha)}: screenshot missing" for sha in missing_images(store, images)]
     return problems
@@ -181,13 +248,13 @@ class Diff:
 def diff(sessions: sessionmaker[Session], store: ObjectStore, name: str, a: int, b: int) -> Diff:
     """Samples added, removed and changed from version a to b, by category; removals by reason."""
     old, new = manifest(sessions, store, name, a), manifest(sessions, store, name, b)
-    shared = {s["sha256"] for s in old["shards"]} & {s["sha256"] for s in new["shards"]}
+    shared = {s.sha256 for s in old.shards} & {s.sha256 for s in new.shards}
     result = Diff(shared_shards=len(shared))
 
-    def index(man: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    def index(man: Manifest) -> dict[str, tuple[str, str]]:
         out: dict[str, tuple[str, str]] = {}
-        for shard in man["shards"]:
-            if shard["sha256"] not in shared:  # rows of shared shards are identical on both sides
+        for shard in man.shards:
+            if shard.sha256 not in shared:  # rows of shared shards are identical on both sides
                 df = read_shard(store, shard, ["uid", "category", "content"])
                 out.update(zip(df["uid"], zip(df["category"], df["content"], strict=True), strict=True))
         return out

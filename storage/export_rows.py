@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import trajforge
+from storage.datasets import Manifest
 from trajforge.actions import Action, get_codec
 from trajforge.actions.space import BUDGETS, conform, coordinate_screen, image_tokens, system_prompt
 from trajforge.logs import counts
@@ -159,7 +160,7 @@ def hf_row(row: dict[str, Any], images: list[dict[str, Any]], rendered: Rendered
 
 
 def verl_row(
-    man: dict[str, Any],
+    man: Manifest,
     row: dict[str, Any],
     images: list[dict[str, Any]],
     rendered: Rendered,
@@ -168,7 +169,7 @@ def verl_row(
 ) -> dict[str, Any]:
     assert rendered.truth is not None
     return {
-        "data_source": f"trajforge/{man['dataset']}",
+        "data_source": f"trajforge/{man.dataset}",
         "prompt": [
             {"role": "system", "content": rendered.system},
             {"role": "user", "content": IMAGE_TOKEN * len(images) + row["prompt"]},
@@ -231,9 +232,9 @@ def write_hf_parquet(rows: list[dict[str, Any]], path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
 
 
-def dataset_card(man: dict[str, Any], action_format: str, splits: list[str]) -> str:
+def dataset_card(man: Manifest, action_format: str, splits: list[str]) -> str:
     """A Hugging Face dataset card: features, columns, coordinates, action format, sizes, lineage, filters."""
-    lineage = man["lineage"]
+    lineage = man.lineage
     budget = BUDGETS.get(action_format)
     coords = (
         f"pixels of the image after Qwen2.5-VL `smart_resize` (multiples of 28, {budget.min_pixels}-"
@@ -258,10 +259,10 @@ def dataset_card(man: dict[str, Any], action_format: str, splits: list[str]) -> 
         *features,
         "tags: [gui-agent, trajforge]",
         "---",
-        f"# {man['dataset']} v{man['version']}",
+        f"# {man.dataset} v{man.version}",
         "",
-        f"GUI-agent training data published by trajforge. Manifest format `{man['format']}`, "
-        f"config hash `{man['config_hash'][:16]}`.",
+        f"GUI-agent training data published by trajforge. Manifest format `{man.format}`, "
+        f"config hash `{man.config_hash[:16]}`.",
         "",
         "## Columns",
         *(f"- `{name}`: {what}" for name, _, what in HF_COLUMNS),
@@ -273,25 +274,25 @@ def dataset_card(man: dict[str, Any], action_format: str, splits: list[str]) -> 
         "(0-1000), which `trajforge/rewards.py` scores against.",
         "",
         "## Size",
-        *(f"- {split}: {n} samples" for split, n in sorted(man["splits"].items())),
+        *(f"- {split}: {n} samples" for split, n in sorted(man.splits.items())),
         "",
         "## Composition",
-        *(f"- {cat}: {n}" for cat, n in sorted(man["categories"].items())),
+        *(f"- {cat}: {n}" for cat, n in sorted(man.categories.items())),
         "",
         "## Lineage",
-        f"- rounds: {', '.join(map(str, lineage['rounds'])) or 'none'}",
-        *(f"- round {p['round']}: policy {p['policy']} v{p['version']}" for p in lineage["policies"]),
-        f"- critics: {', '.join(lineage['critics']) or 'none'}",
+        f"- rounds: {', '.join(map(str, lineage.rounds)) or 'none'}",
+        *(f"- round {p.round}: policy {p.policy} v{p.version}" for p in lineage.policies),
+        f"- critics: {', '.join(lineage.critics) or 'none'}",
         *(
             f"- round {x['round']} sampling: temperature {x['temperature']}, top_p {x['top_p']} "
             f"({x['episodes']} episodes)"
-            for x in lineage.get("sampling", [])
+            for x in lineage.sampling or []
         ),
-        f"- parent: {('v' + str(man['parent']['version'])) if man['parent'] else 'none'}",
+        f"- parent: {('v' + str(man.parent.version)) if man.parent else 'none'}",
         "",
         "## Filters",
         "```json",
-        json.dumps(man["config"], indent=2, sort_keys=True),
+        json.dumps(man.config, indent=2, sort_keys=True),
         "```",
         "",
     ]

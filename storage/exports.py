@@ -49,7 +49,7 @@ import polars as pl
 from PIL import Image
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.datasets import iter_rows, manifest, read_shard
+from storage.datasets import Manifest, iter_rows, manifest, read_shard
 from storage.export_rows import (
     IMAGE_TOKEN,
     THOUGHTS,
@@ -260,7 +260,7 @@ def _trainer(fmt: str, trainer: str) -> str | None:
 
 
 def _export_sft(
-    man: dict[str, Any],
+    man: Manifest,
     store: ObjectStore,
     writer: Writer,
     fmt: str,
@@ -270,7 +270,7 @@ def _export_sft(
     report: ExportReport,
 ) -> None:
     files: dict[str, TextIO] = {}
-    stem = f"{man['dataset']}_v{man['version']}"
+    stem = f"{man.dataset}_v{man.version}"
     try:
         for row in iter_rows(store, man):
             images = [writer.image(sha) for sha in row["images"]]
@@ -352,7 +352,7 @@ def _stable_hash(text: str) -> str:
 
 
 def _export_parquet(
-    man: dict[str, Any],
+    man: Manifest,
     store: ObjectStore,
     writer: Writer,
     fmt: str,
@@ -365,9 +365,9 @@ def _export_parquet(
     parts: dict[str, list[Path]] = {}
     folder = writer.root / ("data" if fmt == "hf" else ".parts")
     folder.mkdir(parents=True, exist_ok=True)
-    for n, shard in enumerate(man["shards"]):
+    for n, shard in enumerate(man.shards):
         out = []
-        split = shard["split"]
+        split = shard.split
         for row in read_shard(store, shard).iter_rows(named=True):
             if fmt == "rl-verl" and not has_action(row):  # skipped before its images are read
                 report.skipped["no_action_ground_truth"] += 1

@@ -23,17 +23,19 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.datasets import (
-    MANIFEST_FORMAT,
     SCHEMA,
+    Lineage,
+    Manifest,
+    ParentRef,
+    PolicyRef,
+    ShardRef,
     VersionRef,
-    canonical,
     list_versions,
     manifest,
     require_images,
@@ -90,7 +92,7 @@ class PublishReport:
         )
 
 
-def _lineage(sessions: sessionmaker[Session], rounds: list[int]) -> dict[str, Any]:
+def _lineage(sessions: sessionmaker[Session], rounds: list[int]) -> Lineage:
     with sessions() as s:
         policies = s.execute(
             select(Round.number, Policy.name, Policy.version, Round.config_hash)
@@ -106,12 +108,12 @@ def _lineage(sessions: sessionmaker[Session], rounds: list[int]) -> dict[str, An
             .distinct()
         ).all()
     sampling = sampling_by_round(sessions, rounds)
-    return {
-        "rounds": rounds,
-        "policies": [{"round": n, "policy": name, "version": v} for n, name, v, _ in policies],
-        "critics": sorted(f"{c}:{v}" for c, v in critics),
-        **({"sampling": sampling} if sampling else {}),  # manifests of offline rounds stay as they were
-    }
+    return Lineage(
+        rounds=rounds,
+        policies=[PolicyRef(round=n, policy=name, version=v) for n, name, v, _ in policies],
+        critics=sorted(f"{c}:{v}" for c, v in critics),
+        sampling=sampling or None,  # manifests of offline rounds stay as they were
+    )
 
 
 def publish(
@@ -153,34 +155,32 @@ def publish(
     splits: Counter[str] = Counter()
     categories: Counter[str] = Counter()
     for sh in shards:
-        splits[sh["split"]] += sh["rows"]
-        categories[sh["category"]] += sh["rows"]
-    parent_info = None
-    if parent is not None:
-        parent_info = {"version": parent.version, "manifest_sha256": parent.manifest_sha256}
-    lineage = _lineage(sessions, sorted({sh["round"] for sh in shards}))
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "dataset": name,
-        "version": number,
-        "parent": parent_info,
-        "config_hash": config.config_hash,
-        "config": config.as_dict(),
-        "schema": {k: str(v) for k, v in SCHEMA.items()},
-        "rows": sum(splits.values()),
-        "splits": dict(sorted(splits.items())),
-        "categories": dict(sorted(categories.items())),
-        "lineage": lineage,
-        "shards": shards,
-    }
-    body = canonical(manifest)
+        splits[sh.split] += sh.rows
+        categories[sh.category] += sh.rows
+    lineage = _lineage(sessions, sorted({sh.round for sh in shards}))
+    manifest = Manifest(
+        dataset=name,
+        version=number,
+        parent=None
+        if parent is None
+        else ParentRef(version=parent.version, manifest_sha256=str(parent.manifest_sha256)),
+        config_hash=config.config_hash,
+        config=config.as_dict(),
+        columns={k: str(v) for k, v in SCHEMA.items()},
+        rows=sum(splits.values()),
+        splits=dict(sorted(splits.items())),
+        categories=dict(sorted(categories.items())),
+        lineage=lineage,
+        shards=shards,
+    )
+    body = manifest.body()
     digest = sha256_hex(body)
     key = manifest_key(name, number)
     if store.exists(key) and sha256_hex(store.get(key)) != digest:
         raise SealedVersion(f"dataset {name} v{number}: a different manifest is already stored at {key}")
     store.put(key, body, "application/json")
     _seal(sessions, shards, version_id, name, number, key, digest, lineage)
-    reused = sum(1 for sh in shards if sh["sha256"] in known)
+    reused = sum(1 for sh in shards if sh.sha256 in known)
     return PublishReport(
         name, number, digest, sum(splits.values()), len(shards), reused, dict(splits), resumed, repaired
     )
@@ -188,13 +188,13 @@ def publish(
 
 def _seal(
     sessions: sessionmaker[Session],
-    shards: list[dict[str, Any]],
+    shards: list[ShardRef],
     version_id: int,
     name: str,
     number: int,
     key: str,
     digest: str,
-    lineage: dict[str, Any],
+    lineage: Lineage,
 ) -> None:
     """Record the version's shards and seal it, in one transaction.
 
@@ -213,21 +213,21 @@ def _seal(
                 Shard,
                 [
                     {
-                        "sha256": sh["sha256"],
-                        "object_key": sh["key"],
-                        "rows": sh["rows"],
-                        "split": sh["split"],
+                        "sha256": sh.sha256,
+                        "object_key": sh.key,
+                        "rows": sh.rows,
+                        "split": sh.split,
                         "format": "parquet",
                     }
                     for sh in shards
                 ],
                 ["sha256"],
             )
-            ids = _shard_ids(s, [sh["sha256"] for sh in shards])
+            ids = _shard_ids(s, [sh.sha256 for sh in shards])
             insert_ignore(
                 s,
                 VersionShard,
-                [{"version_id": version_id, "shard_id": ids[sh["sha256"]]} for sh in shards],
+                [{"version_id": version_id, "shard_id": ids[sh.sha256]} for sh in shards],
                 ["version_id", "shard_id"],
             )
             sealed = s.execute(
@@ -237,7 +237,7 @@ def _seal(
                     status="sealed",
                     manifest_key=key,
                     manifest_sha256=digest,
-                    lineage=lineage,
+                    lineage=lineage.as_json(),
                     sealed_at=datetime.now(UTC),
                 )
             )
@@ -249,7 +249,7 @@ def _seal(
 
 def _latest_sealed(
     sessions: sessionmaker[Session], store: ObjectStore, name: str
-) -> tuple[VersionRef, dict[str, Any]] | None:
+) -> tuple[VersionRef, Manifest] | None:
     """The dataset's latest sealed version and its manifest, checked in the store; None if none.
 
     Raises:
@@ -271,21 +271,21 @@ def _latest_sealed(
         ) from exc
 
 
-def _same_rows(latest: dict[str, Any], config: PublishConfig, shards: list[dict[str, Any]]) -> bool:
+def _same_rows(latest: Manifest, config: PublishConfig, shards: list[ShardRef]) -> bool:
     """Whether a new version would hold exactly the latest one's shards, under the same configuration."""
-    same_shards = {sh["sha256"] for sh in latest["shards"]} == {sh["sha256"] for sh in shards}
-    return same_shards and latest["config_hash"] == config.config_hash
+    same_shards = {sh.sha256 for sh in latest.shards} == {sh.sha256 for sh in shards}
+    return same_shards and latest.config_hash == config.config_hash
 
 
-def _unchanged(ref: VersionRef, latest: dict[str, Any], shards: int, repaired: int) -> PublishReport:
+def _unchanged(ref: VersionRef, latest: Manifest, shards: int, repaired: int) -> PublishReport:
     return PublishReport(
         ref.name,
         ref.version,
         str(ref.manifest_sha256),
-        int(latest["rows"]),
+        latest.rows,
         shards,
         shards,
-        dict(latest["splits"]),
+        dict(latest.splits),
         shards_repaired=repaired,
         unchanged=True,
     )
@@ -293,9 +293,9 @@ def _unchanged(ref: VersionRef, latest: dict[str, Any], shards: int, repaired: i
 
 def _stage(
     sessions: sessionmaker[Session], config: PublishConfig, staging: Path
-) -> tuple[list[dict[str, Any]], set[str]]:
+) -> tuple[list[ShardRef], set[str]]:
     """Build every shard into `staging` (memory: one shard); the shard list and every image named."""
-    shards: list[dict[str, Any]] = []
+    shards: list[ShardRef] = []
     images: set[str] = set()
     for chunk in chunks(selected_rows(sessions, config), config):
         data = shard_bytes(chunk)
@@ -305,14 +305,14 @@ def _stage(
             images.update(row["images"])
         first = chunk[0]
         shards.append(
-            {
-                "sha256": digest,
-                "key": shard_key(digest),
-                "rows": len(chunk),
-                "split": first["split"],
-                "round": first["round"],
-                "category": first["category"],
-            }
+            ShardRef(
+                sha256=digest,
+                key=shard_key(digest),
+                rows=len(chunk),
+                split=first["split"],
+                round=first["round"],
+                category=first["category"],
+            )
         )
     return shards, images
 

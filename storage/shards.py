@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.datasets import SCHEMA, canonical
+from storage.datasets import SCHEMA, ShardRef, canonical
 from storage.keys import sha256_hex
 from storage.models import Episode, Round, Sample
 from storage.objectstore import ObjectStore
@@ -139,15 +139,15 @@ def chunks(rows: Iterator[dict[str, Any]], config: PublishConfig) -> Iterator[li
     yield from (chunk for chunk in open_.values() if chunk)
 
 
-def write_shards(store: ObjectStore, staging: Path, shards: list[dict[str, Any]]) -> int:
+def write_shards(store: ObjectStore, staging: Path, shards: list[ShardRef]) -> int:
     """Put every staged shard the store lacks; one stored under its key that no longer matches its
     hash (truncated, overwritten) is rewritten. Returns how many were rewritten."""
     repaired = 0
     for sh in shards:
-        if store.exists(sh["key"]):
-            if sha256_hex(store.get(sh["key"])) == sh["sha256"]:
+        if store.exists(sh.key):
+            if sha256_hex(store.get(sh.key)) == sh.sha256:
                 continue
-            log.warning("shard %s no longer matches its hash in the store; rewriting it", sh["key"])
+            log.warning("shard %s no longer matches its hash in the store; rewriting it", sh.key)
             repaired += 1
-        store.put(sh["key"], (staging / sh["sha256"]).read_bytes(), "application/vnd.apache.parquet")
+        store.put(sh.key, (staging / sh.sha256).read_bytes(), "application/vnd.apache.parquet")
     return repaired

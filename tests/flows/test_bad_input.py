@@ -96,14 +96,14 @@ def test_export_of_a_damaged_shard_leaves_nothing(published: Path, tmp_path: Pat
     settings = load_settings()
     store = open_object_store(settings)
     sessions = session_factory(create_db_engine(settings.db_url))
-    shards = manifest(sessions, store, "trajforge", 1)["shards"]
-    victim = settings.store_path / shards[-1]["key"]
+    shards = manifest(sessions, store, "trajforge", 1).shards
+    victim = settings.store_path / shards[-1].key
     victim.write_bytes(victim.read_bytes()[:64])
     out = tmp_path / "exports" / "v1"
     for fmt in ("sft-sharegpt", "rl-verl", "hf"):
         one_line_error(
             cli("datasets", "export", "1", "--format", fmt, "--out", str(out), cwd=tmp_path),
-            f"shard {shards[-1]['key']} is damaged in the object store",
+            f"shard {shards[-1].key} is damaged in the object store",
             "`trajforge datasets verify`",
         )
         assert list((tmp_path / "exports").iterdir()) == []  # neither the folder nor a partial one

@@ -53,8 +53,10 @@ def test_a_version_is_sealed_verified_and_never_changes(spine) -> None:
     report = publish(sessions, store, "gui", CONFIG)
     assert report.version == 1 and report.rows > 0 and report.shards > 1
     man = manifest(sessions, store, "gui", 1)
-    assert man["rows"] == sum(s["rows"] for s in man["shards"]) == report.rows
-    assert man["lineage"]["rounds"] == [1, 2] and man["lineage"]["critics"]
+    assert man.rows == sum(s.rows for s in man.shards) == report.rows
+    assert man.lineage.rounds == [1, 2] and man.lineage.critics
+    (ref,) = list_versions(sessions, "gui")
+    assert man.body() == store.get(str(ref.manifest_key))  # the typed manifest is the very bytes stored
     assert verify(sessions, store, "gui", 1) == []
     with pytest.raises(SealedVersion, match="publish a new version"), transaction(sessions) as s:
         s.execute(update(DatasetVersion).where(DatasetVersion.version == 1).values(config_hash="x"))
@@ -88,8 +90,10 @@ def test_rebuilding_from_the_same_inputs_gives_the_same_manifest_hash(spine, tmp
         elsewhere.put(key, store.get(key))
     again = publish(sessions, elsewhere, "gui-rebuild", CONFIG)
     a, b = manifest(sessions, store, "gui", 1), manifest(sessions, elsewhere, "gui-rebuild", 1)
-    assert a["shards"] == b["shards"] and a["lineage"] == b["lineage"]
-    assert {**a, "dataset": "x"} == {**b, "dataset": "x"}  # only the name differs
+    assert a.shards == b.shards and a.lineage == b.lineage
+    assert a.model_copy(update={"dataset": "x"}) == b.model_copy(
+        update={"dataset": "x"}
+    )  # only the name differs
     second = publish(sessions, store, "gui", CONFIG)  # nothing changed: every shard reused
     assert second.shards_reused == second.shards == first.shards and again.rows == first.rows
 
@@ -114,16 +118,16 @@ def test_a_new_version_reuses_unchanged_shards_and_diffs_by_category_and_reason(
     d = diff(sessions, store, "gui", 1, 2)
     assert sum(d.removed.values()) == 5 and d.removed_reasons == {"near_duplicate": 5}
     assert sum(d.added.values()) > 0 and not d.changed and d.shared_shards == report.shards_reused
-    assert manifest(sessions, store, "gui", 2)["parent"]["version"] == 1
+    assert (parent := manifest(sessions, store, "gui", 2).parent) and parent.version == 1
 
 
 def test_verify_finds_a_corrupted_shard(spine) -> None:
     sessions, store = spine
     publish(sessions, store, "gui", CONFIG)
-    shard = manifest(sessions, store, "gui", 1)["shards"][0]
-    store.put(shard["key"], b"not parquet")
+    shard = manifest(sessions, store, "gui", 1).shards[0]
+    store.put(shard.key, b"not parquet")
     problems = verify(sessions, store, "gui", 1)
-    assert len(problems) == 1 and shard["key"] in problems[0] and "differs" in problems[0]
+    assert len(problems) == 1 and shard.key in problems[0] and "differs" in problems[0]
 
 
 @pytest.mark.postgres

@@ -99,8 +99,8 @@ def test_missing_screenshots_refuse_publish_and_fail_verify(spine) -> None:
 def test_a_damaged_stored_shard_is_rewritten_not_reused(spine) -> None:
     sessions, store, root = spine
     publish(sessions, store, "gui")
-    shard = manifest(sessions, store, "gui", 1)["shards"][0]
-    path = Path(root) / shard["key"]
+    shard = manifest(sessions, store, "gui", 1).shards[0]
+    path = Path(root) / shard.key
     path.write_bytes(path.read_bytes()[:100])  # truncated on disk
     assert any("differs from the manifest" in p for p in verify(sessions, store, "gui", 1))
     second = publish(sessions, store, "gui")  # the same rows: v1 holds them, and its shard is mended
