@@ -22,6 +22,7 @@ from critics.judge import JudgeReport, judge_round, judge_round_llm
 from critics.outcomes import round_outcomes
 from curation.pipeline import CurationReport, curate_round
 from evolve.spine import Spine
+from evolve.stages import require
 from rollout.env import Environment
 from rollout.policies import Policy
 from rollout.pool import DevicePool, Lease
@@ -108,6 +109,7 @@ class Judged:
 
 def judge(spine: Spine, round_id: int) -> Judged:
     """Offline critics on every step and episode; the model critics too when an endpoint is set."""
+    require(spine.sessions, round_id, "judge")
     settings = spine.settings.critics
     out = Judged(judge_round(spine.sessions, round_id, spine.apps, spine.store, settings))
     gateway = spine.gateway()
@@ -119,6 +121,7 @@ def judge(spine: Spine, round_id: int) -> Judged:
 
 def calibrate(spine: Spine, round_id: int) -> tuple[dict[str, Any], ExtractionReport]:
     """The consensus against the anchors (verifier, or a human's verdict), then CSRS extraction."""
+    require(spine.sessions, round_id, "calibrate")
     consensus = calibrate_round(spine.sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
     samples = extract_round(spine.sessions, round_id, spine.gateway(), spine.frames, spine.settings.critics)
     return consensus, samples
@@ -126,6 +129,7 @@ def calibrate(spine: Spine, round_id: int) -> tuple[dict[str, Any], ExtractionRe
 
 def curate(spine: Spine, round_id: int, prober: Prober | None) -> CurationReport:
     """Dedup, guidance, thoughts, recovery and balancing of the judged round."""
+    require(spine.sessions, round_id, "curate")
     settings = spine.settings
     return curate_round(
         spine.sessions,

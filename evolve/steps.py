@@ -28,6 +28,7 @@ from evolve.policies import policy_factory, register_policy
 from evolve.report import RoundFigures, tally_episodes
 from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
 from evolve.spine import Spine, open_farm, open_pool, open_prober, open_spine
+from evolve.stages import require
 from evolve.suite_tasks import suite_round_queries
 from querygen.pipeline import generate_round
 from rollout.policies import NoisyOracle, OracleNoise, Policy
@@ -285,6 +286,7 @@ def publish_config(settings: Settings, number: int) -> PublishConfig:
 def publish_round(settings: Settings, number: int) -> dict[str, Any]:
     """Seal the dataset version of this round (once: a version with the same config is reused)."""
     spine = open_spine(settings)
+    require(spine.sessions, find_round(spine, number).id, "publish")
     name, config = settings.evolve.dataset, publish_config(settings, number)
     with spine.sessions() as s:
         sealed = s.execute(

@@ -28,11 +28,13 @@ def cli_spine(config: Path | None) -> tuple[Settings, Any, Any]:
     return settings, spine.sessions, spine.store
 
 
-def cli_round(settings: Settings, number: int | None) -> tuple[Any, int, int]:
-    """A session factory on the migrated database, the round's id and its number (default: the latest)."""
+def cli_round(settings: Settings, number: int | None, stage: str | None = None) -> tuple[Any, int, int]:
+    """A session factory on the migrated database, the round's id and its number (default: the
+    latest); with `stage`, the stages it needs must have run on the round (`evolve.stages`)."""
     from sqlalchemy import func, select
 
     from evolve.spine import open_spine
+    from evolve.stages import require
     from storage.models import Round
     from trajforge.errors import ConfigError
 
@@ -44,6 +46,8 @@ def cli_round(settings: Settings, number: int | None) -> tuple[Any, int, int]:
         raise ConfigError(
             f"no round {number if number is not None else ''} in the database; run `trajforge run` first"
         )
+    if stage is not None:
+        require(sessions, row.id, stage)
     return sessions, row.id, row.number
 
 

@@ -22,7 +22,7 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     from trajforge.appspec import load_apps
 
     settings = cli_settings(config)
-    sessions, round_id, number = cli_round(settings, round_number)
+    sessions, round_id, number = cli_round(settings, round_number, "judge")
     store = open_spine(settings).store
     apps = round_apps(sessions, load_apps(settings.apps))
     report = judge_round(sessions, round_id, apps, store, settings.critics)
@@ -49,7 +49,7 @@ def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -
     """Compare the critics' trajectory verdicts with the anchors; store and print the report."""
     from critics.calibration import calibrate_round, render_calibration
 
-    sessions, round_id, number = cli_round(cli_settings(config), round_number)
+    sessions, round_id, number = cli_round(cli_settings(config), round_number, "calibrate")
     typer.echo(f"round {number} calibration")
     typer.echo(render_calibration(calibrate_round(sessions, round_id)))
 
@@ -65,7 +65,7 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     from storage.objectstore import frame_reader
 
     settings = cli_settings(config)
-    sessions, round_id, number = cli_round(settings, round_number)
+    sessions, round_id, number = cli_round(settings, round_number, "calibrate")
     gateway = build_gateway(settings.llm, sessions)
     store = open_spine(settings).store
     typer.echo(f"round {number}")

@@ -34,7 +34,7 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     from trajforge.appspec import load_apps
 
     settings = cli_settings(config)
-    sessions, round_id, number = cli_round(settings, round_number)
+    sessions, round_id, number = cli_round(settings, round_number, "curate")
     apps = round_apps(sessions, load_apps(settings.apps))
     gateway = build_gateway(settings.llm, sessions)
     typer.echo(f"round {number}")

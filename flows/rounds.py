@@ -20,6 +20,7 @@ from curation.encoder import round_encoder
 from evolve import heldout, steps
 from evolve.ownership import loop_lock
 from evolve.spine import open_spine
+from evolve.stages import ROUND, check_order
 from evolve.trainer import train_next
 from trajforge.settings import Settings
 
@@ -172,6 +173,7 @@ def publish_dataset_flow(settings: Settings, number: int) -> dict[str, Any]:
 @flow(name="evolve_round")
 def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     """Round N with the policy of round N: every stage in order; a finished round is not redone."""
+    check_order(ROUND)  # the stages' contracts, before anything runs
     opened = start_round_task(settings, number)
     if opened["done"]:
         return {**opened["stats"], "round": number, "policy": opened["policy"], "skipped": True}
