@@ -30,9 +30,7 @@ def test_the_loops_stages_come_in_an_order_their_contracts_allow() -> None:
 
 def _rows(settings: Settings) -> list[int]:
     with open_spine(settings).sessions() as s:
-        return tuple(
-            s.scalar(select(func.count()).select_from(t)) or 0 for t in (Sample, Guidance, QueryPassRate)
-        )
+        return [s.scalar(select(func.count()).select_from(t)) or 0 for t in (Sample, Guidance, QueryPassRate)]
 
 
 def test_a_stage_out_of_order_names_the_missing_stage_and_writes_nothing(evolve_settings: Settings) -> None:
