@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from critics.learned import SUCCESS_AT, Checkpoint, features
+from critics.episode_features import features
+from critics.learned import SUCCESS_AT, Checkpoint
 from critics.view import CriticView
 from trajforge.domain import StepVerdict
 

@@ -16,7 +16,8 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from critics.learned import NAME, SUCCESS_AT, Checkpoint, Prediction, cross_judge, features, fit_all
+from critics.episode_features import features
+from critics.learned import NAME, SUCCESS_AT, Checkpoint, Prediction, cross_judge, fit_all
 from critics.outcomes import deciding_anchor
 from critics.view import critic_view
 from storage.anchors import anchors_by_episode, episode_apps

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import critics.learned as learned
-from critics.learned import FEATURES, Checkpoint, cross_judge, features, fit, fold_of
+from critics.episode_features import FEATURES, SIGNS, features
+from critics.learned import Checkpoint, cross_judge, fit, fold_of
 from critics.learned_steps import step_verdicts
 from critics.task_words import clauses
 from critics.view import CriticView, SeenElement, SeenStep, critic_view
@@ -120,7 +121,7 @@ def test_too_few_anchors_or_one_outcome_fit_nothing() -> None:
 def test_every_episode_is_judged_by_a_model_that_never_saw_its_query(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(1)
     # a feature free to point either way carries the signal
-    signal = next(i for i, f in enumerate(FEATURES) if learned.SIGNS[f] == 0)
+    signal = next(i for i, f in enumerate(FEATURES) if SIGNS[f] == 0)
 
     def row(i: int) -> list[float]:  # the first column names the row
         x = [0.0] * len(FEATURES)
@@ -149,7 +150,7 @@ def test_a_feature_never_turns_its_evidence_around() -> None:
     rng = np.random.default_rng(2)
     y = (rng.random(200) < 0.5).astype(float)
     x = np.zeros((200, len(FEATURES)))
-    free = next(i for i, f in enumerate(FEATURES) if learned.SIGNS[f] == 0)  # may point either way
+    free = next(i for i, f in enumerate(FEATURES) if SIGNS[f] == 0)  # may point either way
     x[:, free] = y + rng.normal(0, 0.5, 200)
     covered = FEATURES.index("covered_by_actions")  # evidence for success only, here against it
     x[:, covered] = 1 - y + rng.normal(0, 0.5, 200)
