@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +70,80 @@ class _Tally:
         }
 
 
+@dataclass
+class _RoundTallies:
+    """A round's tallies, overall and per app, as its episodes, verdicts and samples are read."""
+
+    app_of: dict[int, str]  # episode id -> app
+    tallies: dict[str, _Tally] = field(default_factory=lambda: {OVERALL: _Tally()})
+    tiers: dict[str, _Tally] = field(default_factory=dict)
+
+    def of(self, episode_id: int | None) -> list[_Tally]:
+        """The tallies an episode counts in: overall and its app's (only overall for none)."""
+        if episode_id is None or episode_id not in self.app_of:
+            return [self.tallies[OVERALL]]
+        return [self.tallies[OVERALL], self.tallies.setdefault(self.app_of[episode_id], _Tally())]
+
+    def successes(self, rnd: Round, episodes: Sequence[Any]) -> None:
+        """Success of the round's own policy on its new queries (revisits and guided demos apart)."""
+        revisits = set(revisited(rnd))
+        for eid, _, outcome, policy_id, _, query, meta in episodes:
+            if policy_id == rnd.policy_id and query not in revisits:
+                tier = self.tiers.setdefault(str((meta or {}).get("tier") or "unknown"), _Tally())
+                for t in [*self.of(eid), tier]:
+                    t.episodes += 1
+                    t.successes += outcome == "success"
+
+    def channels(self, s: Session, rnd: Round) -> None:
+        """Each critic channel against the deciding anchor, on the anchored episodes."""
+        verdicts: dict[int, list[Judgment]] = {}
+        for j in s.scalars(
+            select(Judgment).where(Judgment.target == "episode", Judgment.target_id.in_(list(self.app_of)))
+        ):
+            verdicts.setdefault(j.target_id, []).append(j)
+        for eid, found in anchors_by_episode(s, Episode.round_id == rnd.id).items():
+            if (decided := deciding_anchor(found)) is None:
+                continue
+            for j in verdicts.get(eid, []):
+                if j.label not in SILENT:
+                    for t in self.of(eid):
+                        stats = t.channels.setdefault(f"{j.critic}:{j.critic_version}", ChannelStats())
+                        stats.add(j.label == "correct", decided.label == "success")
+
+    def sources(self, s: Session, rnd: Round, by_uid: dict[str, int]) -> None:
+        """Where each episode's outcome came from, or why it has none."""
+        sourced: dict[int, str] = {}
+        for eid, provenance in s.execute(
+            select(Sample.episode_id, Sample.provenance).where(
+                Sample.round_id == rnd.id, Sample.episode_id.is_not(None), Sample.category == "state_summary"
+            )
+        ):
+            sourced.setdefault(eid, str((provenance.get("anchor") or {}).get("source", "none")))
+        for uid, reason in s.execute(
+            select(Exclusion.item_key, Exclusion.reason).where(
+                Exclusion.round_id == rnd.id, Exclusion.stage == OUTCOME_STAGE
+            )
+        ):
+            if uid in by_uid:
+                sourced[by_uid[uid]] = f"undecided:{reason}"
+        for eid, where in sourced.items():
+            for t in self.of(eid):
+                t.sources[where] += 1
+
+    def samples(self, s: Session, rnd: Round) -> None:
+        """Samples by status, and the dropped ones by reason."""
+        for sample_episode, status, why, n in s.execute(
+            select(Sample.episode_id, Sample.status, Sample.reason, func.count())
+            .where(Sample.round_id == rnd.id)
+            .group_by(Sample.episode_id, Sample.status, Sample.reason)
+        ):
+            for t in self.of(sample_episode):
+                t.samples[status] += n
+                if status != "kept":
+                    t.dropped[why or "dropped"] += n
+
+
 def _round(s: Session, rnd: Round) -> dict[str, Any]:
-    tallies: dict[str, _Tally] = {OVERALL: _Tally()}
     episodes = s.execute(
         select(
             Episode.id,
@@ -83,80 +157,30 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
         .join(QueryRow, QueryRow.id == Episode.query_id)
         .where(Episode.round_id == rnd.id)
     ).all()
-    app_of = {eid: str(goal.get("app", "")) for eid, _, _, _, goal, _, _ in episodes}
-    by_uid = {uid: eid for eid, uid, _, _, _, _, _ in episodes}
-    revisits = set(revisited(rnd))
-    tiers: dict[str, _Tally] = {}
-
-    def add(episode_id: int) -> list[_Tally]:
-        return [tallies[OVERALL], tallies.setdefault(app_of[episode_id], _Tally())]
-
-    for eid, _, outcome, policy_id, _, query, meta in episodes:
-        if policy_id == rnd.policy_id and query not in revisits:  # success: new queries only
-            tier = tiers.setdefault(str((meta or {}).get("tier") or "unknown"), _Tally())
-            for t in [*add(eid), tier]:
-                t.episodes += 1
-                t.successes += outcome == "success"
-    anchors = anchors_by_episode(s, Episode.round_id == rnd.id)
-    verdicts: dict[int, list[Judgment]] = {}
-    for j in s.scalars(
-        select(Judgment).where(Judgment.target == "episode", Judgment.target_id.in_(list(app_of)))
-    ):
-        verdicts.setdefault(j.target_id, []).append(j)
-    for eid, found in anchors.items():
-        decided = deciding_anchor(found)
-        if decided is None:
-            continue
-        for j in verdicts.get(eid, []):
-            if j.label in SILENT:
-                continue
-            for t in add(eid):
-                stats = t.channels.setdefault(f"{j.critic}:{j.critic_version}", ChannelStats())
-                stats.add(j.label == "correct", decided.label == "success")
-    sourced: dict[int, str] = {}
-    for eid, provenance in s.execute(
-        select(Sample.episode_id, Sample.provenance).where(
-            Sample.round_id == rnd.id, Sample.episode_id.is_not(None), Sample.category == "state_summary"
-        )
-    ):
-        sourced.setdefault(eid, str((provenance.get("anchor") or {}).get("source", "none")))
-    for uid, reason in s.execute(
-        select(Exclusion.item_key, Exclusion.reason).where(
-            Exclusion.round_id == rnd.id, Exclusion.stage == OUTCOME_STAGE
-        )
-    ):
-        if uid in by_uid:
-            sourced[by_uid[uid]] = f"undecided:{reason}"
-    for eid, where in sourced.items():
-        for t in add(eid):
-            t.sources[where] += 1
-    for sample_episode, status, why, n in s.execute(
-        select(Sample.episode_id, Sample.status, Sample.reason, func.count())
-        .where(Sample.round_id == rnd.id)
-        .group_by(Sample.episode_id, Sample.status, Sample.reason)
-    ):
-        owner = sample_episode if sample_episode in app_of else None
-        for t in add(owner) if owner is not None else [tallies[OVERALL]]:
-            t.samples[status] += n
-            if status != "kept":
-                t.dropped[why or "dropped"] += n
+    tally = _RoundTallies({eid: str(goal.get("app", "")) for eid, _, _, _, goal, _, _ in episodes})
+    tally.successes(rnd, episodes)
+    tally.channels(s, rnd)
+    tally.sources(s, rnd, {uid: eid for eid, uid, _, _, _, _, _ in episodes})
+    tally.samples(s, rnd)
     policy = s.get(Policy, rnd.policy_id)
-    overall = tallies.pop(OVERALL)
+    overall = tally.tallies.pop(OVERALL)
+    stats = rnd.stats or {}
     return {
         "round": rnd.number,
         "policy": f"{policy.name}@{policy.version}" if policy else None,
         "status": rnd.status,
-        "dataset_version": (rnd.stats or {}).get("dataset_version"),
-        "revisits": (rnd.stats or {}).get("revisit_rates", []),
+        "dataset_version": stats.get("dataset_version"),
+        "revisits": stats.get("revisit_rates", []),
         "tiers": {
-            t: {"episodes": v.episodes, "success_rate": v.success_rate} for t, v in sorted(tiers.items())
+            t: {"episodes": v.episodes, "success_rate": v.success_rate}
+            for t, v in sorted(tally.tiers.items())
         },
-        "curriculum": (rnd.stats or {}).get("curriculum", {}),
-        "recovery": (rnd.stats or {}).get("recovery"),
-        "heldout": (rnd.stats or {}).get("heldout"),
-        "promotion": (rnd.stats or {}).get("promotion"),
+        "curriculum": stats.get("curriculum", {}),
+        "recovery": stats.get("recovery"),
+        "heldout": stats.get("heldout"),
+        "promotion": stats.get("promotion"),
         OVERALL: overall.as_dict(),
-        "apps": {app: t.as_dict() for app, t in sorted(tallies.items())},
+        "apps": {app: t.as_dict() for app, t in sorted(tally.tallies.items())},
     }
 
 
