@@ -180,21 +180,51 @@ async def judge_round_llm(
     answers every request it has already paid for, so a rerun costs no model calls. The round's
     consensus is composed again afterwards, with the model channels' votes.
     """
-    step_critic = LLMStepCritic(gateway, frames, model)
-    channels = [LLMTrajectoryCritic(c, gateway, frames, model) for c in ("textual", "multimodal")]
-    report = JudgeReport()
+    judges = _ModelJudges(
+        LLMStepCritic(gateway, frames, model),
+        [LLMTrajectoryCritic(c, gateway, frames, model) for c in ("textual", "multimodal")],
+    )
     with sessions() as s:
         episodes = round_episodes(s, round_id)
+    results = await asyncio.gather(*(judges.rows(e, q, st) for e, q, st in episodes))
+    with transaction(sessions) as s:
+        for rows in results:
+            insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
+        # pending episodes are kept with their reason; a later run that judges them clears it
+        s.execute(
+            delete(Exclusion).where(
+                Exclusion.round_id == round_id,
+                Exclusion.stage == PENDING_STAGE,
+                Exclusion.item_key.not_in(list(judges.failed)),
+            )
+        )
+        failed = [(uid, r, d) for uid, (r, d) in judges.failed.items()]
+        record_exclusions(s, round_id, PENDING_STAGE, "episode", failed)
+    compose_round(sessions, round_id, settings or CriticSettings())  # the model channels vote too
+    return judges.report
 
-    async def one(episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
+
+@dataclass
+class _ModelJudges:
+    """The model critics of one round: a step critic and the trajectory channels."""
+
+    step_critic: LLMStepCritic
+    channels: list[LLMTrajectoryCritic]
+    report: JudgeReport = field(default_factory=JudgeReport)
+    failed: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # episode uid -> why
+
+    async def rows(self, episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
+        """The episode's judgment rows; none when the endpoint failed (the episode is left pending
+        with the endpoint's answer, and the rest of the round goes on)."""
         try:
-            return await judged(episode, query, steps)
-        except LLMError as exc:  # left pending with the endpoint's answer; the rest of the round goes on
-            report.pending[exc.reason] += 1
-            failed[episode.uid] = (exc.reason, exc.detail())
+            return await self._judged(episode, query, steps)
+        except LLMError as exc:
+            self.report.pending[exc.reason] += 1
+            self.failed[episode.uid] = (exc.reason, exc.detail())
             return []
 
-    async def judged(episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
+    async def _judged(self, episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
+        step_critic, channels = self.step_critic, self.channels
         views = [st.view() for st in steps]
         history = [
             describe(Action.model_validate(v.action), v) if v.action else "(unparseable)" for v in views
@@ -218,44 +248,28 @@ async def judge_round_llm(
         rows += [
             _row(c.name, c.version, "episode", episode.id, v) for c, v in zip(channels, verdicts, strict=True)
         ]
-        rows.append(
-            {
-                "critic": "llm_consensus_and",
-                "critic_version": step_critic.version,
-                "target": "episode",
-                "target_id": episode.id,
-                "label": label(agreed, "undecided"),
-                "summary": SUMMARY[label(agreed, "undecided")],
-                "analysis": "",
-                "raw_output": "",
-                "parse_error": None,
-                "prompt_tokens": 0,
-                "completion_tokens": 0,
-            }
-        )
-        report.episodes += 1
-        report.correct += bool(agreed)
-        report.steps.update(j.label or "unparsed" for j in verdict_steps)
+        rows.append(_and_row(step_critic.version, episode.id, agreed))
+        self.report.episodes += 1
+        self.report.correct += bool(agreed)
+        self.report.steps.update(j.label or "unparsed" for j in verdict_steps)
         return rows
 
-    failed: dict[str, tuple[str, dict[str, Any]]] = {}
-    results = await asyncio.gather(*(one(e, q, st) for e, q, st in episodes))
-    with transaction(sessions) as s:
-        for rows in results:
-            insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
-        # pending episodes are kept with their reason; a later run that judges them clears it
-        s.execute(
-            delete(Exclusion).where(
-                Exclusion.round_id == round_id,
-                Exclusion.stage == PENDING_STAGE,
-                Exclusion.item_key.not_in(list(failed)),
-            )
-        )
-        record_exclusions(
-            s, round_id, PENDING_STAGE, "episode", [(uid, r, d) for uid, (r, d) in failed.items()]
-        )
-    compose_round(sessions, round_id, settings or CriticSettings())  # the model channels vote too
-    return report
+
+def _and_row(version: str, episode_id: int, agreed: bool | None) -> dict[str, Any]:
+    """The model channels combined by AND: correct only when every channel that answered says so."""
+    return {
+        "critic": "llm_consensus_and",
+        "critic_version": version,
+        "target": "episode",
+        "target_id": episode_id,
+        "label": label(agreed, "undecided"),
+        "summary": SUMMARY[label(agreed, "undecided")],
+        "analysis": "",
+        "raw_output": "",
+        "parse_error": None,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+    }
 
 
 def _row(critic: str, version: str, target: str, target_id: int, j: LLMJudgment) -> dict[str, Any]:
