@@ -8,7 +8,7 @@ prediction (`model_version=trajforge-critics`).
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -90,6 +90,16 @@ def filmstrip(frames: list[tuple[str, str]], links: bool) -> str:
     return "".join(out)
 
 
+@dataclass
+class _Shown:
+    """The steps as the task shows them, and the step labels the critics would pre-fill."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    frames: list[tuple[str, str]] = field(default_factory=list)  # (image, caption) of the filmstrip
+    result: list[dict[str, object]] = field(default_factory=list)  # the prediction's choices
+    labels: dict[str, str] = field(default_factory=dict)  # step index -> pre-filled label
+
+
 def build_task(
     s: Session, candidate: Candidate, images: ImageLinks, hidden: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -103,64 +113,24 @@ def build_task(
     episode_judgments = list(
         s.scalars(select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id))
     )
-    step_judgments: dict[int, dict[str, Judgment]] = {}
-    for j in s.scalars(
-        select(Judgment).where(Judgment.target == "step", Judgment.target_id.in_([st.id for st in steps]))
-    ):
-        step_judgments.setdefault(j.target_id, {})[f"{j.critic}:{j.critic_version}"] = j
     anchors = {a.source: a.label for a in s.scalars(select(Anchor).where(Anchor.episode_id == episode.id))}
-
     critics_line = [f"{j.critic}:{j.critic_version} = {_verdict(j.label)}" for j in episode_judgments]
     if "verifier" in anchors:
         critics_line.insert(0, f"verifier = {anchors['verifier']}")
-    task_steps = []
-    frames: list[tuple[str, str]] = []
-    prefill: dict[str, Any] = {"verdict": None, "steps": {}}
-    result: list[dict[str, object]] = []
-    for i, st in enumerate(steps):
-        labels = step_judgments.get(st.id, {})
-        shown = show_step(st, i, len(steps))
-        text = shown.text
-        if not hidden:
-            judged = "; ".join(
-                f"{k}: {j.label}" + (f" ({j.summary})" if j.summary else "") for k, j in labels.items()
-            )
-            text += f"\ncritics: {judged or 'none'}"
-        before = images(st.screenshot, st.action, shown.box)
-        after_sha = st.screenshot_after or (steps[i + 1].screenshot if i + 1 < len(steps) else None)
-        after = images(after_sha) if after_sha else before
-        task_steps.append({"image": before, "after": after, "text": text})
-        frames.append((before, shown.short))
-        preferred = sorted(labels.items(), key=lambda kv: (not kv[0].startswith("llm"), kv[0]))
-        label = next((j.label for _, j in preferred if j.label in cfg.STEP_LABELS), None)
-        if label is not None:
-            result.append(cfg.choice(cfg.step_label(i), cfg.screen(i), label))
-            prefill["steps"][str(i)] = label
-    if steps:
-        frames.append((task_steps[-1]["after"], "after the last action"))
-    consensus = next((j for j in episode_judgments if (j.critic, j.critic_version) == CONSENSUS), None)
-    if consensus is not None:
-        result.insert(0, cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, _verdict(consensus.label)))
-        prefill["verdict"] = _verdict(consensus.label)
-    decided = [j for j in episode_judgments if (j.critic, j.critic_version) != CONSENSUS]
-    agreeing = sum(1 for j in decided if consensus is not None and j.label == consensus.label)
-    score = consensus.score if consensus is not None and consensus.score is not None else None
-    if score is None:
-        score = agreeing / len(decided) if decided else 0.0
-    verdicts = "hidden: blind audit" if hidden else " · ".join(critics_line)
+    shown = _show_steps(steps, _step_judgments(s, steps), images, hidden)
     task: dict[str, Any] = {
         "data": {
             "instruction": query.instruction,
             "critics": f"Blind audit: the critics' verdicts are hidden. {len(steps)} steps."
             if hidden
             else " · ".join(critics_line) + f"\nqueued for: {', '.join(candidate.reasons)}",
-            "filmstrip": filmstrip(frames, links=images.mode in ("upload", "presign")),
-            "steps": task_steps,
+            "filmstrip": filmstrip(shown.frames, links=images.mode in ("upload", "presign")),
+            "steps": shown.steps,
             # flat columns for the task list
             "app": candidate.app,
             "reasons": ", ".join(candidate.reasons),
             "n_steps": len(steps),
-            "verdicts": verdicts,
+            "verdicts": "hidden: blind audit" if hidden else " · ".join(critics_line),
             "trajforge": {
                 "episode": episode.uid,
                 "round": episode.round_id,
@@ -172,5 +142,58 @@ def build_task(
     }
     if hidden:
         return task, None
-    task["predictions"] = [{"model_version": PREDICTIONS, "score": round(score, 4), "result": result}]
+    prefill: dict[str, Any] = {"verdict": None, "steps": shown.labels}
+    consensus = next((j for j in episode_judgments if (j.critic, j.critic_version) == CONSENSUS), None)
+    if consensus is not None:
+        shown.result.insert(0, cfg.choice(cfg.VERDICT, cfg.INSTRUCTION, _verdict(consensus.label)))
+        prefill["verdict"] = _verdict(consensus.label)
+    score = _score(episode_judgments, consensus)
+    task["predictions"] = [{"model_version": PREDICTIONS, "score": round(score, 4), "result": shown.result}]
     return task, prefill
+
+
+def _step_judgments(s: Session, steps: list[PlayedStep]) -> dict[int, dict[str, Judgment]]:
+    """Every step critic's judgment of these steps, by step id and critic:version."""
+    out: dict[int, dict[str, Judgment]] = {}
+    for j in s.scalars(
+        select(Judgment).where(Judgment.target == "step", Judgment.target_id.in_([st.id for st in steps]))
+    ):
+        out.setdefault(j.target_id, {})[f"{j.critic}:{j.critic_version}"] = j
+    return out
+
+
+def _show_steps(
+    steps: list[PlayedStep], judged: dict[int, dict[str, Judgment]], images: ImageLinks, hidden: bool
+) -> _Shown:
+    out = _Shown()
+    for i, st in enumerate(steps):
+        labels = judged.get(st.id, {})
+        shown = show_step(st, i, len(steps))
+        text = shown.text
+        if not hidden:
+            said = "; ".join(
+                f"{k}: {j.label}" + (f" ({j.summary})" if j.summary else "") for k, j in labels.items()
+            )
+            text += f"\ncritics: {said or 'none'}"
+        before = images(st.screenshot, st.action, shown.box)
+        after_sha = st.screenshot_after or (steps[i + 1].screenshot if i + 1 < len(steps) else None)
+        after = images(after_sha) if after_sha else before
+        out.steps.append({"image": before, "after": after, "text": text})
+        out.frames.append((before, shown.short))
+        preferred = sorted(labels.items(), key=lambda kv: (not kv[0].startswith("llm"), kv[0]))
+        label = next((j.label for _, j in preferred if j.label in cfg.STEP_LABELS), None)
+        if label is not None:
+            out.result.append(cfg.choice(cfg.step_label(i), cfg.screen(i), label))
+            out.labels[str(i)] = label
+    if steps:
+        out.frames.append((out.steps[-1]["after"], "after the last action"))
+    return out
+
+
+def _score(episode_judgments: list[Judgment], consensus: Judgment | None) -> float:
+    """The prediction's score: the consensus's own, else the share of critics agreeing with it."""
+    if consensus is not None and consensus.score is not None:
+        return consensus.score
+    decided = [j for j in episode_judgments if (j.critic, j.critic_version) != CONSENSUS]
+    agreeing = sum(1 for j in decided if consensus is not None and j.label == consensus.label)
+    return agreeing / len(decided) if decided else 0.0
