@@ -296,12 +296,19 @@ def _store(
     if skipped:
         report.annotations["skipped"] += 1
     s.flush()
+    _store_corrections(s, row, task, parsed, report)
+    return True
+
+
+def _store_corrections(
+    s: Session, row: HumanAnnotation, task: AnnotationTask, parsed: Parsed, report: PullReport
+) -> None:
+    """The annotation's corrections (actions typed or clicked, thoughts, instructions), replacing
+    what an earlier version of it said."""
     s.execute(delete(Correction).where(Correction.annotation_id == row.id))
     corrected = sorted(
         set(parsed.actions) | set(parsed.thoughts) | set(parsed.instructions) | set(parsed.points)
     )
-    if not corrected:
-        return True
     steps = {st.index: st for st in s.scalars(select(Step).where(Step.episode_id == task.episode_id))}
     for index in corrected:
         step = steps.get(index)
@@ -335,7 +342,6 @@ def _store(
                 parse_error=error,
             )
         )
-    return True
 
 
 @dataclass

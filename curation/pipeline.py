@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select, update
@@ -101,46 +101,20 @@ def curate_round(
     rollouts = load_rollouts(sessions, round_id, outcomes)
     groups = by_query(rollouts)
     frames = frame_reader(store)
-
-    featurizer = featurizer or make_featurizer(settings, sessions, store)
-    features = FeatureStore(sessions, featurizer, frames)
-    report.featurizer, report.threshold = featurizer.key, dedup_threshold(settings, featurizer)
-    thumbs = FeatureStore(sessions, GreyThumbs(), frames) if settings.dedup_skip_overlays else None
-    decisions, report.dedup = dedup(
-        _trajectories(sessions, round_id, rollouts, features, thumbs, settings.dedup_collapse),
-        report.threshold,
-        settings.ivf_min_group,
-        settings.dedup_within_outcome,
+    dropped = _dedup_round(
+        sessions,
+        round_id,
+        rollouts,
+        featurizer or make_featurizer(settings, sessions, store),
+        frames,
+        settings,
+        report,
     )
-    report.cache = features.stats
-    _store_dedup(sessions, round_id, rollouts, decisions)
-    dropped = {d.uid for d in decisions if not d.kept}
-
-    async def model_work() -> tuple[GuidanceReport, list[SampleDraft], ThoughtReport]:
-        # one event loop for every model call of the round (the gateway's client is bound to it)
-        guided = await write_guidance(
-            sessions,
-            round_id,
-            groups,
-            demonstrate,
-            settings.guidance_pass_rate,
-            settings.guidance_min_rollouts,
-            gateway,
-            frames if gateway is not None else None,
-        )
-        accepted = _accepted_steps(sessions, round_id, rollouts, dropped)
-        drafts, thought_report = await synthesise(
-            accepted,
-            settings.hint_styles,
-            settings.point_tolerance,
-            gateway,
-            frames,
-            only_bottlenecks=settings.thoughts_for == "bottleneck",
-        )
-        return guided, drafts, thought_report
-
-    work = model_work() if gateway is None else closing(gateway, model_work())
-    report.guidance, thoughts, report.thoughts = asyncio.run(work)
+    accepted = _accepted_steps(sessions, round_id, rollouts, dropped)
+    work = _model_work(sessions, round_id, groups, accepted, demonstrate, gateway, frames, settings)
+    report.guidance, thoughts, report.thoughts = asyncio.run(
+        work if gateway is None else closing(gateway, work)
+    )
     recovered, report.recovery = recover(groups, prober, settings.recovery_sites)
     with transaction(sessions) as s:
         record_exclusions(s, round_id, "recovery", "site", report.recovery.exclusions)
@@ -152,7 +126,6 @@ def curate_round(
     corrected, report.corrections = correction_samples(sessions, round_id)
     store_drafts(sessions, round_id, corrected, "curate")
     report.corrections["superseded_samples"] += supersede(sessions, round_id, corrected)
-
     report.balance = _balance(sessions, round_id, {q: pass_rate(g) for q, g in groups.items()}, settings)
     report.curriculum = label_and_hold(sessions, round_id, groups, settings)
     with sessions() as s:
@@ -164,6 +137,63 @@ def curate_round(
             report.samples["kept" if status == "kept" else (reason or "dropped")] += n
     mark_stage(sessions, round_id, CURATED)
     return report
+
+
+def _dedup_round(
+    sessions: sessionmaker[Session],
+    round_id: int,
+    rollouts: list[Rollout],
+    featurizer: Featurizer,
+    frames: Callable[[str], bytes],
+    settings: CurationSettings,
+    report: CurationReport,
+) -> set[str]:
+    """Near-duplicate trajectories of each query group, decided and stored: the dropped uids."""
+    features = FeatureStore(sessions, featurizer, frames)
+    report.featurizer, report.threshold = featurizer.key, dedup_threshold(settings, featurizer)
+    thumbs = FeatureStore(sessions, GreyThumbs(), frames) if settings.dedup_skip_overlays else None
+    decisions, report.dedup = dedup(
+        _trajectories(sessions, round_id, rollouts, features, thumbs, settings.dedup_collapse),
+        report.threshold,
+        settings.ivf_min_group,
+        settings.dedup_within_outcome,
+    )
+    report.cache = features.stats
+    _store_dedup(sessions, round_id, rollouts, decisions)
+    return {d.uid for d in decisions if not d.kept}
+
+
+async def _model_work(
+    sessions: sessionmaker[Session],
+    round_id: int,
+    groups: dict[str, list[Rollout]],
+    accepted: list[StepToThink],
+    demonstrate: Demonstrator | None,
+    gateway: LLMGateway | None,
+    frames: Callable[[str], bytes],
+    settings: CurationSettings,
+) -> tuple[GuidanceReport, list[SampleDraft], ThoughtReport]:
+    """Guidance and thoughts: every model call of the round on one event loop (the gateway's
+    client is bound to it)."""
+    guided = await write_guidance(
+        sessions,
+        round_id,
+        groups,
+        demonstrate,
+        settings.guidance_pass_rate,
+        settings.guidance_min_rollouts,
+        gateway,
+        frames if gateway is not None else None,
+    )
+    drafts, thought_report = await synthesise(
+        accepted,
+        settings.hint_styles,
+        settings.point_tolerance,
+        gateway,
+        frames,
+        only_bottlenecks=settings.thoughts_for == "bottleneck",
+    )
+    return guided, drafts, thought_report
 
 
 def _trajectories(
