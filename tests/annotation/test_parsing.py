@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from annotation import config as cfg
 from annotation.images import ImageLinks, image_mode, overlay
-from annotation.pull import clicked_action, independence, parse_correction, parse_result, resolve
+from annotation.pull import resolve
 from annotation.queue import review_queue
+from annotation.results import clicked_action, independence, parse_correction, parse_result
 from annotation.stats import inter_annotator
 from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Judgment
