@@ -20,13 +20,14 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 
 from evolve.policies import register_policy, upload_checkpoint
-from evolve.spine import open_spine
+from evolve.spine import Spine, open_spine
 from rollout.policies.knn import NAME as KNN
 from storage.db import transaction
 from storage.exports import export
@@ -82,6 +83,37 @@ def command_line(settings: Settings, dataset: Path, output: Path, version: int, 
         ) from exc
 
 
+def _write_export(spine: Spine, dataset_version: int, fmt: str, builtin: bool, folder: Path) -> None:
+    # The built-in policy reads the screenshots as stored (it acts on them at that size); an
+    # external trainer gets images sized for the trainer its format is for.
+    settings = spine.settings
+    export(
+        spine.sessions, spine.store, settings.evolve.dataset, dataset_version, fmt, str(folder),
+        settings.trainer.action_format, tolerance=settings.curate.point_tolerance, settings=settings,
+        trainer="none" if builtin else "auto",
+    )  # fmt: skip
+
+
+def _run_trainer(settings: Settings, data: Path, number: int, folder: Path) -> None:
+    """The user's trainer command on the export `data`; its checkpoint goes to `folder`."""
+    trainer = settings.trainer
+    folder.mkdir(parents=True)
+    argv = command_line(settings, data, folder, number, number)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=trainer.timeout_s, check=False)
+    except FileNotFoundError as exc:
+        raise TrainerError(
+            f"trainer command {argv[0]!r} not found; install it or fix trainer.command"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise TrainerError(f"trainer command ran past trainer.timeout_s = {trainer.timeout_s}s") from exc
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise TrainerError(f"trainer command exited {done.returncode}: " + " | ".join(tail))
+    if not any(folder.iterdir()):
+        raise TrainerError(f"trainer command left no checkpoint in {{output}} ({folder})")
+
+
 def train_next(settings: Settings, number: int, dataset_version: int) -> dict[str, Any]:
     """Train on `dataset_version` and register the result as the candidate policy of round
     `number + 1` (`evolve.heldout.promote` decides whether it rolls that round out)."""
@@ -105,37 +137,8 @@ def train_next(settings: Settings, number: int, dataset_version: int) -> dict[st
     fmt = "rl-verl" if builtin else trainer.format
     root = settings.home / "training" / settings.evolve.dataset / f"v{dataset_version}"
 
-    def write_export(folder: Path) -> None:
-        # The built-in policy reads the screenshots as stored (it acts on them at that size); an
-        # external trainer gets images sized for the trainer its format is for.
-        export(
-            spine.sessions, spine.store, settings.evolve.dataset, dataset_version, fmt, str(folder),
-            trainer.action_format, tolerance=settings.curate.point_tolerance, settings=settings,
-            trainer="none" if builtin else "auto",
-        )  # fmt: skip
-
-    data = _complete(root / fmt, write_export)
-
-    def run_trainer(folder: Path) -> None:
-        folder.mkdir(parents=True)
-        argv = command_line(settings, data, folder, number, number)
-        try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=trainer.timeout_s, check=False
-            )
-        except FileNotFoundError as exc:
-            raise TrainerError(
-                f"trainer command {argv[0]!r} not found; install it or fix trainer.command"
-            ) from exc
-        except subprocess.TimeoutExpired as exc:
-            raise TrainerError(f"trainer command ran past trainer.timeout_s = {trainer.timeout_s}s") from exc
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-            raise TrainerError(f"trainer command exited {done.returncode}: " + " | ".join(tail))
-        if not any(folder.iterdir()):
-            raise TrainerError(f"trainer command left no checkpoint in {{output}} ({folder})")
-
-    output = _complete(root / f"{name}-checkpoint", run_trainer)
+    data = _complete(root / fmt, partial(_write_export, spine, dataset_version, fmt, builtin))
+    output = _complete(root / f"{name}-checkpoint", partial(_run_trainer, settings, data, number))
     fill = {"output": str(output), "version": str(number)}
     meta: dict[str, Any] = {}
     if builtin:
