@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import io
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,23 +189,7 @@ def examples(sessions: sessionmaker[Session], number: int, n: int = EXAMPLES) ->
     return picked
 
 
-def _plots(figs: list[RoundFigures], out: Path) -> list[tuple[str, str]]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rounds = [f.number for f in figs]
-    made: list[tuple[str, str]] = []
-
-    def save(name: str, title: str) -> None:
-        plt.title(title)
-        plt.tight_layout()
-        plt.savefig(out / name, dpi=90)
-        plt.close()
-        made.append((name, title))
-
-    plt.figure(figsize=(6, 3.4))
+def _success(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
     plt.plot(rounds, [f.success_rate for f in figs], "o-", lw=2.5, label="all apps")
     for app in sorted({a for f in figs for a in f.per_app}):
         rates = [f.per_app[app][0] / f.per_app[app][1] if app in f.per_app else float("nan") for f in figs]
@@ -213,32 +198,32 @@ def _plots(figs: list[RoundFigures], out: Path) -> list[tuple[str, str]]:
     plt.xlabel("round")
     plt.xticks(rounds)
     plt.legend(fontsize=7)
-    save("success_rate.png", "Success rate of the round's policy (verifier)")
 
-    plt.figure(figsize=(6, 3.4))
+
+def _pass_rates(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
     bins = [i / 8 for i in range(9)]
     for f in figs:
         if f.pass_rates:
             plt.hist(f.pass_rates, bins=bins, histtype="step", lw=2, label=f"round {f.number}")
     plt.xlabel("pass rate per query (k of K rollouts)")
     plt.legend(fontsize=7)
-    save("pass_rate_hist.png", "Pass-rate histogram")
 
-    plt.figure(figsize=(6, 3.4))
+
+def _accuracy(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
     for channel in sorted({c for f in figs for c in f.accuracy}):
         plt.plot(rounds, [f.accuracy.get(channel, float("nan")) for f in figs], "o-", label=channel)
     plt.ylim(-0.02, 1.02)
     plt.xticks(rounds)
     plt.legend(fontsize=7)
-    save("critic_accuracy.png", "Critic vs anchor accuracy (trajectory verdicts)")
 
-    plt.figure(figsize=(6, 3.0))
+
+def _retention(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
     plt.bar(rounds, [f.retention if f.retention is not None else 0.0 for f in figs])
     plt.ylim(0, 1.05)
     plt.xticks(rounds)
-    save("dedup_retention.png", "Dedup retention (trajectories kept)")
 
-    plt.figure(figsize=(6, 3.6))
+
+def _categories(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
     bottom = [0] * len(figs)
     for category in sorted({c for f in figs for c in f.categories}):
         values = [f.categories.get(category, 0) for f in figs]
@@ -246,20 +231,51 @@ def _plots(figs: list[RoundFigures], out: Path) -> list[tuple[str, str]]:
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     plt.xticks(rounds)
     plt.legend(fontsize=6, ncol=2)
-    save("samples_by_category.png", "Kept samples per category")
 
-    total = sum((f.drops for f in figs), Counter[str]())
-    top = total.most_common(12)
-    plt.figure(figsize=(6, 0.6 + 0.3 * max(len(top), 1)))
+
+def _top_drops(figs: list[RoundFigures]) -> list[tuple[str, int]]:
+    return sum((f.drops for f in figs), Counter[str]()).most_common(12)
+
+
+def _drops(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
+    top = _top_drops(figs)
     plt.barh([k for k, _ in top][::-1], [v for _, v in top][::-1])
     plt.yticks(fontsize=7)
-    save("drops_by_reason.png", "Dropped items by reason (all rounds)")
 
-    plt.figure(figsize=(6, 3.0))
+
+def _tokens(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
     plt.bar(rounds, [f.tokens for f in figs])
     plt.xticks(rounds)
-    save("tokens.png", "Model tokens per round (0: offline critics and policy)")
-    return made
+
+
+Draw = Callable[[Any, list[RoundFigures], list[int]], None]
+# (file, title, figure height in inches (None: by the figures), how it is drawn)
+_PLOTS: tuple[tuple[str, str, float | None, Draw], ...] = (
+    ("success_rate.png", "Success rate of the round's policy (verifier)", 3.4, _success),
+    ("pass_rate_hist.png", "Pass-rate histogram", 3.4, _pass_rates),
+    ("critic_accuracy.png", "Critic vs anchor accuracy (trajectory verdicts)", 3.4, _accuracy),
+    ("dedup_retention.png", "Dedup retention (trajectories kept)", 3.0, _retention),
+    ("samples_by_category.png", "Kept samples per category", 3.6, _categories),
+    ("drops_by_reason.png", "Dropped items by reason (all rounds)", None, _drops),
+    ("tokens.png", "Model tokens per round (0: offline critics and policy)", 3.0, _tokens),
+)
+
+
+def _plots(figs: list[RoundFigures], out: Path) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = [f.number for f in figs]
+    for name, title, height, draw in _PLOTS:
+        plt.figure(figsize=(6, height if height is not None else 0.6 + 0.3 * max(len(_top_drops(figs)), 1)))
+        draw(plt, figs, rounds)
+        plt.title(title)
+        plt.tight_layout()
+        plt.savefig(out / name, dpi=90)
+        plt.close()
+    return [(name, title) for name, title, _, _ in _PLOTS]
 
 
 def _thumb(png: bytes) -> bytes:
@@ -284,13 +300,9 @@ def _version_row(sessions: sessionmaker[Session], store: ObjectStore, v: Version
     )
 
 
-def write_report(sessions: sessionmaker[Session], store: ObjectStore, out: Path) -> Path:
-    """Write `out/index.html` and its PNGs; return the page's path."""
-    out.mkdir(parents=True, exist_ok=True)
-    figs = collect(sessions)
-    plots = _plots(figs, out) if figs else []
+def _round_row(f: RoundFigures) -> str:
     esc = html.escape
-    rows = "".join(
+    return (
         f"<tr><td>{f.number}</td><td>{esc(f.policy)}</td><td>{f.status}</td><td>{f.successes}/{f.episodes}</td>"
         f"<td><b>{f.success_rate:.0%}</b></td>"
         f"<td>{f.accuracy.get(':'.join(CONSENSUS), 0.0):.0%}</td>"
@@ -300,31 +312,42 @@ def write_report(sessions: sessionmaker[Session], store: ObjectStore, out: Path)
         f"<td>${f.cost_usd:.2f}</td>"
         f"<td>{'' if f.dataset_version is None else f'v{f.dataset_version}'} "
         f"<code>{f.manifest_sha256[:12]}</code></td><td>{esc(f.next_policy)}</td></tr>"
-        for f in figs
     )
+
+
+def _example_card(ex: dict[str, Any], shots: Path, frames: Callable[[str], bytes]) -> str:
+    """One example trajectory: its steps as thumbnails (written once into `shots`), its verdicts."""
+    esc = html.escape
+    cells = []
+    for i, (sha, raw, error) in enumerate(ex["steps"]):
+        name = f"{sha[:16]}.png"
+        if not (shots / name).exists():
+            (shots / name).write_bytes(_thumb(frames(sha)))
+        label = esc(f"{i + 1}. {error or raw}")[:160]
+        cells.append(
+            f"<figure><img src='examples/{name}' width='{THUMB}'><figcaption>{label}</figcaption></figure>"
+        )
+    verdicts = ", ".join(f"{esc(k)}={esc(v)}" for k, v in sorted(ex["verdicts"].items()))
+    more = f"<p>… {ex['more']} more steps</p>" if ex["more"] else ""
+    return (
+        f"<section><h3>{esc(ex['instruction'])}</h3><p>outcome <b>{ex['outcome']}</b>"
+        f"{' (' + esc(ex['reason']) + ')' if ex['reason'] else ''}; anchor {esc(ex['anchor'])}; "
+        f"critics: {verdicts or 'none'}</p><div class='steps'>{''.join(cells)}</div>{more}</section>"
+    )
+
+
+def write_report(sessions: sessionmaker[Session], store: ObjectStore, out: Path) -> Path:
+    """Write `out/index.html` and its PNGs; return the page's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    figs = collect(sessions)
+    plots = _plots(figs, out) if figs else []
+    esc = html.escape
+    rows = "".join(_round_row(f) for f in figs)
     versions = "".join(_version_row(sessions, store, v) for v in list_versions(sessions))
-    frames = frame_reader(store)
     shots = out / "examples"
     shots.mkdir(exist_ok=True)
-    cards = []
-    for ex in examples(sessions, figs[-1].number) if figs else []:
-        cells = []
-        for i, (sha, raw, error) in enumerate(ex["steps"]):
-            name = f"{sha[:16]}.png"
-            if not (shots / name).exists():
-                (shots / name).write_bytes(_thumb(frames(sha)))
-            label = esc(f"{i + 1}. {error or raw}")[:160]
-            cells.append(
-                f"<figure><img src='examples/{name}' width='{THUMB}'>"
-                f"<figcaption>{label}</figcaption></figure>"
-            )
-        verdicts = ", ".join(f"{esc(k)}={esc(v)}" for k, v in sorted(ex["verdicts"].items()))
-        more = f"<p>… {ex['more']} more steps</p>" if ex["more"] else ""
-        cards.append(
-            f"<section><h3>{esc(ex['instruction'])}</h3><p>outcome <b>{ex['outcome']}</b>"
-            f"{' (' + esc(ex['reason']) + ')' if ex['reason'] else ''}; anchor {esc(ex['anchor'])}; "
-            f"critics: {verdicts or 'none'}</p><div class='steps'>{''.join(cells)}</div>{more}</section>"
-        )
+    frames = frame_reader(store)
+    cards = [_example_card(ex, shots, frames) for ex in (examples(sessions, figs[-1].number) if figs else [])]
     images = "".join(
         f"<figure><img src='{name}'><figcaption>{esc(t)}</figcaption></figure>" for name, t in plots
     )
