@@ -23,7 +23,7 @@ from storage.models import Correction, Episode, HumanAnnotation, Sample
 from storage.samples import SampleDraft
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import target_bbox
-from trajforge.domain import describe
+from trajforge.domain import Query, StepView, describe
 
 CATEGORY = "corrected_action"
 SUPERSEDED = "superseded_by_human_correction"
@@ -50,61 +50,61 @@ def correction_samples(sessions: sessionmaker[Session], round_id: int) -> tuple[
         if not by_episode:
             return batches, tally
         for episode, query, steps in round_episodes(s, round_id):
-            if episode.id not in by_episode:
-                continue
-            drafts: list[SampleDraft] = []
-            batches.append((episode.id, drafts))
-            views = [st.view() for st in steps]
-            done = [
-                describe(Action.model_validate(v.action), v) if v.action is not None else "(no action)"
-                for v in views
-            ]
-            for correction, ls_id in by_episode.get(episode.id, []):
-                if correction.parse_error is not None:
-                    tally[correction.parse_error] += 1
-                    continue
-                view = views[correction.step_index]
-                original = Action.model_validate(view.action) if view.action is not None else None
-                target = correction.action or (
-                    original.core().model_dump(mode="json", exclude_none=True) if original else None
-                )
-                if target is None:
-                    tally["no_action_to_explain"] += 1
-                    continue
-                action = Action.model_validate(target)
-                thought = correction.thought or (original.thought if original else None)
-                drafts.append(
-                    SampleDraft(
-                        CATEGORY,
-                        correction.step_index,
-                        {
-                            "images": [view.before],
-                            "prompt": f"Task: {query.instruction}\nHistory: "
-                            + ("; ".join(done[: correction.step_index]) or "none"),
-                            "response": json.dumps(target, ensure_ascii=False),
-                            "action": target,
-                            "intent": correction.instruction or describe(action, view),  # the clear action
-                            "screen": [view.width, view.height],
-                            "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
-                            **({"thought": thought} if thought else {}),
-                            **({"instruction": correction.instruction} if correction.instruction else {}),
-                        },
-                        {
-                            "episode": episode.uid,
-                            "steps": [correction.step_index],
-                            "query": query.uid,
-                            "source": "human_correction",
-                            "annotator": correction.annotator,
-                            "annotation": ls_id,
-                            "corrected": [
-                                k for k in ("action", "thought", "instruction") if getattr(correction, k)
-                            ],
-                            **({"given": correction.source} if correction.source else {}),
-                        },
-                    )
-                )
-                tally["action" if correction.action else "thought_or_instruction_only"] += 1
+            if episode.id in by_episode:
+                views = [st.view() for st in steps]
+                drafts = [
+                    draft
+                    for correction, ls_id in by_episode[episode.id]
+                    if (draft := _corrected(episode.uid, query, views, correction, ls_id, tally)) is not None
+                ]
+                batches.append((episode.id, drafts))
     return batches, tally
+
+
+def _corrected(
+    episode: str, query: Query, views: list[StepView], correction: Correction, ls_id: int, tally: Counter[str]
+) -> SampleDraft | None:
+    """The sample of one corrected step; None (counted by why) when there is nothing to teach."""
+    if correction.parse_error is not None:
+        tally[correction.parse_error] += 1
+        return None
+    view = views[correction.step_index]
+    original = Action.model_validate(view.action) if view.action is not None else None
+    target = correction.action or (
+        original.core().model_dump(mode="json", exclude_none=True) if original else None
+    )
+    if target is None:
+        tally["no_action_to_explain"] += 1
+        return None
+    action = Action.model_validate(target)
+    thought = correction.thought or (original.thought if original else None)
+    done = [
+        describe(Action.model_validate(v.action), v) if v.action is not None else "(no action)" for v in views
+    ]
+    tally["action" if correction.action else "thought_or_instruction_only"] += 1
+    payload = {
+        "images": [view.before],
+        "prompt": f"Task: {query.instruction}\nHistory: "
+        + ("; ".join(done[: correction.step_index]) or "none"),
+        "response": json.dumps(target, ensure_ascii=False),
+        "action": target,
+        "intent": correction.instruction or describe(action, view),  # the clear action
+        "screen": [view.width, view.height],
+        "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
+        **({"thought": thought} if thought else {}),
+        **({"instruction": correction.instruction} if correction.instruction else {}),
+    }
+    provenance = {
+        "episode": episode,
+        "steps": [correction.step_index],
+        "query": query.uid,
+        "source": "human_correction",
+        "annotator": correction.annotator,
+        "annotation": ls_id,
+        "corrected": [k for k in ("action", "thought", "instruction") if getattr(correction, k)],
+        **({"given": correction.source} if correction.source else {}),
+    }
+    return SampleDraft(CATEGORY, correction.step_index, payload, provenance)
 
 
 def supersede(sessions: sessionmaker[Session], round_id: int, batches: Batches) -> int:
