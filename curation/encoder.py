@@ -240,14 +240,52 @@ def train_encoder(
         torch.set_num_threads(threads)
     rng = random.Random(spec.seed)
     torch.manual_seed(spec.seed)
+    opened, bases, view, bars = _training_views(distinct, spec)
+    model = ResNetModel(spec.resnet_config())
+    torch.nn.Module.to(model, device).train()
+    losses, seconds = _fit(model, spec, device, rng, (bases, bars, view))
+    model = model.eval()
+    sample = random.Random(spec.seed).sample(opened, min(len(opened), 512))  # the features' centres
+    screens, titles = screen_and_bar(model, device, sample, (spec.width, spec.height), view, 64, spec.rows)
+    head, tail = losses[: max(1, len(losses) // 10)], losses[-max(1, len(losses) // 10) :]
+    batch = min(spec.batch, len(bases))
+    report = TrainReport(
+        images=len(distinct),
+        steps=len(losses),
+        seconds=round(seconds, 1),
+        loss_first=round(float(np.mean(head)), 4),
+        loss_last=round(float(np.mean(tail)), 4),
+        device=device,
+        images_per_s=round(2 * (batch + min(spec.batch, len(bars))) * len(losses) / max(seconds, 1e-9), 1),
+    )
+    return model.cpu(), report, _bar(spec, (screens.mean(axis=0), titles.mean(axis=0)))
+
+
+def _training_views(
+    distinct: list[bytes], spec: EncoderSpec
+) -> tuple[list[Image.Image], list[Image.Image], AppBar, list[Image.Image]]:
+    """The screens (as opened, and resized for augmenting), the app bar view, and one bar per title."""
     work = (spec.width * 2, spec.height * 2)  # augment at twice the input size, then downsample
     opened = [Image.open(io.BytesIO(png)).convert("RGB") for png in distinct]
     bases = [img.resize(work, Image.Resampling.BOX) for img in opened]
     view = _bar(spec)  # the app bar's band and pooling, as inference crops and pools it
     bars = list({np.asarray(b).tobytes(): b for b in map(view.crop, opened)}.values())  # one per title
     bars = [b.resize((view.width * 2, view.height * 2), Image.Resampling.BOX) for b in bars]
-    model = ResNetModel(spec.resnet_config())
-    torch.nn.Module.to(model, device).train()
+    return opened, bases, view, bars
+
+
+def _fit(
+    model: Any,
+    spec: EncoderSpec,
+    device: str,
+    rng: random.Random,
+    data: tuple[list[Image.Image], list[Image.Image], AppBar],
+) -> tuple[list[float], float]:
+    """Contrastive steps on screens and app bars until `spec.steps` or `spec.minutes`: the losses
+    and the seconds taken."""
+    import torch
+
+    bases, bars, view = data
     optimiser = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=1e-4)
 
     def loss_on(
@@ -275,22 +313,7 @@ def train_encoder(
         loss.backward()
         optimiser.step()
         losses.append(float(loss.detach()))
-    seconds = time.perf_counter() - start
-    model = model.eval()
-    sample = random.Random(spec.seed).sample(opened, min(len(opened), 512))  # the features' centres
-    screens, titles = screen_and_bar(model, device, sample, (spec.width, spec.height), view, 64, spec.rows)
-    head, tail = losses[: max(1, len(losses) // 10)], losses[-max(1, len(losses) // 10) :]
-    batch = min(spec.batch, len(bases))
-    report = TrainReport(
-        images=len(distinct),
-        steps=len(losses),
-        seconds=round(seconds, 1),
-        loss_first=round(float(np.mean(head)), 4),
-        loss_last=round(float(np.mean(tail)), 4),
-        device=device,
-        images_per_s=round(2 * (batch + min(spec.batch, len(bars))) * len(losses) / max(seconds, 1e-9), 1),
-    )
-    return model.cpu(), report, _bar(spec, (screens.mean(axis=0), titles.mean(axis=0)))
+    return losses, time.perf_counter() - start
 
 
 def write_checkpoint(model: Any, spec: EncoderSpec, report: TrainReport, bar: AppBar, folder: Path) -> None:
