@@ -80,22 +80,26 @@ class UITarsCodec:
             args[kw.arg] = kw.value.value
         return self._to_action(tree.func.id, args, text, thought, screen)
 
+    def _box(self, name: str, args: dict[str, Any], key: str, raw: str, screen: Screen) -> tuple[int, int]:
+        """A point argument, per mille: "(x,y)" or a box's centre "(x1,y1,x2,y2)"."""
+        if key not in args:
+            raise ParseError("missing_field", f"{name} needs {key!r}", raw)
+        nums = [float(n) for n in _NUMBER.findall(str(args[key]))]
+        if len(nums) == 4:
+            nums = [(nums[0] + nums[2]) / 2, (nums[1] + nums[3]) / 2]
+        if len(nums) != 2:
+            raise ParseError("bad_coordinate", f"{key}={args[key]!r} is not (x,y) or (x1,y1,x2,y2)", raw)
+        if self.absolute:
+            return screen.from_px(nums[0], nums[1], raw)
+        if not all(0 <= n <= NORM for n in nums):
+            raise ParseError("coordinate_out_of_range", f"{key}={args[key]!r} is outside 0-{NORM}", raw)
+        return (round(nums[0]), round(nums[1]))
+
     def _to_action(
         self, name: str, args: dict[str, Any], raw: str, thought: str | None, screen: Screen
     ) -> Action:
         def box(key: str) -> tuple[int, int]:
-            if key not in args:
-                raise ParseError("missing_field", f"{name} needs {key!r}", raw)
-            nums = [float(n) for n in _NUMBER.findall(str(args[key]))]
-            if len(nums) == 4:
-                nums = [(nums[0] + nums[2]) / 2, (nums[1] + nums[3]) / 2]
-            if len(nums) != 2:
-                raise ParseError("bad_coordinate", f"{key}={args[key]!r} is not (x,y) or (x1,y1,x2,y2)", raw)
-            if self.absolute:
-                return screen.from_px(nums[0], nums[1], raw)
-            if not all(0 <= n <= NORM for n in nums):
-                raise ParseError("coordinate_out_of_range", f"{key}={args[key]!r} is outside 0-{NORM}", raw)
-            return (round(nums[0]), round(nums[1]))
+            return self._box(name, args, key, raw, screen)
 
         def text_arg(key: str) -> str:
             value = args.get(key)
@@ -107,23 +111,14 @@ class UITarsCodec:
         if name == "click":
             f.update(kind=ActionKind.CLICK, point=box("start_box"))
         elif name == "long_press":
-            time = args.get("time")
-            ms = None
-            if time not in (None, ""):
-                try:
-                    ms = int(float(str(time)))
-                except ValueError as exc:
-                    raise ParseError("bad_value", f"time={time!r} is not milliseconds", raw) from exc
-            f.update(kind=ActionKind.LONG_PRESS, point=box("start_box"), duration_ms=ms)
+            f.update(
+                kind=ActionKind.LONG_PRESS, point=box("start_box"), duration_ms=_ms(args.get("time"), raw)
+            )
         elif name == "type":
             f.update(kind=ActionKind.TYPE, text=text_arg("content"))
         elif name == "scroll":
-            content_dir = str(args.get("direction", "")).lower()
-            if content_dir not in OPPOSITE:
-                raise ParseError("bad_value", f"scroll direction {args.get('direction')!r}", raw)
             start = box("start_box") if "start_box" in args else (500, 500)
-            finger: Direction = OPPOSITE[content_dir]
-            f.update(kind=ActionKind.SWIPE, point=start, direction=finger)
+            f.update(kind=ActionKind.SWIPE, point=start, direction=_finger(args.get("direction"), raw))
         elif name == "drag":
             f.update(kind=ActionKind.SWIPE, point=box("start_box"), to=box("end_box"))
         elif name in ("press_back", "press_home"):
@@ -199,3 +194,22 @@ class UITarsCodec:
         if action.kind == ActionKind.SWIPE:
             return action.duration_ms is None
         return not (action.kind == ActionKind.TYPE and action.point is not None)
+
+
+def _ms(time: Any, raw: str) -> int | None:
+    """A long press's `time` argument in milliseconds (None: not given)."""
+    if time in (None, ""):
+        return None
+    try:
+        return int(float(str(time)))
+    except ValueError as exc:
+        raise ParseError("bad_value", f"time={time!r} is not milliseconds", raw) from exc
+
+
+def _finger(direction: Any, raw: str) -> Direction:
+    """The way the finger moves for a scroll of the content toward `direction`."""
+    content_dir = str(direction or "").lower()
+    if content_dir not in OPPOSITE:
+        raise ParseError("bad_value", f"scroll direction {direction!r}", raw)
+    finger: Direction = OPPOSITE[content_dir]
+    return finger
