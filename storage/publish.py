@@ -152,13 +152,34 @@ def publish(
         version_id, number, parent, resumed = _claim(sessions, name, config, description)
         known = _known_shards(sessions)
         repaired = write_shards(store, staging, shards)
+    manifest = _manifest(sessions, name, number, parent, config, shards)
+    body = manifest.body()
+    digest = sha256_hex(body)
+    key = manifest_key(name, number)
+    if store.exists(key) and sha256_hex(store.get(key)) != digest:
+        raise SealedVersion(f"dataset {name} v{number}: a different manifest is already stored at {key}")
+    store.put(key, body, "application/json")
+    _seal(sessions, shards, version_id, name, number, key, digest, manifest.lineage)
+    reused = sum(1 for sh in shards if sh.sha256 in known)
+    return PublishReport(
+        name, number, digest, manifest.rows, len(shards), reused, dict(manifest.splits), resumed, repaired
+    )
+
+
+def _manifest(
+    sessions: sessionmaker[Session],
+    name: str,
+    number: int,
+    parent: DatasetVersion | None,
+    config: PublishConfig,
+    shards: list[ShardRef],
+) -> Manifest:
     splits: Counter[str] = Counter()
     categories: Counter[str] = Counter()
     for sh in shards:
         splits[sh.split] += sh.rows
         categories[sh.category] += sh.rows
-    lineage = _lineage(sessions, sorted({sh.round for sh in shards}))
-    manifest = Manifest(
+    return Manifest(
         dataset=name,
         version=number,
         parent=None
@@ -170,19 +191,8 @@ def publish(
         rows=sum(splits.values()),
         splits=dict(sorted(splits.items())),
         categories=dict(sorted(categories.items())),
-        lineage=lineage,
+        lineage=_lineage(sessions, sorted({sh.round for sh in shards})),
         shards=shards,
-    )
-    body = manifest.body()
-    digest = sha256_hex(body)
-    key = manifest_key(name, number)
-    if store.exists(key) and sha256_hex(store.get(key)) != digest:
-        raise SealedVersion(f"dataset {name} v{number}: a different manifest is already stored at {key}")
-    store.put(key, body, "application/json")
-    _seal(sessions, shards, version_id, name, number, key, digest, lineage)
-    reused = sum(1 for sh in shards if sh.sha256 in known)
-    return PublishReport(
-        name, number, digest, sum(splits.values()), len(shards), reused, dict(splits), resumed, repaired
     )
 
 
