@@ -234,16 +234,6 @@ def write_hf_parquet(rows: list[dict[str, Any]], path: Path) -> None:
 
 def dataset_card(man: Manifest, action_format: str, splits: list[str]) -> str:
     """A Hugging Face dataset card: features, columns, coordinates, action format, sizes, lineage, filters."""
-    lineage = man.lineage
-    budget = BUDGETS.get(action_format)
-    coords = (
-        f"pixels of the image after Qwen2.5-VL `smart_resize` (multiples of 28, {budget.min_pixels}-"
-        f"{budget.max_pixels} pixels); `ground_truth.coordinate_screen` gives that size per row"
-        if budget
-        else "relative, 0-1000 on each axis, (0, 0) top-left"
-        if action_format != "androidworld"
-        else "pixels of the screenshot"
-    )
     features = [
         f"  - name: {name}\n    list: image" if dtype == "images" else f"  - name: {name}\n    dtype: {dtype}"
         for name, dtype, _ in HF_COLUMNS
@@ -269,8 +259,8 @@ def dataset_card(man: Manifest, action_format: str, splits: list[str]) -> str:
         "",
         "## Action format and coordinates",
         f"Answers to action rows are in the `{action_format}` format; the `system` column states its "
-        f"action space. Coordinates are {coords}. `ground_truth.action` is the same action in "
-        "trajforge's canonical form (0-1000) and `ground_truth.bbox` the target element's box "
+        f"action space. Coordinates are {_coordinates(action_format)}. `ground_truth.action` is the same "
+        "action in trajforge's canonical form (0-1000) and `ground_truth.bbox` the target element's box "
         "(0-1000), which `trajforge/rewards.py` scores against.",
         "",
         "## Size",
@@ -279,6 +269,35 @@ def dataset_card(man: Manifest, action_format: str, splits: list[str]) -> str:
         "## Composition",
         *(f"- {cat}: {n}" for cat, n in sorted(man.categories.items())),
         "",
+        *_lineage_lines(man),
+        "",
+        "## Filters",
+        "```json",
+        json.dumps(man.config, indent=2, sort_keys=True),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _coordinates(action_format: str) -> str:
+    """How an action format's coordinates are given, in words."""
+    budget = BUDGETS.get(action_format)
+    if budget:
+        return (
+            f"pixels of the image after Qwen2.5-VL `smart_resize` (multiples of 28, {budget.min_pixels}-"
+            f"{budget.max_pixels} pixels); `ground_truth.coordinate_screen` gives that size per row"
+        )
+    return (
+        "relative, 0-1000 on each axis, (0, 0) top-left"
+        if action_format != "androidworld"
+        else "pixels of the screenshot"
+    )
+
+
+def _lineage_lines(man: Manifest) -> list[str]:
+    lineage = man.lineage
+    return [
         "## Lineage",
         f"- rounds: {', '.join(map(str, lineage.rounds)) or 'none'}",
         *(f"- round {p.round}: policy {p.policy} v{p.version}" for p in lineage.policies),
@@ -289,14 +308,7 @@ def dataset_card(man: Manifest, action_format: str, splits: list[str]) -> str:
             for x in lineage.sampling or []
         ),
         f"- parent: {('v' + str(man.parent.version)) if man.parent else 'none'}",
-        "",
-        "## Filters",
-        "```json",
-        json.dumps(man.config, indent=2, sort_keys=True),
-        "```",
-        "",
     ]
-    return "\n".join(lines)
 
 
 # The modules `trajforge/rewards.py` runs on (they need only pydantic): an rl-verl export copies
