@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import deque
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -154,109 +153,6 @@ def _as_text(value: Any, where: str) -> Any:
     return str(value) if isinstance(value, int | float) else value
 
 
-def validate_spec(spec: AppSpec, source: str) -> list[str]:
-    """Every problem of a parsed spec, each naming the file, the element and the fix."""
-    problems: list[str] = []
-    names = ", ".join(spec.screens)
-
-    def bad(where: str, what: str) -> None:
-        problems.append(f"app spec {source}: {where}: {what}")
-
-    if spec.start not in spec.screens:
-        bad("start", f"'{spec.start}' is not a screen (screens: {names}); set start to one of them")
-    for slot, value in spec.initial.items():
-        if slot not in spec.slots:
-            bad(f"initial.{slot}", "is not a declared slot; add it under slots: or remove it")
-        elif value not in spec.slots[slot]:
-            bad(f"initial.{slot}", f"{value!r} is not among its values {spec.slots[slot]}")
-    for slot, values in spec.slots.items():
-        if slot == ROW_VALUE:
-            bad(f"slots.{slot}", "'value' is reserved for a list row's own value; rename the slot")
-        if not values:
-            bad(f"slots.{slot}", "has no values; give at least one value or remove the slot")
-        elif len(set(values)) != len(values):
-            bad(f"slots.{slot}", "repeats a value; list each value once")
-    for sid, screen in spec.screens.items():
-        seen: set[str] = set()
-        for widget in screen.widgets:
-            where = f"screens.{sid}.widgets.{widget.id}"
-            if widget.id in seen:
-                bad(where, "id is used twice on this screen; give each widget its own id")
-            seen.add(widget.id)
-            if widget.goto is not None and widget.goto not in spec.screens:
-                bad(
-                    where,
-                    f"goto '{widget.goto}' is not a screen (screens: {names}); fix it or add the screen",
-                )
-            for ref in sorted(widget.slot_refs() - set(spec.slots)):
-                bad(
-                    where,
-                    f"references slot '{ref}', which is not declared; add it under slots: or fix the name",
-                )
-            if widget.kind == "toggle" and widget.slot in spec.slots and len(spec.slots[widget.slot]) != 2:
-                bad(where, f"toggles slot '{widget.slot}', which needs exactly 2 values (e.g. [on, off])")
-            for slot, value in widget.sets.items():
-                if slot in spec.slots and value not in spec.slots[slot]:
-                    bad(where, f"sets {slot}={value!r}, which is not among its values {spec.slots[slot]}")
-        for intent in screen.intents:
-            for ref in sorted(set(SLOT_REF.findall(intent)) - set(spec.slots)):
-                bad(f"screens.{sid}.intents", f"references slot '{ref}', which is not declared")
-    if problems:
-        return problems
-    if spec.graph == "dag":
-        cycle = _find_cycle(spec)
-        if cycle:
-            bad(
-                "screens",
-                f"goto edges form a cycle {' -> '.join(cycle)}; remove one edge or set graph: cyclic",
-            )
-    reachable = _reachable(spec)
-    for sid in spec.screens:
-        if sid not in reachable:
-            bad(f"screens.{sid}", f"is unreachable from start '{spec.start}'; add a goto to it or remove it")
-    if not any(s.terminal for s in spec.screens.values()):
-        bad("screens", "no screen is terminal, so no task can end; mark at least one screen terminal: true")
-    return problems
-
-
-def _reachable(spec: AppSpec) -> set[str]:
-    seen, todo = {spec.start}, deque([spec.start])
-    while todo:
-        for w in spec.screens[todo.popleft()].widgets:
-            if w.goto and w.goto not in seen:
-                seen.add(w.goto)
-                todo.append(w.goto)
-    return seen
-
-
-def _find_cycle(spec: AppSpec) -> list[str]:
-    """A cycle of goto edges as screen ids (first repeated at the end), or [] for a DAG.
-
-    Depth-first with an explicit stack: a chain of thousands of screens needs no recursion.
-    """
-    graph: dict[str, list[str]] = {
-        sid: [w.goto for w in s.widgets if w.goto] for sid, s in spec.screens.items()
-    }
-    state: dict[str, int] = {}  # 1 on the path, 2 done
-    for root in graph:
-        if root in state:
-            continue
-        path, nexts = [root], [iter(graph[root])]
-        state[root] = 1
-        while path:
-            nxt = next(nexts[-1], None)
-            if nxt is None:
-                state[path.pop()] = 2
-                nexts.pop()
-            elif state.get(nxt) == 1:
-                return [*path[path.index(nxt) :], nxt]
-            elif nxt not in state and nxt in graph:
-                state[nxt] = 1
-                path.append(nxt)
-                nexts.append(iter(graph[nxt]))
-    return []
-
-
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML that refuses a key given twice in one mapping (plain YAML keeps the last, silently)."""
 
@@ -323,6 +219,8 @@ def parse_spec(data: Any, source: str) -> AppSpec:
             )  # message names a deeper element
             lines.append(f"app spec {source}: {located}{fix}")
         raise SpecError("\n".join(lines), problems=lines) from exc
+    from trajforge.spec_check import validate_spec  # it reads the spec types above
+
     problems = validate_spec(spec, source)
     if problems:
         raise SpecError("\n".join(problems), problems=problems)
