@@ -138,18 +138,7 @@ def push_round(
                 select(AnnotationTask).where(AnnotationTask.episode_id.in_([c.episode_id for c in queue]))
             )
         }
-        digests = signature(s, [c.episode_id for c in queue])
-        groups: dict[str, list[Candidate]] = {}
-        for c in queue:  # in priority order: a group's first member is its task
-            groups.setdefault(digests[c.episode_id], []).append(c)
-        fresh: list[tuple[Candidate, list[Candidate]]] = []
-        for members in groups.values():
-            primary = next((c for c in members if c.episode_id in recorded), members[0])
-            twins = [c for c in members if c is not primary and c.episode_id not in recorded]
-            if primary.episode_id in recorded:
-                _merge(s, recorded[primary.episode_id], twins, report)
-            else:
-                fresh.append((primary, twins))
+        fresh = _group_twins(s, queue, recorded, report)
         report.already = sum(1 for c in queue if c.episode_id in recorded)
     fresh.sort(key=lambda pair: queue.index(pair[0]))
     take = fresh if limit is None else fresh[:limit]
@@ -169,6 +158,26 @@ def push_round(
             _push_batch(sessions, studio, project, round_id, batch, images, settings, report)
             report.pushed[key[1]] += len(batch)
     return report
+
+
+def _group_twins(
+    s: Session, queue: list[Candidate], recorded: dict[int, AnnotationTask], report: PushReport
+) -> list[tuple[Candidate, list[Candidate]]]:
+    """The queue's identical trajectories grouped (same query, screens and actions): those of a
+    task pushed before are merged into it; the rest are returned as (task, its twins)."""
+    digests = signature(s, [c.episode_id for c in queue])
+    groups: dict[str, list[Candidate]] = {}
+    for c in queue:  # in priority order: a group's first member is its task
+        groups.setdefault(digests[c.episode_id], []).append(c)
+    fresh: list[tuple[Candidate, list[Candidate]]] = []
+    for members in groups.values():
+        primary = next((c for c in members if c.episode_id in recorded), members[0])
+        twins = [c for c in members if c is not primary and c.episode_id not in recorded]
+        if primary.episode_id in recorded:
+            _merge(s, recorded[primary.episode_id], twins, report)
+        else:
+            fresh.append((primary, twins))
+    return fresh
 
 
 def _merge(s: Session, task: AnnotationTask, twins: list[Candidate], report: PushReport) -> None:

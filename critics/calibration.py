@@ -10,6 +10,7 @@ successful and failed episodes; and the disagreements, which go to human review.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -26,66 +27,73 @@ from trajforge.metrics import ChannelStats, channel_row
 from trajforge.verdicts import CONSENSUS, SILENT
 
 
-def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str, Any]:
-    """Critic verdicts against anchors; stored in round.stats['calibration'] and returned."""
-    channels: dict[str, ChannelStats] = {}
-    by_app: dict[str, dict[str, ChannelStats]] = {}
-    by_outcome: dict[str, Counter[str]] = {"success": Counter(), "failure": Counter()}
-    review: list[dict[str, Any]] = []
-    sources: Counter[str] = Counter()
-    with transaction(sessions) as s:
-        episodes = s.scalars(select(Episode).where(Episode.round_id == round_id)).all()
-        apps = episode_apps(s, Episode.round_id == round_id)
-        for episode in episodes:
-            anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
-            anchor = deciding_anchor(anchors)
-            if anchor is None:
-                continue
-            sources[anchor.source] += 1
-            if reversed_verifier(anchors, anchor) is not None:
-                sources["human_overrode_verifier"] += 1
-            actual = anchor.label == "success"
-            judged = s.scalars(
-                select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
-            ).all()
-            verdicts = {
-                f"{j.critic}:{j.critic_version}": j.label == "correct"
-                for j in judged
-                if j.label not in SILENT
-            }
-            unsure = [f"{j.critic}:{j.critic_version}" for j in judged if j.label == "unparsed"]
-            for key, predicted in verdicts.items():
-                channels.setdefault(key, ChannelStats()).add(predicted, actual)
-                by_app.setdefault(apps[episode.id], {}).setdefault(key, ChannelStats()).add(predicted, actual)
-            disagree = len(set(verdicts.values())) > 1 or verdicts.get(":".join(CONSENSUS)) not in (
-                None,
-                actual,
+@dataclass
+class _Calibration:
+    channels: dict[str, ChannelStats] = field(default_factory=dict)
+    by_app: dict[str, dict[str, ChannelStats]] = field(default_factory=dict)
+    by_outcome: dict[str, Counter[str]] = field(
+        default_factory=lambda: {"success": Counter(), "failure": Counter()}
+    )
+    review: list[dict[str, Any]] = field(default_factory=list)
+    sources: Counter[str] = field(default_factory=Counter)
+
+    def add(self, s: Session, episode: Episode, app: str) -> None:
+        """One episode's critic verdicts and step labels against its deciding anchor (if any)."""
+        anchors = s.scalars(select(Anchor).where(Anchor.episode_id == episode.id)).all()
+        anchor = deciding_anchor(anchors)
+        if anchor is None:
+            return
+        self.sources[anchor.source] += 1
+        if reversed_verifier(anchors, anchor) is not None:
+            self.sources["human_overrode_verifier"] += 1
+        actual = anchor.label == "success"
+        judged = s.scalars(
+            select(Judgment).where(Judgment.target == "episode", Judgment.target_id == episode.id)
+        ).all()
+        verdicts = {
+            f"{j.critic}:{j.critic_version}": j.label == "correct" for j in judged if j.label not in SILENT
+        }
+        unsure = [f"{j.critic}:{j.critic_version}" for j in judged if j.label == "unparsed"]
+        for key, predicted in verdicts.items():
+            self.channels.setdefault(key, ChannelStats()).add(predicted, actual)
+            self.by_app.setdefault(app, {}).setdefault(key, ChannelStats()).add(predicted, actual)
+        consensus = verdicts.get(":".join(CONSENSUS))
+        if len(set(verdicts.values())) > 1 or consensus not in (None, actual) or unsure:
+            # disagreements and low-confidence cases go to human review
+            self.review.append(
+                {"episode": episode.uid, "anchor": anchor.label, "verdicts": verdicts, "unparsed": unsure}
             )
-            if disagree or unsure:  # disagreements and low-confidence cases go to human review
-                review.append(
-                    {"episode": episode.uid, "anchor": anchor.label, "verdicts": verdicts, "unparsed": unsure}
-                )
-            step_ids = s.scalars(select(Step.id).where(Step.episode_id == episode.id)).all()
-            labels = s.scalars(
-                select(Judgment.label).where(Judgment.target == "step", Judgment.target_id.in_(step_ids))
-            ).all()
-            by_outcome["success" if actual else "failure"].update(labels)
-        report = {
-            "channels": {k: v.summary() for k, v in sorted(channels.items())},
+        step_ids = s.scalars(select(Step.id).where(Step.episode_id == episode.id)).all()
+        labels = s.scalars(
+            select(Judgment.label).where(Judgment.target == "step", Judgment.target_id.in_(step_ids))
+        ).all()
+        self.by_outcome["success" if actual else "failure"].update(labels)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "channels": {k: v.summary() for k, v in sorted(self.channels.items())},
             "by_app": {
                 app: {k: v.summary() for k, v in sorted(stats.items())}
-                for app, stats in sorted(by_app.items())
+                for app, stats in sorted(self.by_app.items())
             },
-            "step_labels_by_outcome": {k: dict(v) for k, v in by_outcome.items()},
-            "review_queue": review,
-            "anchors": dict(sources),
+            "step_labels_by_outcome": {k: dict(v) for k, v in self.by_outcome.items()},
+            "review_queue": self.review,
+            "anchors": dict(self.sources),
         }
+
+
+def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str, Any]:
+    """Critic verdicts against anchors; stored in round.stats['calibration'] and returned."""
+    found = _Calibration()
+    with transaction(sessions) as s:
+        apps = episode_apps(s, Episode.round_id == round_id)
+        for episode in s.scalars(select(Episode).where(Episode.round_id == round_id)).all():
+            found.add(s, episode, apps[episode.id])
+        report = found.as_dict()
         report["leave_one_app_out"] = {NAME: leave_one_app_out(s, round_id)}
         rnd = s.get(Round, round_id)
         if rnd is not None:
-            stats = dict(rnd.stats or {})
-            stats["calibration"] = report
-            rnd.stats = stats
+            rnd.stats = {**(rnd.stats or {}), "calibration": report}
     return report
 
 
