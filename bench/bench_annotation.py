@@ -17,19 +17,67 @@ import uuid
 from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from annotation.push import push_round
 from bench.common import table, timed
 from evolve.smoke import run_smoke_round
 from storage.db import engine_from_settings, session_factory, transaction
 from storage.models import AnnotationProject, AnnotationTask, Round
-from storage.objectstore import open_object_store
+from storage.objectstore import ObjectStore, open_object_store
 from tests.support.label_studio import label_studio_bin, running_server, serve
-from trajforge.settings import AnnotationSettings, load_settings
+from trajforge.settings import AnnotationSettings, Settings, load_settings
+
+
+def _push(
+    server: Any,
+    sessions: sessionmaker[Session],
+    round_id: int,
+    store: ObjectStore,
+    settings: Settings,
+    mode: Literal["data", "upload"],
+    tasks: int,
+) -> list[str]:
+    """Push the round into new projects with images as `mode`, then fetch the task list: a table
+    row, its last cell the list's size in bytes."""
+    with transaction(sessions) as s:  # the same trajectories again, into new projects
+        s.execute(delete(AnnotationTask))
+        s.execute(delete(AnnotationProject))
+    annotate = AnnotationSettings(
+        url=server.url,
+        api_key=server.token,
+        project_prefix=f"bench-{uuid.uuid4().hex[:6]}",
+        project_by="purpose",
+        audit_fraction=1.0,
+        images=mode,
+    )
+    report, push_s = timed(partial(push_round, sessions, round_id, store, annotate, settings.s3, tasks))
+    with sessions() as s:
+        project = s.scalars(select(AnnotationProject.ls_project_id)).one()
+    answer, list_s = timed(
+        partial(
+            httpx.get,
+            f"{server.url}/api/tasks",
+            params={"project": project, "page_size": tasks, "page": 1},
+            headers={"Authorization": f"Token {server.token}"},
+            timeout=120,
+        )
+    )
+    size = len(answer.content)
+    pushed = str(sum(report.pushed.values()))
+    return [
+        mode,
+        pushed,
+        str(report.merged),
+        f"{push_s:.1f} s",
+        f"{size / 1e6:.2f} MB",
+        f"{list_s:.2f} s",
+        str(size),
+    ]
 
 
 def main() -> None:
@@ -54,45 +102,9 @@ def main() -> None:
         with sessions() as s:
             round_id = s.scalars(select(Round.id)).one()
         store = open_object_store(settings)
-        rows, sizes = [], {}
         modes: tuple[Literal["data"], Literal["upload"]] = ("data", "upload")
-        for mode in modes:
-            with transaction(sessions) as s:  # the same trajectories again, into new projects
-                s.execute(delete(AnnotationTask))
-                s.execute(delete(AnnotationProject))
-            annotate = AnnotationSettings(
-                url=server.url,
-                api_key=server.token,
-                project_prefix=f"bench-{uuid.uuid4().hex[:6]}",
-                project_by="purpose",
-                audit_fraction=1.0,
-                images=mode,
-            )
-            report, push_s = timed(
-                partial(push_round, sessions, round_id, store, annotate, settings.s3, args.tasks)
-            )
-            with sessions() as s:
-                project = s.scalars(select(AnnotationProject.ls_project_id)).one()
-            answer, list_s = timed(
-                partial(
-                    httpx.get,
-                    f"{server.url}/api/tasks",
-                    params={"project": project, "page_size": args.tasks, "page": 1},
-                    headers={"Authorization": f"Token {server.token}"},
-                    timeout=120,
-                )
-            )
-            sizes[mode] = len(answer.content)
-            rows.append(
-                [
-                    mode,
-                    str(sum(report.pushed.values())),
-                    str(report.merged),
-                    f"{push_s:.1f} s",
-                    f"{sizes[mode] / 1e6:.2f} MB",
-                    f"{list_s:.2f} s",
-                ]
-            )
+        rows = [_push(server, sessions, round_id, store, settings, mode, args.tasks) for mode in modes]
+        sizes = {mode: int(row.pop()) for mode, row in zip(modes, rows, strict=True)}
         print(
             table(
                 f"annotation payload: task list of {args.tasks} tasks",

@@ -179,7 +179,10 @@ def as_pairs(trajs: dict[str, Frames], pairs: list[tuple[str, str, bool, str]]) 
     return [Pair(tuple(trajs[a]), tuple(trajs[b]), dup, kind) for a, b, dup, kind in pairs]
 
 
-def main() -> None:
+Method = tuple[Callable[[Frames], np.ndarray], float, bool]  # embed, own threshold, skip overlays
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=6, help="queries per app")
     parser.add_argument(
@@ -195,7 +198,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=3, help="the labelled set's query seed")
     parser.add_argument("--tune-seed", type=int, default=5, help="the tuning set's query seed")
     parser.add_argument("--write-pairs", type=pathlib.Path, help="also write the labelled set here")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def _methods(args: argparse.Namespace) -> dict[str, Method]:
+    """Our trained encoder (one per seed), then the baselines."""
     import torch
 
     screens = training_screens(args.train_queries)
@@ -206,6 +213,47 @@ def main() -> None:
     first, encoder = next(iter(encoders.items()))
     if torch.cuda.is_available():
         print(f"training on CUDA: {trained_encoder(screens, args.train_minutes, 'cuda')[1]}")
+    resnet = ResNetFeaturizer.random(ResNetConfig(), batch_size=32)  # ResNet-50 shape, random weights
+    return {
+        f"resnet (trained, ours), seed {first}": (encoder.embed, encoder.threshold, True),
+        "  same, dialog frames kept": (encoder.embed, encoder.threshold, False),
+        **{f"  same, seed {seed}": (e.embed, e.threshold, True) for seed, e in list(encoders.items())[1:]},
+        "resnet-50 (random init)": (resnet.embed, resnet.threshold, True),
+        "thumb (ours)": (ThumbFeaturizer().embed, ThumbFeaturizer.threshold, True),
+        "phash (ours)": (PHashFeaturizer().embed, PHashFeaturizer.threshold, True),
+        "imagededup PHash": (imagededup_phash(), 0.97, False),
+    }
+
+
+def _row(
+    name: str, method: Method, labelled: list[Pair], tuning: list[Pair], threshold: float | None
+) -> list[str]:
+    """One method at its own (or the given) threshold, at the tuning set's, and at its best."""
+    embed, own, skip = method
+    labels = [p.duplicate for p in labelled]
+    sims, seconds = timed(partial(similarities, embed, labelled, skip))
+    threshold = own if threshold is None else threshold
+    at = score(sims, labels, threshold)
+    tuned = choose(similarities(embed, tuning, skip), [p.duplicate for p in tuning])
+    on_test = score(sims, labels, tuned.threshold)
+    best = choose(sims, labels)
+    per_kind = []
+    for kind in sorted({p.kind for p in labelled}):
+        idx = [i for i, p in enumerate(labelled) if p.kind == kind]
+        per_kind.append(f"{kind} {sum(sims[i] > threshold for i in idx)}/{len(idx)}")
+    return [
+        name,
+        f"{threshold}: P {at.precision:.2f} R {at.recall:.2f} F1 {at.f1:.2f}",
+        f"{tuned.threshold:.3f}: P {on_test.precision:.2f} R {on_test.recall:.2f}",
+        f"{best.threshold:.3f}: P {best.precision:.2f} R {best.recall:.2f}",
+        "; ".join(per_kind),
+        f"{seconds:.1f}",
+    ]
+
+
+def main() -> None:
+    args = _arguments()
+    methods = _methods(args)
     trajs, pairs = labelled_set(args.queries, args.seed)
     labels = [dup for _, _, dup, _ in pairs]
     kinds = sorted({k for *_, k in pairs})
@@ -218,53 +266,16 @@ def main() -> None:
     print(f"tuning set (seed {args.tune_seed}): {len(tuning)} pairs, built the same way\n")
     if args.write_pairs:
         print(f"labelled set written to {write_pairs(labelled, args.write_pairs)}\n")
-    resnet = ResNetFeaturizer.random(ResNetConfig(), batch_size=32)  # ResNet-50 shape, random weights
-    Method = tuple[Callable[[Frames], np.ndarray], float, bool]  # embed, own threshold, skip overlays
-    methods: dict[str, Method] = {
-        f"resnet (trained, ours), seed {first}": (encoder.embed, encoder.threshold, True),
-        "  same, dialog frames kept": (encoder.embed, encoder.threshold, False),
-        **{f"  same, seed {seed}": (e.embed, e.threshold, True) for seed, e in list(encoders.items())[1:]},
-        "resnet-50 (random init)": (resnet.embed, resnet.threshold, True),
-        "thumb (ours)": (ThumbFeaturizer().embed, ThumbFeaturizer.threshold, True),
-        "phash (ours)": (PHashFeaturizer().embed, PHashFeaturizer.threshold, True),
-        "imagededup PHash": (imagededup_phash(), 0.97, False),
-    }
-    rows = []
-    for name, (embed, own, skip) in methods.items():
-        sims, seconds = timed(partial(similarities, embed, labelled, skip))
-        threshold = own if args.threshold is None else args.threshold
-        at = score(sims, labels, threshold)
-        tuned = choose(similarities(embed, tuning, skip), [p.duplicate for p in tuning])
-        on_test = score(sims, labels, tuned.threshold)
-        best = choose(sims, labels)
-        per_kind = []
-        for kind in kinds:
-            idx = [i for i, p in enumerate(labelled) if p.kind == kind]
-            per_kind.append(f"{kind} {sum(sims[i] > threshold for i in idx)}/{len(idx)}")
-        rows.append(
-            [
-                name,
-                f"{threshold}: P {at.precision:.2f} R {at.recall:.2f} F1 {at.f1:.2f}",
-                f"{tuned.threshold:.3f}: P {on_test.precision:.2f} R {on_test.recall:.2f}",
-                f"{best.threshold:.3f}: P {best.precision:.2f} R {best.recall:.2f}",
-                "; ".join(per_kind),
-                f"{seconds:.1f}",
-            ]
-        )
-    print(
-        table(
-            "trajectory dedup quality on the labelled set (flagged = called duplicate)",
-            [
-                "method",
-                "default threshold",
-                "threshold from tuning set",
-                "labelled set's own best F1",
-                "flagged at default, per pair kind",
-                "embed+score s",
-            ],
-            rows,
-        )
-    )
+    rows = [_row(name, method, labelled, tuning, args.threshold) for name, method in methods.items()]
+    columns = [
+        "method",
+        "default threshold",
+        "threshold from tuning set",
+        "labelled set's own best F1",
+        "flagged at default, per pair kind",
+        "embed+score s",
+    ]
+    print(table("trajectory dedup quality on the labelled set (flagged = called duplicate)", columns, rows))
 
 
 if __name__ == "__main__":

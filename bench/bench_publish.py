@@ -131,15 +131,8 @@ def timed_publish(url: str, store_root: Path) -> dict[str, float]:
     return {**out, "seconds": seconds, "peak_mb": peak / 1024}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--export-rows", type=int, default=20_000)
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        publish_child(*args.child)
-        return
+def _publishes(n: int) -> None:
+    """v1 and then v2 after one round changed, on SQLite and (where one can start) Postgres."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp, scratch_postgres() as pg:
         dbs = {"sqlite": f"sqlite:///{tmp}/bench.db"}
@@ -147,11 +140,11 @@ def main() -> None:
             dbs["postgres"] = pg
         for name, url in dbs.items():
             store_root = Path(tmp) / f"objects-{name}"
-            _, seed_s = timed(partial(seed, url, store_root, args.rows))
+            _, seed_s = timed(partial(seed, url, store_root, n))
             first = timed_publish(url, store_root)
             changed = change_last_round(url)
             second = timed_publish(url, store_root)
-            for label, r in (("v1", first), (f"v2 ({changed / args.rows:.0%} changed)", second)):
+            for label, r in (("v1", first), (f"v2 ({changed / n:.0%} changed)", second)):
                 rows.append(
                     [
                         name,
@@ -163,19 +156,22 @@ def main() -> None:
                         f"{int(r['reused'])}/{int(r['shards'])} ({r['reused'] / r['shards']:.0%})",
                     ]
                 )
-            print(f"({name}: seeding {args.rows:,} samples took {seed_s:.0f} s)", file=sys.stderr)
+            print(f"({name}: seeding {n:,} samples took {seed_s:.0f} s)", file=sys.stderr)
     print(
         table(
-            f"publishing {args.rows:,} step samples (child process under /usr/bin/time -v)",
+            f"publishing {n:,} step samples (child process under /usr/bin/time -v)",
             ["database", "version", "rows", "seconds", "rows/s", "peak RSS MB", "shards reused"],
             rows,
         )
     )
 
+
+def _exports(n: int) -> None:
+    """Every export format on one published version of `n` samples."""
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/export.db"
         store = LocalObjectStore(Path(tmp) / "objects")
-        seed(url, Path(tmp) / "objects", args.export_rows)
+        seed(url, Path(tmp) / "objects", n)
         sessions = session_factory(create_db_engine(url))
         publish(sessions, store, "bench", PublishConfig())
         out_rows = []
@@ -183,15 +179,24 @@ def main() -> None:
             report, seconds = timed(
                 partial(export, sessions, store, "bench", 1, fmt, os.path.join(tmp, fmt), "qwen")
             )
-            n = sum(report.rows.values())
-            out_rows.append([fmt, f"{n:,}", f"{seconds:.2f}", f"{n / seconds:,.0f}"])
+            done = sum(report.rows.values())
+            out_rows.append([fmt, f"{done:,}", f"{seconds:.2f}", f"{done / seconds:,.0f}"])
     print(
-        table(
-            f"export throughput ({args.export_rows:,} samples, qwen actions)",
-            ["format", "rows", "s", "rows/s"],
-            out_rows,
-        )
+        table(f"export throughput ({n:,} samples, qwen actions)", ["format", "rows", "s", "rows/s"], out_rows)
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--export-rows", type=int, default=20_000)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        publish_child(*args.child)
+        return
+    _publishes(args.rows)
+    _exports(args.export_rows)
 
 
 if __name__ == "__main__":

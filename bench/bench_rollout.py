@@ -60,39 +60,40 @@ def run(
         return asyncio.run(runner.run(queries, *ids))
 
 
+def _row(r: RolloutReport, base: RolloutReport) -> list[str]:
+    """Episodes done, their rate, steps per second, speed-up over `base`."""
+    return [
+        f"{r.completed}/{r.requested}",
+        f"{60 * r.completed / r.seconds:,.0f}",
+        f"{r.steps / r.seconds:,.1f}",
+        f"{base.seconds / r.seconds:.2f}x",
+    ]
+
+
+def _web(queries: int) -> None:
+    if not chromium_available():
+        print("(web: Chromium not installed; skipped)\n")
+        return
+    web_rows, web = [], {}
+    for browsers in (1, 2):
+        r = web[browsers] = run(max(2, queries // 8), browsers, None, backend="web")
+        web_rows.append([f"{browsers}", *_row(r, web[1])])
+    header = ["browsers", "episodes", "episodes/min", "steps/s", "vs 1 browser"]
+    print(table("rollouts in Chromium (web backend), Pixel 7 emulation, perfect oracle", header, web_rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--queries", type=int, default=40, help="per app")
     args = parser.parse_args()
     rows, base = [], {}
     for workers in (1, 2, 4):
-        r = run(args.queries, workers, None)
-        base[workers] = r
-        rows.append(
-            [
-                f"{workers}",
-                "none",
-                f"{r.completed}/{r.requested}",
-                f"{60 * r.completed / r.seconds:,.0f}",
-                f"{r.steps / r.seconds:,.1f}",
-                f"{base[1].seconds / r.seconds:.2f}x",
-                "0",
-            ]
-        )
+        r = base[workers] = run(args.queries, workers, None)
+        rows.append([f"{workers}", "none", *_row(r, base[1]), "0"])
     faulty = run(
         args.queries, 2, FaultConfig(seed=1, crash_rate=PER_ACTION_FAULT, hang_rate=PER_ACTION_FAULT)
     )
-    rows.append(
-        [
-            "2",
-            "crash+hang",
-            f"{faulty.completed}/{faulty.requested}",
-            f"{60 * faulty.completed / faulty.seconds:,.0f}",
-            f"{faulty.steps / faulty.seconds:,.1f}",
-            f"{base[2].seconds / faulty.seconds:.2f}x",
-            f"{faulty.retries}",
-        ]
-    )
+    rows.append(["2", "crash+hang", *_row(faulty, base[2]), f"{faulty.retries}"])
     print(
         table(
             f"rollouts on the simulated farm, {args.queries * 4} queries, perfect oracle, 1080x2400 frames",
@@ -104,23 +105,7 @@ def main() -> None:
         f"fault run: {dict(faulty.attempt_failures)} retried; overhead vs fault-free at 2 workers: "
         f"{faulty.seconds / base[2].seconds:.2f}x time\n"
     )
-    if not chromium_available():
-        print("(web: Chromium not installed; skipped)\n")
-        return
-    web_rows, web = [], {}
-    for browsers in (1, 2):
-        r = web[browsers] = run(max(2, args.queries // 8), browsers, None, backend="web")
-        web_rows.append(
-            [
-                f"{browsers}",
-                f"{r.completed}/{r.requested}",
-                f"{60 * r.completed / r.seconds:,.0f}",
-                f"{r.steps / r.seconds:,.1f}",
-                f"{web[1].seconds / r.seconds:.2f}x",
-            ]
-        )
-    header = ["browsers", "episodes", "episodes/min", "steps/s", "vs 1 browser"]
-    print(table("rollouts in Chromium (web backend), Pixel 7 emulation, perfect oracle", header, web_rows))
+    _web(args.queries)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ def serve(binary: str, data_dir: Path, port: int, timeout_s: float = 240) -> Ite
         "DJANGO_DB": "sqlite",
         "LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK": "true",
     }
+    data_dir.mkdir(parents=True, exist_ok=True)
     log = (data_dir / "server.log").open("wb")
     proc = subprocess.Popen(
         [
