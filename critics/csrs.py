@@ -28,7 +28,7 @@ from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
 from storage.models import Exclusion, HumanAnnotation, Sample
 from storage.rounds import EXTRACTED, mark_stage
-from storage.samples import CATEGORIES, OUTCOME_STAGE, SampleDraft, store_drafts
+from storage.samples import CATEGORIES, OUTCOME_STAGE, store_drafts
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
 from trajforge.domain import (
@@ -43,6 +43,7 @@ from trajforge.domain import (
 )
 from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
+from trajforge.sample import SampleDraft
 from trajforge.settings import CriticSettings
 
 SCORES = {"GOOD": 1.0, "NEUTRAL": 0.5, "HARMFUL": 0.0}

@@ -8,9 +8,10 @@ import asyncio
 from collections.abc import Callable
 
 from critics.llm import TEMPLATES
-from storage.samples import CATEGORIES, SampleDraft
+from storage.samples import CATEGORIES
 from trajforge.domain import EMPTY_ANSWER, blank_answer
 from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.sample import SampleDraft
 
 _PROMPTS = TEMPLATES.get_template("csrs_prompts.j2").module
 

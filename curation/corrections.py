@@ -20,10 +20,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes
 from storage.models import Correction, Episode, HumanAnnotation, Sample
-from storage.samples import SampleDraft
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import target_bbox
 from trajforge.domain import Query, StepView, describe
+from trajforge.sample import SampleDraft
 
 CATEGORY = "corrected_action"
 SUPERSEDED = "superseded_by_human_correction"

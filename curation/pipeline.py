@@ -35,12 +35,13 @@ from storage.models import Episode, Exclusion, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import CURATED, mark_stage
-from storage.samples import CATEGORIES, SampleDraft, store_drafts
+from storage.samples import CATEGORIES, store_drafts
 from trajforge.actions import Action
 from trajforge.features import Featurizer
 from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
 from trajforge.recovery import Prober
+from trajforge.sample import SampleDraft
 from trajforge.settings import CurationSettings
 from trajforge.verdicts import Outcome
 

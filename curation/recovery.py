@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from curation.rollouts import Rollout
-from storage.samples import SampleDraft
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import target_bbox, target_element
 from trajforge.domain import StepView, describe
 from trajforge.logs import counts
 from trajforge.recovery import Prober, ProbeResult, RecoverySite
+from trajforge.sample import SampleDraft
 
 CATEGORIES = ("error_escape", "back_on_track")
 METHOD = "infigui-r1 3.2.3, probed on a device"

@@ -27,12 +27,12 @@ from typing import Any
 
 from curation.bottleneck import Bottleneck, measure, prediction_mismatch
 from curation.guidance import TEMPLATES
-from storage.samples import SampleDraft
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch, target_bbox
 from trajforge.domain import Query, StepView, describe, screen_text
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
+from trajforge.sample import SampleDraft
 
 CATEGORY = "reasoning"
 STYLES = {

@@ -1,49 +1,18 @@
-"""A training sample as the stages draft it, and how drafts are written.
-
-CSRS extraction, curation (thoughts, recovery, corrections) and guidance all produce
-`SampleDraft`s; `store_drafts` writes them idempotently (a sample's uid is what it asks),
-kept or dropped, with an exclusion and its reason for every drop.
+"""How drafted samples (`trajforge.sample.SampleDraft`) are written: `store_drafts` writes them
+idempotently (a sample's uid is what it asks), kept or dropped, with an exclusion and its reason
+for every drop.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, record_exclusions, transaction
 from storage.models import Sample
-
-
-@dataclass
-class SampleDraft:
-    category: str
-    step_index: int | None
-    payload: dict[str, Any]
-    provenance: dict[str, Any]
-    reason: str | None = None  # set when the sample is dropped
-    # what the template answer was derived from (outcome, step label, history, the screen after):
-    # the anchor a model writing the answer is given and checked against; never stored
-    context: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def uid(self) -> str:
-        # identity is what is asked, not what was answered: a rewrite by a model keeps the uid
-        asked: dict[str, Any] = {k: self.payload[k] for k in ("prompt", "images")}
-        overrides = (self.provenance.get("anchor") or {}).get("overrides")
-        if overrides:  # a human reversed the verifier: the answers differ, so do the identities
-            asked["overrides"] = overrides
-        key = json.dumps(
-            [self.provenance["episode"], self.step_index, self.category, asked],
-            sort_keys=True,
-            ensure_ascii=False,
-        )
-        return hashlib.sha256(key.encode()).hexdigest()
+from trajforge.sample import SampleDraft
 
 
 def store_drafts(

@@ -1,4 +1,5 @@
-"""The house's layout rules, checked on the source: imports run one way and modules stay small.
+"""The house's layout rules, checked on the source: imports run one way, modules stay small and
+functions read top to bottom.
 
 flows -> evolve -> stages (querygen, rollout, critics, curation, annotation) -> storage -> trajforge.
 A stage never imports a sibling stage; what two stages share lives in `storage` or the kernel.
@@ -23,6 +24,7 @@ ALLOWED = {
 }
 PROJECT = set(ALLOWED) | {"bench", "tests"}
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 60  # outside migrations and tests
 
 
 def _modules(package: str) -> list[Path]:
@@ -57,3 +59,15 @@ def test_no_module_over_the_size_limit() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not big, f"split these modules (over {MAX_LINES} lines): {big}"
+
+
+def test_no_function_over_the_length_limit() -> None:
+    long = {
+        f"{p.relative_to(ROOT)}:{node.name}": n
+        for package in [*ALLOWED, "bench"]
+        for p in _modules(package)
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (n := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_FUNCTION_LINES
+    }
+    assert not long, f"split these functions (over {MAX_FUNCTION_LINES} lines): {long}"
