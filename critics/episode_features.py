@@ -12,6 +12,7 @@ some apps judges others; each feature's weight is held to the side its evidence 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from critics.task_words import (
     GENERIC,
@@ -238,33 +239,37 @@ class _Seen:
 
     def _parts_done(self, parts: list[set[str]], essential: frozenset[str]) -> list[bool]:
         # a part is done when half its words were acted on, or a thing it names was tapped or typed
-        raw_parts = clause_texts(self.view.instruction.casefold())  # the same parts as `parts`, as text
-        hit = self._named_hit()
+        hit = self._named_hit
         return [
             part_acted(part, self.acted, essential) or any(name.strip("<>") in raw for name in hit)
-            for raw, part in zip(raw_parts, parts, strict=True)
+            for raw, part in zip(self._raw_parts, parts, strict=True)
         ]
 
+    @cached_property
+    def _raw_parts(self) -> list[str]:
+        return clause_texts(self.view.instruction.casefold())  # the same parts as `clauses`, as text
+
+    @cached_property
     def _named_shown(self) -> set[str]:
         task = self.view.instruction.casefold()
         return {
             nm for st in self.view.steps for e in st.elements if (nm := name_in_task(e, task, self.asked))
         }
 
+    @cached_property
     def _named_hit(self) -> set[str]:
         task = self.view.instruction.casefold()
         hit = {nm for e in self.touched if e is not None and (nm := name_in_task(e, task, self.asked))}
-        return hit | {name for name in self._named_shown() if any(name in t for t in self.typed)}
+        return hit | {name for name in self._named_shown if any(name in t for t in self.typed)}
 
     def naming(self) -> dict[str, float]:
         """The elements the task names: shown, touched, left as the task asks."""
         steps, task = self.view.steps, self.view.instruction.casefold()
         end = steps[-1].elements if steps else ()
-        shown, hit = self._named_shown(), self._named_hit()
+        shown, hit = self._named_shown, self._named_hit
         end_named = {nm for e in end if (nm := name_in_task(e, task, self.asked))}
-        raw_parts = clause_texts(task)
         states = [
-            (e.checked, state_asked(nm, raw_parts))
+            (e.checked, state_asked(nm, self._raw_parts))
             for e in end
             if e.checked is not None and (nm := name_in_task(e, task, self.asked))
         ]

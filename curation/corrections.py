@@ -52,19 +52,30 @@ def correction_samples(sessions: sessionmaker[Session], round_id: int) -> tuple[
         for episode, query, steps in round_episodes(s, round_id):
             if episode.id in by_episode:
                 views = [st.view() for st in steps]
+                done = [
+                    describe(Action.model_validate(v.action), v) if v.action else "(no action)" for v in views
+                ]
                 drafts = [
                     draft
                     for correction, ls_id in by_episode[episode.id]
-                    if (draft := _corrected(episode.uid, query, views, correction, ls_id, tally)) is not None
+                    if (draft := _corrected(episode.uid, query, views, done, correction, ls_id, tally))
+                    is not None
                 ]
                 batches.append((episode.id, drafts))
     return batches, tally
 
 
 def _corrected(
-    episode: str, query: Query, views: list[StepView], correction: Correction, ls_id: int, tally: Counter[str]
+    episode: str,
+    query: Query,
+    views: list[StepView],
+    done: list[str],
+    correction: Correction,
+    ls_id: int,
+    tally: Counter[str],
 ) -> SampleDraft | None:
-    """The sample of one corrected step; None (counted by why) when there is nothing to teach."""
+    """The sample of one corrected step (`done`: the episode's steps in words); None, counted by
+    why, when there is nothing to teach."""
     if correction.parse_error is not None:
         tally[correction.parse_error] += 1
         return None
@@ -78,9 +89,6 @@ def _corrected(
         return None
     action = Action.model_validate(target)
     thought = correction.thought or (original.thought if original else None)
-    done = [
-        describe(Action.model_validate(v.action), v) if v.action is not None else "(no action)" for v in views
-    ]
     tally["action" if correction.action else "thought_or_instruction_only"] += 1
     payload = {
         "images": [view.before],

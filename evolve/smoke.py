@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -111,7 +112,7 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
         report.reasons.update(generated.reasons())
         queries.extend(generated.kept)
     config = RolloutConfig(workers=DEVICES, max_steps=30, rollouts_per_query=rollouts)
-    policy = lambda: NoisyOracle(NOISE)  # noqa: E731
+    policy = partial(NoisyOracle, NOISE)
     report.rollout, runner = play(
         spine, farm, pool, round_id, policy_id, queries, policy, config, backend=None
     )

@@ -167,13 +167,15 @@ def _check_choices(policy: str, backend: str, serials: list[str] | None) -> None
 def _rollout_round(s: Session, policy_id: int, same: str, app: str) -> Round:
     """The round holding this very rollout, else this policy's unfinished one, else a new round."""
     held = s.scalars(select(Round).where(Round.policy_id == policy_id, Round.config_hash == same)).first()
+    if held is not None:
+        return held
     running = s.scalars(
         select(Round)
         .where(Round.status == "running", Round.policy_id == policy_id)
         .order_by(Round.number.desc())
     ).first()
     made_by = {"made_by": f"trajforge rollout --app {app}"}  # not a round of the loop
-    return held or running or open_round(s, policy_id, seed=0, config_hash=same, stats=made_by)
+    return running or open_round(s, policy_id, seed=0, config_hash=same, stats=made_by)
 
 
 def _farm(

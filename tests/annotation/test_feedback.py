@@ -12,7 +12,7 @@ from critics.csrs import SUPERSEDED, extract_round
 from critics.outcomes import round_outcomes
 from curation.corrections import CATEGORY
 from curation.corrections import SUPERSEDED as CORRECTED
-from curation.pipeline import curate_round
+from curation.pipeline import CurationReport, curate_round
 from rollout.sim.env import demonstrator
 from storage.db import transaction
 from storage.models import (
@@ -30,6 +30,7 @@ from storage.objectstore import open_object_store
 from storage.samples import CATEGORIES
 from tests.annotation.conftest import smoke_round
 from trajforge.appspec import builtin_app_names, load_app
+from trajforge.settings import Settings
 
 
 def _human_verdict(
@@ -82,6 +83,13 @@ def _human_verdict(
     return corrected
 
 
+def _curate(sessions: sessionmaker[Session], round_id: int, settings: Settings) -> CurationReport:
+    """Curate the round as the loop does: the built-in apps, the outcomes the critics decide."""
+    apps, store = [load_app(n) for n in builtin_app_names()], open_object_store(settings)
+    outcomes = round_outcomes(sessions, round_id, settings.critics)
+    return curate_round(sessions, round_id, store, settings.curate, demonstrator(apps, store), outcomes)
+
+
 def _samples(sessions: sessionmaker[Session], episode_id: int) -> list[Sample]:
     with sessions() as s:
         return list(s.scalars(select(Sample).where(Sample.episode_id == episode_id)))
@@ -120,15 +128,7 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
     verification = [x for x in fresh if x.category == "state_verification"]
     assert verification and all(x.payload["response"] == "no" for x in verification)
 
-    apps, store = [load_app(n) for n in builtin_app_names()], open_object_store(settings)
-    report = curate_round(
-        sessions,
-        round_id,
-        store,
-        settings.curate,
-        demonstrator(apps, store),
-        round_outcomes(sessions, round_id, settings.critics),
-    )
+    report = _curate(sessions, round_id, settings)
     assert report.corrections["action"] == 1 and report.corrections["unparseable_correction"] == 1
     (sample,) = [x for x in _samples(sessions, episode_id) if x.category == CATEGORY]
     assert sample.payload["action"] == corrected and sample.payload["thought"] == "The button is at the top."
@@ -144,14 +144,7 @@ def test_a_reversed_outcome_supersedes_samples_and_corrections_become_samples(
     with sessions() as s:
         rows = s.scalar(select(func.count()).select_from(Sample))
     extract_round(sessions, round_id)
-    curate_round(
-        sessions,
-        round_id,
-        store,
-        settings.curate,
-        demonstrator(apps, store),
-        round_outcomes(sessions, round_id, settings.critics),
-    )
+    _curate(sessions, round_id, settings)
     with sessions() as s:
         assert s.scalar(select(func.count()).select_from(Sample)) == rows
 
@@ -217,15 +210,7 @@ def test_a_corrected_action_supersedes_the_models_action_samples(
     assert found is not None and found[0] is not None and found[1] is not None
     episode_id, index = int(found[0]), int(found[1])
     _human_verdict(sessions, episode_id, round_id, "success", step=index)
-    apps, store = [load_app(n) for n in builtin_app_names()], open_object_store(settings)
-    report = curate_round(
-        sessions,
-        round_id,
-        store,
-        settings.curate,
-        demonstrator(apps, store),
-        round_outcomes(sessions, round_id, settings.critics),
-    )
+    report = _curate(sessions, round_id, settings)
     assert report.corrections["superseded_samples"] >= 1
     step = [x for x in _samples(sessions, episode_id) if x.step_index == index]
     assert {x.reason for x in step if x.category in ("action_prediction", "intent_execution")} == {CORRECTED}
