@@ -1,10 +1,16 @@
-# The two commands a newcomer needs:  `make run`  and  `make test`.
+# The two commands a newcomer needs:  `make run`  and  `make test`  (`make test-slow` is CI's second tier).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean miniwob
+.PHONY: install run test test-slow lint bench clean miniwob
+
+# Test workers: the fast tier is CPU-bound (one per core); the slow tier mostly waits on browsers,
+# subprocesses, servers and cron ticks, so it runs more workers than cores. Each worker has its own
+# ports, homes, databases, buckets, Label Studio and Chromium (tests/conftest.py).
+FAST_WORKERS ?= auto
+SLOW_WORKERS ?= 4
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +19,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev,miniwob]'
 	touch $(STAMP)
+
+install: $(STAMP)
 
 ## run: install, then evolve 6 rounds on the embedded default (SQLite, local store, offline) and write the report
 run: $(STAMP)
@@ -23,12 +31,16 @@ miniwob: $(STAMP)
 	@test -x /usr/bin/chromium || { echo "MiniWoB++ runs in Chromium: apt-get install chromium"; exit 1; }
 	$(BIN)/trajforge evolve --config docs/examples/miniwob.yaml
 
-## test: install, then lint, type-check and run the whole test suite
+## test: install, then lint, type-check and run the fast tier (everything not marked slow); at most 15 min on 2 cores
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -m 'not slow' -n $(FAST_WORKERS) $(PYTEST_ARGS)
+
+## test-slow: install, then run every test marked slow (browsers, servers, schedules, trainers); CI runs both tiers
+test-slow: $(STAMP)
+	$(BIN)/pytest -m slow -n $(SLOW_WORKERS) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from storage.db import engine_from_settings, session_factory, upgrade
 from storage.objectstore import open_object_store
-from tests.support.trainers import TRAINERS, TapCheck, tap_check, trainer_python
+from tests.support.trainer_recipes import TRAINERS
+from tests.support.trainers import TapCheck, tap_check, trainer_python
 from trajforge.logs import counts
 from trajforge.settings import load_settings
 

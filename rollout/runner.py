@@ -338,6 +338,8 @@ class EpisodeRunner:
             play.reason, play.over = f"unparseable_output:{error}", True
         elif action is not None and action.kind == ActionKind.TERMINATE:
             play.status, play.over = action.status, True
+        elif action is not None and action.kind == ActionKind.ANSWER and _answer_ends(out.format):
+            play.status, play.over = "success", True  # UI-TARS' finished(content=…): answered and done
         elif after.done:  # the environment ended the episode (MiniWoB++'s WOB_DONE_GLOBAL)
             play.ended_by_env = play.over = True
         return after
@@ -362,3 +364,9 @@ class EpisodeRunner:
             report.outcomes[episode.reason.split(":")[0]] += 1
         if self.on_episode is not None:
             self.on_episode()
+
+
+def _answer_ends(action_format: str) -> bool:
+    """Whether the format's answer also ends the episode (UI-TARS' `finished(content=…)`); elsewhere an
+    answer is followed by its own terminate, as in AndroidWorld's answer-then-status."""
+    return bool(getattr(get_codec(action_format), "final_answer", False))

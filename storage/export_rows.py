@@ -15,7 +15,15 @@ import pyarrow.parquet as pq
 import trajforge
 from storage.datasets import Manifest
 from trajforge.actions import Action, get_codec
-from trajforge.actions.space import BUDGETS, conform, coordinate_screen, image_tokens, system_prompt
+from trajforge.actions.space import (
+    BUDGETS,
+    KNOWLEDGE_SYSTEM,
+    conform,
+    coordinate_screen,
+    image_tokens,
+    knowledge_prompt,
+    system_prompt,
+)
 from trajforge.logs import counts
 
 IMAGE_TOKEN = "<image>"
@@ -103,7 +111,7 @@ def render_row(
     screen = coordinate_screen(action_format, *size)
     target = payload.get("action")
     if target is None:
-        return Rendered(system_prompt(action_format, screen, thought=False), row["response"], None)
+        return Rendered(knowledge_prompt(action_format), row["response"], None)  # a question, not an action
     notes = {n: payload.get(n) or None for n in codec.notes}
     wanted = thoughts == "always" or "thought" in getattr(codec, "required_notes", ())
     if "thought" in notes and notes["thought"] is None and wanted:
@@ -201,7 +209,7 @@ HF_COLUMNS = (
     ("query", "string", "the task query the episode was rolled out for"),
     ("round", "int64", "the engine round that produced it"),
     ("images", "images", "the screenshots, oldest first; the last is the current screen"),
-    ("system", "string", "the system prompt stating the action space"),
+    ("system", "string", "the system prompt: the action space for action rows, none for questions"),
     ("prompt", "string", "the user turn's text"),
     ("response", "string", "the answer, in the export's action format for action rows"),
     ("ground_truth", "string", "JSON for action rows (canonical action, bbox, formatted answer), else null"),
@@ -259,9 +267,10 @@ def dataset_card(man: Manifest, action_format: str, splits: list[str]) -> str:
         "",
         "## Action format and coordinates",
         f"Answers to action rows are in the `{action_format}` format; the `system` column states its "
-        f"action space. Coordinates are {_coordinates(action_format)}. `ground_truth.action` is the same "
-        "action in trajforge's canonical form (0-1000) and `ground_truth.bbox` the target element's box "
-        "(0-1000), which `trajforge/rewards.py` scores against.",
+        "action space; knowledge rows (questions about the screen, answered in prose) carry "
+        f"{KNOWLEDGE_SYSTEM!r} and no action contract. Coordinates are {_coordinates(action_format)}. "
+        "`ground_truth.action` is the same action in trajforge's canonical form (0-1000) and "
+        "`ground_truth.bbox` the target element's box (0-1000), which `trajforge/rewards.py` scores against.",
         "",
         "## Size",
         *(f"- {split}: {n} samples" for split, n in sorted(man.splits.items())),

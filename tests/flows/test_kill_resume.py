@@ -1,8 +1,12 @@
 """SIGKILL `trajforge evolve` at several points of a round, rerun the same command, and compare
-with an uninterrupted run: the same sealed manifests, no duplicated rows, no episode redone."""
+with an uninterrupted run: the same sealed manifests, no duplicated rows, no episode redone.
+
+The uninterrupted reference runs once per test run, on SQLite, and both databases' killed runs are
+compared with it: the run is deterministic, so SQLite and PostgreSQL seal the same manifests."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,11 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, func, select
 
 from storage.db import create_db_engine
 from storage.models import Base, DatasetVersion, Episode, Judgment, Policy, Round, Sample
 from tests.support.evolve import tiny_config
+from tests.support.once import once_per_run
 
 pytestmark = pytest.mark.slow
 ROUNDS = "2"
@@ -78,24 +83,29 @@ def _snapshot(engine: Engine) -> dict:
     return {"rows": rows, "manifests": [tuple(h) for h in hashes], "policies": policies, "done": done}
 
 
-def _reset(engine: Engine) -> None:
-    if engine.dialect.name == "postgresql":
-        tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
-        with engine.begin() as conn:
-            conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+def _comparable(snapshot: dict) -> dict:
+    """The snapshot as JSON has it (tuples as lists), so a stored reference compares equal."""
+    return dict(json.loads(json.dumps(snapshot)))
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The uninterrupted run's snapshot: two rounds on SQLite, once for every database and worker."""
+
+    def run() -> dict:
+        folder = tmp_path_factory.mktemp("kill-resume-reference")
+        db = f"sqlite:///{folder / 'ref.sqlite'}"
+        _finish(_evolve(tiny_config(folder / "evolve.yaml", db)))
+        return _comparable(_snapshot(create_db_engine(db)))
+
+    expected = dict(once_per_run(tmp_path_factory, "kill-resume-reference", run))
+    assert expected["done"] == [[1], [2]] and len(expected["manifests"]) == 2
+    return expected
 
 
 def test_killed_anywhere_the_rerun_ends_where_an_uninterrupted_run_does(
-    tmp_path: Path, db_url: str, engine: Engine
+    tmp_path: Path, db_url: str, engine: Engine, reference: dict
 ) -> None:
-    reference_db = db_url if db_url.startswith("postgresql") else f"sqlite:///{tmp_path / 'ref.sqlite'}"
-    reference = tiny_config(tmp_path / "ref" / "evolve.yaml", reference_db)
-    _finish(_evolve(reference))
-    ref_engine = engine if db_url.startswith("postgresql") else create_db_engine(reference_db)
-    expected = _snapshot(ref_engine)
-    assert expected["done"] == [(1,), (2,)] and len(expected["manifests"]) == 2
-    _reset(engine)
-
     config = tiny_config(tmp_path / "run" / "evolve.yaml", db_url)
     watch = engine if db_url.startswith("postgresql") else create_db_engine(db_url)
     for where, stmt, at_least in KILL_POINTS:
@@ -111,6 +121,6 @@ def test_killed_anywhere_the_rerun_ends_where_an_uninterrupted_run_does(
         proc.wait()
     out = _finish(_evolve(config))
     assert "round 2/2: policy knn@1" in out
-    assert _snapshot(watch) == expected
+    assert _comparable(_snapshot(watch)) == reference
     again = _finish(_evolve(config))  # a finished run is a no-op
-    assert again.count("already done") == 2 and _snapshot(watch) == expected
+    assert again.count("already done") == 2 and _comparable(_snapshot(watch)) == reference

@@ -221,6 +221,35 @@ def test_vlm_policy_through_the_gateway(
         }  # opened, then stopped early
 
 
+def test_a_uitars_finished_with_content_answers_and_ends_the_episode(
+    sessions: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """UI-TARS submits with `finished(content=…)`: the answer reaches the device and the episode ends
+    there, claimed a success, instead of running on to max_steps."""
+    queries, round_id, policy_id = _setup(sessions, "settings", 1)
+    store = LocalObjectStore(tmp_path / "objects")
+    farm = SimFarm(store=store)
+    answer = Reply(content="Thought: the answer is on screen.\nAction: finished(content='Wi-Fi is on')")
+    with ScriptedLLM(default=answer) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="ui-tars"))
+        config = VLMPolicyConfig(format="uitars15")
+        runner = _runner(
+            sessions,
+            farm,
+            1,
+            lambda: VLMPolicy(config, gateway, lambda sha: store.get(blob_key(sha))),
+            max_steps=8,
+        )
+        report = asyncio.run(runner.run(queries[:1], round_id, policy_id))
+        calls = len(llm.requests)
+    assert report.completed == 1 and calls == 1
+    with sessions() as s:
+        episode = s.scalars(select(Episode)).one()
+        step = s.scalars(select(Step)).one()
+    assert episode.num_steps == 1 and episode.meta.get("status", "success") == "success"
+    assert step.action == {"kind": "answer", "text": "Wi-Fi is on", "thought": "the answer is on screen."}
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_web_farm_runs_episodes_in_chromium(sessions: sessionmaker[Session], tmp_path: Path) -> None:

@@ -15,10 +15,11 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from storage.exports import export
+from storage.exports import ACTION_FORMATS, export
 from storage.objectstore import S3ObjectStore
 from trajforge.actions import Action, Screen, get_codec
 from trajforge.actions.compare import mismatch
+from trajforge.actions.space import KNOWLEDGE_SYSTEM
 from trajforge.errors import ConfigError
 
 
@@ -88,7 +89,7 @@ def test_weights_kept_writes_each_row_once(version, tmp_path: Path) -> None:
 def test_messages_are_swift_standard_and_every_answer_stays_a_string(version, tmp_path: Path) -> None:
     """Answers that look like JSON (canonical, agentcpm) come back from `datasets`' JSON reader
     as the same strings: every content is a string, the images are `<image>` tags and paths."""
-    _, sessions, store, _ = version
+    _, sessions, store, rows = version
     for action_format in ("canonical", "agentcpm"):
         out = tmp_path / action_format
         export(sessions, store, "gui", 1, "sft-messages", str(out), action_format, weights="keep")
@@ -98,11 +99,37 @@ def test_messages_are_swift_standard_and_every_answer_stays_a_string(version, tm
         assert len(loaded) == len(written)
         for record, back in zip(written, loaded, strict=True):
             system, user, _ = record["messages"]
-            assert system["role"] == "system" and "JSON" in system["content"]
+            knowledge = _action(rows[record["meta"]["uid"]]) is None
+            assert system["role"] == "system" and ("JSON" in system["content"]) != knowledge
             assert user["content"].count("<image>") == len(record["images"]) >= 1
             assert all(Path(p).is_file() for p in record["images"])
             assert [m["content"] for m in back["messages"]] == [m["content"] for m in record["messages"]]
             assert all(isinstance(m["content"], str) for m in back["messages"])
+
+
+# What an action contract says, in some family: none of it may reach a question's prompt.
+CONTRACT_WORDS = ("tool_call", "Action:", "POINT", "action_type", '"kind"', "<think>", "mobile_use", "Schema")
+
+
+def test_no_knowledge_row_carries_an_action_contract_in_any_family(version, tmp_path: Path) -> None:
+    """Knowledge rows (Step-GUI §2.1.4) are questions answered in prose: in every action format their
+    system prompt states no action space, while every action row's states its format's."""
+    _, sessions, store, rows = version
+    for action_format in ACTION_FORMATS:
+        out = tmp_path / action_format
+        export(sessions, store, "gui", 1, "sft-messages", str(out), action_format, weights="keep")
+        kinds: Counter[str] = Counter()
+        for file in out.glob("*.jsonl"):
+            for line in file.read_text().splitlines():
+                record = json.loads(line)
+                category, system = record["meta"]["category"], record["messages"][0]["content"]
+                kinds[category] += 1
+                if _action(rows[record["meta"]["uid"]]) is not None:
+                    assert system != KNOWLEDGE_SYSTEM, (action_format, category)
+                else:
+                    assert system == KNOWLEDGE_SYSTEM, (action_format, category, system[:200])
+                    assert not any(word in system for word in CONTRACT_WORDS)
+        assert len(kinds) >= 6 and "action_prediction" in kinds, (action_format, kinds)
 
 
 def test_verl_rows_carry_the_ground_truth_of_the_source_step(version, tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ import pytest
 
 from storage.exports import export
 from tests.conftest import service_missing
-from tests.support.trainers import TRAINERS, run_script, tap_check, trainer_python
+from tests.support.trainer_recipes import RECIPES, TORCH_PAIR, TRAINERS
+from tests.support.trainers import run_script, tap_check, trainer_python
 
 FORMATS = ["qwen", "mobiler1", "uitars15", "uitars", "agentcpm", "canonical", "androidworld"]
 SWIFT_LOAD = """
@@ -72,6 +73,34 @@ def _run(python: str, script: str, *args: str) -> object:
         return run_script(python, script, *args)
     except RuntimeError as exc:
         pytest.fail(str(exc))
+
+
+MULTIMODAL = """
+import sys
+from PIL import Image
+from transformers import Qwen2VLImageProcessor
+for module in sys.argv[1].split(","):
+    __import__(module.strip())
+grid = Qwen2VLImageProcessor()(images=[Image.new("RGB", (540, 1200))], return_tensors="np")["image_grid_thw"]
+print([int(n) for n in grid[0]])
+"""
+
+
+def test_the_readme_gives_each_trainers_recipe_as_ci_installs_it() -> None:
+    """`.ci/run` builds the venvs from RECIPES; the README's recipe must be the same pins."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert f"install {TORCH_PAIR}" in readme
+    for pins, _ in RECIPES.values():
+        assert f"install {pins}" in readme, pins
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", sorted(RECIPES))
+def test_each_trainers_venv_imports_its_multimodal_code_path(trainer: str) -> None:
+    """The recipe's venv imports the trainer's image loading and runs Qwen2.5-VL's image processor
+    (transformers 5 needs torchvision for it): a CUDA-only torchvision fails here, not in training."""
+    grid = _run(_python(trainer), MULTIMODAL, RECIPES[trainer][1])
+    assert grid == [1, 86, 38]  # 540x1200, smart-resized to 532x1204 pixels, in 14-pixel patches
 
 
 @pytest.mark.slow

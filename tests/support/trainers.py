@@ -25,11 +25,8 @@ from storage.objectstore import ObjectStore
 from trajforge.actions import ActionKind, Screen, get_codec
 from trajforge.errors import ParseError
 
-TRAINERS = {  # trainer: (its virtualenv, the export format its recipe reads)
-    "llamafactory": ("llamafactory-0.9.5", "sft-sharegpt"),
-    "swift": ("ms-swift-4.6.0", "sft-messages"),
-    "verl": ("verl-0.9.1", "rl-verl"),
-}
+from .trainer_recipes import TRAINERS
+
 TAPS = (ActionKind.CLICK, ActionKind.LONG_PRESS)  # the actions whose point must land in a target box
 # The image as each trainer feeds it: its own loading and resize, then Qwen2.5-VL's processor
 # (its published preprocessor_config: 56*56 to 28*28*16384 pixels); prints [width, height] per image.

@@ -118,6 +118,25 @@ PARSES = [
     ("uitars", "finished()", A(kind=K.TERMINATE, status="success")),
     ("uitars", "finished(content='3 items')", A(kind=K.ANSWER, text="3 items")),
     ("uitars", "call_user()", A(kind=K.TERMINATE, status="failure")),
+    # UI-TARS-1.5's published action space (codes/ui_tars/prompt.py): <point>x y</point>, start/end_point
+    ("uitars", "click(point='<point>540 200</point>')", A(kind=K.CLICK, point=(540, 200))),
+    (
+        "uitars",
+        "Thought: hold it\nAction: long_press(point='<point>5 6</point>')",
+        A(kind=K.LONG_PRESS, point=(5, 6), thought="hold it"),
+    ),
+    (
+        "uitars",
+        "drag(start_point='<point>1 2</point>', end_point='<point>3 4</point>')",
+        A(kind=K.SWIPE, point=(1, 2), to=(3, 4)),
+    ),
+    ("uitars", "scroll(point='<point>500 500</point>', direction='up')", A(kind=K.SWIPE, point=(500, 500), direction="down")),
+    (
+        "uitars15",
+        "Thought: tap it\nAction: click(point='<point>540 1200</point>')",
+        A(kind=K.CLICK, point=(500, 500), thought="tap it"),
+    ),
+    ("uitars15", "finished(content='3 items')", A(kind=K.ANSWER, text="3 items")),
     # Mobile-R1 (the paper's own sample closes <think> with <think>)
     (
         "mobiler1",

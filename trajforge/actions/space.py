@@ -103,6 +103,21 @@ def system_prompt(
     )
 
 
+# A knowledge row (Step-GUI §2.1.4: progress tracking, state summary, effect prediction, reflection,
+# verification) asks a question about the screen and is answered in plain text, so its system prompt
+# states no action contract: training on an action contract answered in prose teaches a model to break
+# its own system prompt. Every family exported here is asked questions the way its base model is: the
+# Qwen2.5-VL fine-tunes (Qwen2.5-VL mobile_use, Mobile-R1, UI-TARS-1.5, GUI-Owl) with the system prompt
+# Qwen2.5-VL's chat template puts before a question when none is given; AgentCPM-GUI publishes no
+# question prompt of its own, and gets the same.
+KNOWLEDGE_SYSTEM = "You are a helpful assistant."
+
+
+def knowledge_prompt(action_format: str) -> str:
+    """The system prompt of a knowledge row (a question about the screen) in `action_format`'s export."""
+    return KNOWLEDGE_SYSTEM
+
+
 def conform(codec: ActionCodec, action: Action, screen: Screen) -> tuple[Action | None, str]:
     """The action as `codec` states it on `screen`, and what happened: "exact", "converted" or a skip reason.
 

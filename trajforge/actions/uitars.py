@@ -6,6 +6,12 @@ UI-TARS-1.5 does. `<|box_start|>(x,y)<|box_end|>` and four-number boxes (taken a
 centre) are accepted. `scroll(direction=…)` names where the content goes, so the
 canonical finger direction is the opposite (seed 000 §B.2.2). Output always carries
 `Action:`, which the official `ui-tars` parser requires; a bare call is still parsed.
+
+UI-TARS-1.5's published action space (bytedance/UI-TARS, `codes/ui_tars/prompt.py`) writes points
+as `point='<point>x y</point>'` and a drag as `start_point=`/`end_point=`; its parser
+(`codes/ui_tars/action_parser.py`, `parse_action_to_structure_output`) reads them as `start_box`
+and `end_box`, and so does this one. `finished(content='…')` submits the task with its answer:
+the answer is recorded and the episode ends (`final_answer`), as the model was trained to expect.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ _THOUGHT_PART = re.compile(r"^\s*Thought:\s*(.*?)\s*$", re.S)  # on the text bef
 _BARE_CALL = re.compile(r"^\s*[A-Za-z_]\w*\(")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _HOTKEYS = {"enter": "enter", "back": "back", "home": "home", "menu": "menu"}
+# UI-TARS-1.5's point arguments, under the names its own parser turns them into.
+_POINT_ALIASES = {"point": "start_box", "start_point": "start_box", "end_point": "end_box"}
 
 
 def _action_part(text: str) -> tuple[int, str] | None:
@@ -49,6 +57,7 @@ def _action_part(text: str) -> tuple[int, str] | None:
 
 class UITarsCodec:
     notes: tuple[str, ...] = ("thought",)
+    final_answer = True  # `finished(content=…)` answers and ends the episode in one action
 
     def __init__(self, name: str = "uitars", absolute: bool = False) -> None:
         self.name, self.absolute = name, absolute
@@ -77,7 +86,7 @@ class UITarsCodec:
         for kw in tree.keywords:
             if kw.arg is None or not isinstance(kw.value, ast.Constant):
                 raise ParseError("invalid_call", "arguments must be key='literal'", text)
-            args[kw.arg] = kw.value.value
+            args[_POINT_ALIASES.get(kw.arg, kw.arg)] = kw.value.value
         return self._to_action(tree.func.id, args, text, thought, screen)
 
     def _box(self, name: str, args: dict[str, Any], key: str, raw: str, screen: Screen) -> tuple[int, int]:
