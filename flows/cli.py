@@ -175,7 +175,16 @@ def rollout(
         int, typer.Option("--queries", min=1, help="Queries to roll out (generated if missing).")
     ] = 10,
     rollouts_per_query: Annotated[int, typer.Option("--rollouts-per-query", min=1, max=64)] = 1,
-    policy: Annotated[str, typer.Option(help="noisy-oracle, random-explorer or vlm.")] = "noisy-oracle",
+    policy: Annotated[
+        str | None, typer.Option(help="noisy-oracle (the default), random-explorer or vlm.")
+    ] = None,
+    family: Annotated[
+        str | None,
+        typer.Option(
+            help="vlm: the served checkpoint's model family (uitars15, qwen25vl, guiowl, agentcpm), sent "
+            "its own published prompt; implies --policy vlm. Default: policy.family of the run config."
+        ),
+    ] = None,
     backend: Annotated[str, typer.Option(help="sim, web (Chromium) or android (adb).")] = "sim",
     workers: Annotated[int, typer.Option(min=1, max=256, help="Devices and episodes in flight.")] = 2,
     max_steps: Annotated[int, typer.Option(min=1, max=500)] = 30,
@@ -193,7 +202,7 @@ def rollout(
         app_ref,
         queries,
         rollouts_per_query,
-        policy,
+        policy or ("vlm" if family else "noisy-oracle"),
         backend,
         workers,
         max_steps,
@@ -201,6 +210,7 @@ def rollout(
         config,
         serials=serial,
         adb=adb,
+        family=family,
     )
 
 
@@ -227,7 +237,12 @@ def check(config: ConfigOpt = None) -> None:
     typer.echo(f"database {redact_url(settings.db_url)}: ok")
     store = settings.s3.endpoint if settings.store.backend == "s3" else str(settings.store_path)
     typer.echo(f"object store {settings.store.backend} {store}: ok")
-    typer.echo(f"llm: {settings.llm.base_url or 'offline (no endpoint configured)'}")
+    if settings.llm.offline:
+        typer.echo("llm: offline (no endpoint configured)")
+    else:
+        from trajforge.probe import probe_endpoint
+
+        typer.echo(f"{probe_endpoint(settings.llm)}: ok")
     font = cjk_font_path()
     if font is None:
         typer.echo(
@@ -300,6 +315,10 @@ def evolve_cmd(
     # here, not a failed flow run's tracebacks and a round line that looks finished.
     spine = open_spine(settings)  # migrates, so it connects
     spine.store  # noqa: B018 (reaching it is the check)
+    if not settings.llm.offline:  # the model stages' endpoint serves the model, before anything runs
+        from trajforge.probe import probe_endpoint
+
+        probe_endpoint(settings.llm)
     check_loop_rounds(settings)
     with loop_lock(settings, "trajforge evolve"):
         _evolve_rounds(settings, target, report_dir, verbose)

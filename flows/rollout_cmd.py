@@ -31,7 +31,9 @@ from storage.models import Query as QueryRow
 from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError
+from trajforge.families import FAMILY_NAMES
 from trajforge.gateway import LLMGateway
+from trajforge.probe import probe_endpoint
 from trajforge.settings import Settings, load_settings
 
 POLICIES = ("noisy-oracle", "random-explorer", "vlm")
@@ -50,11 +52,17 @@ def run_rollout(
     config: Path | None,
     serials: list[str] | None = None,
     adb: str = "adb",
+    family: str | None = None,
 ) -> None:
     """Roll out a policy on the device farm; a rerun resumes the unfinished round. The round goes
-    through the loop's lifecycle (`evolve.lifecycle`): opened, played, closed."""
-    _check_choices(policy, backend, serials)
+    through the loop's lifecycle (`evolve.lifecycle`): opened, played, closed. `family` (vlm): the
+    served checkpoint's model family, over the run config's `policy.family`."""
+    _check_choices(policy, backend, serials, family)
     settings = load_settings(config)
+    if family is not None:
+        settings = settings.model_copy(
+            update={"policy": settings.policy.model_copy(update={"family": family})}
+        )
     spec, apps = _apps(app_ref, settings, backend)
     spine = open_spine(settings)
     check_apps(spine.sessions, apps)  # before anything is written
@@ -131,27 +139,37 @@ def _policies(
     settings = spine.settings
     if policy == "vlm" and settings.llm.offline:
         raise ConfigError("policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL (or use noisy-oracle)")
+    if policy == "vlm":
+        probe_endpoint(settings.llm, "policy")  # before any device is leased
     gateway = spine.gateway() if policy == "vlm" else None
     oracle_noise = OracleNoise(
         mis_tap=noise, wrong_value=noise, premature_terminate=noise / 2, malformed=noise
     )
+    vlm = None
+    if policy == "vlm":  # built once: a bad family or format is one error before anything runs
+        family = settings.policy.family
+        name = f"vlm-{family}" if family else "vlm"  # another family is another policy (and rollout)
+        vlm = VLMPolicyConfig.from_settings(settings.policy, name=name, model=settings.llm.model)
 
     def make_policy() -> Policy:
         if policy == "noisy-oracle":
             return NoisyOracle(oracle_noise)
         if policy == "random-explorer":
             return RandomExplorer(max_actions=max_steps)
-        assert gateway is not None
-        vlm = VLMPolicyConfig.from_settings(settings.policy, model=settings.llm.model)
+        assert gateway is not None and vlm is not None
         return VLMPolicy(vlm, gateway, spine.frames)
 
     meta = {"noise": oracle_noise.model_dump()} if policy == "noisy-oracle" else {}
     return make_policy, gateway, meta
 
 
-def _check_choices(policy: str, backend: str, serials: list[str] | None) -> None:
+def _check_choices(policy: str, backend: str, serials: list[str] | None, family: str | None = None) -> None:
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    if family is not None and policy != "vlm":
+        raise ConfigError(f"--family names the model family of --policy vlm, not of {policy!r}; drop one")
+    if family is not None and family not in FAMILY_NAMES:
+        raise ConfigError(f"unknown model family {family!r}; known: {', '.join(FAMILY_NAMES)}")
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if backend == "android" and not serials:

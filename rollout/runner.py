@@ -316,7 +316,7 @@ class EpisodeRunner:
         play.sampling = play.sampling or out.sampling
         action, error = None, None
         try:
-            action = get_codec(out.format).parse(out.text, observed(obs))
+            action = get_codec(out.format).parse(out.text, out.screen or observed(obs))
         except ParseError as exc:
             error = exc.reason
         after = await self._device(env.step, action) if action is not None else obs

@@ -312,8 +312,9 @@ def _lineage_lines(man: Manifest) -> list[str]:
         *(f"- round {p.round}: policy {p.policy} v{p.version}" for p in lineage.policies),
         f"- critics: {', '.join(lineage.critics) or 'none'}",
         *(
-            f"- round {x['round']} sampling: temperature {x['temperature']}, top_p {x['top_p']} "
-            f"({x['episodes']} episodes)"
+            f"- round {x['round']} sampling: temperature {x['temperature']}, top_p {x['top_p']}"
+            + (f", model family {x['family']}" if "family" in x else "")
+            + f" ({x['episodes']} episodes)"
             for x in lineage.sampling or []
         ),
         f"- parent: {('v' + str(man.parent.version)) if man.parent else 'none'}",

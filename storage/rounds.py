@@ -83,8 +83,9 @@ def ready_rounds(sessions: sessionmaker[Session], rounds: tuple[int, ...] | None
 
 def sampling_by_round(sessions: sessionmaker[Session], rounds: list[int]) -> list[dict[str, Any]]:
     """How the rounds' model policies sampled (`episode.meta.sampling`): per round, each
-    temperature/top_p with its episode count; empty when no episode recorded any (offline policies)."""
-    tally: Counter[tuple[int, float, float | None]] = Counter()
+    temperature/top_p (and the model family with its prompt version, where one built the requests)
+    with its episode count; empty when no episode recorded any (offline policies)."""
+    tally: Counter[tuple[int, float, float | None, str | None]] = Counter()
     with sessions() as s:
         rows = s.execute(
             select(Round.number, Episode.meta)
@@ -94,8 +95,10 @@ def sampling_by_round(sessions: sessionmaker[Session], rounds: list[int]) -> lis
         for number, meta in rows:
             sampling = (meta or {}).get("sampling")
             if sampling:
-                tally[(number, sampling.get("temperature"), sampling.get("top_p"))] += 1
+                family = sampling.get("family")
+                family = f"{family} ({sampling.get('prompt_version')})" if family else None
+                tally[(number, sampling.get("temperature"), sampling.get("top_p"), family)] += 1
     return [
-        {"round": n, "temperature": t, "top_p": p, "episodes": c}
-        for (n, t, p), c in sorted(tally.items(), key=str)
+        {"round": n, "temperature": t, "top_p": p, **({"family": f} if f else {}), "episodes": c}
+        for (n, t, p, f), c in sorted(tally.items(), key=str)
     ]

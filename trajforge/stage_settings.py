@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trajforge.actions import CODECS
 from trajforge.domain import mix_problem
+from trajforge.families import FAMILY_NAMES
 from trajforge.world.model import FaultConfig
 
 ExportFormat = Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"]  # the one list of export formats
@@ -355,6 +356,21 @@ class PolicySettings(BaseSettings):
     max_tokens: int | None = Field(
         1024, ge=1, description="Completion budget per step (thinking models need room)."
     )
+    family: str | None = Field(
+        None,
+        description="The model family the served checkpoint belongs to (uitars15, qwen25vl, guiowl, "
+        "agentcpm): each request is built as that family's published inference code builds it (prompt, "
+        "history, image preprocessing, coordinate space) and its answers read with its codec; the history "
+        "settings above then do not apply. None: trajforge's own prompt in the trainer's action format.",
+        json_schema_extra={"enum": list(FAMILY_NAMES)},
+    )
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, value: str | None) -> str | None:
+        if value is not None and value not in FAMILY_NAMES:
+            raise ValueError(f"unknown model family {value!r}; known: {', '.join(FAMILY_NAMES)}")
+        return value
 
 
 class TrainerSettings(BaseSettings):

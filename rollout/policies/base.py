@@ -24,6 +24,9 @@ class PolicyOutput:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     sampling: dict[str, Any] | None = None  # temperature, top_p, seed of a sampled model call
+    # The pixel space the text's coordinates live in (a model's smart-resized image); None: the
+    # observation's own screen, which the built-in policies format for.
+    screen: Screen | None = None
 
 
 class Policy(Protocol):

@@ -4,6 +4,13 @@ The prompt is a Jinja2 template for the configured action format; the user turn 
 the task, optional query-specific guidance (GUI-Owl §6.4), earlier steps as text (the parsed
 action in words and the "conclusion" GUI-Owl keeps, §3) and the last k screenshots as images.
 
+With `family` set (`policy.family`, `--family`), the request is the family's own instead
+(`trajforge.families`): its published prompt, its history of screenshots and its own earlier
+outputs, its image preprocessing, and its coordinate space, in which the runner parses the answer.
+Without it, the prompt states and the runner reads coordinates in the format's coordinate space
+(`coordinate_screen`: the smart-resized pixels for Qwen-style pixel formats), the same space the
+exports write, so a model fine-tuned on an export is rolled out as it was trained.
+
 Rollout 0 of a query is greedy; the others sample at `temperature`/`top_p` with a seed drawn
 from the episode's id, so K rollouts differ (group statistics, GRPO) and a rerun repeats them.
 The settings each episode used travel with every output (`PolicyOutput.sampling`).
@@ -23,10 +30,11 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
 from rollout.policies.base import PolicyOutput, observed
-from trajforge.actions import CODECS, get_codec
-from trajforge.actions.space import system_prompt
+from trajforge.actions import CODECS, Screen, get_codec
+from trajforge.actions.space import coordinate_screen, system_prompt
 from trajforge.domain import Observation, Query, StepView, describe
 from trajforge.errors import ParseError
+from trajforge.families import FAMILY_NAMES, PROMPT_VERSION, Turn, get_family
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.settings import PolicySettings
 
@@ -55,15 +63,20 @@ class VLMPolicyConfig(BaseModel):
     greedy_first: bool = Field(True, description="Rollout 0 is greedy.")
     seed: int = Field(0, description="Base of the per-episode sampling seed.")
     max_tokens: int | None = Field(1024, ge=1)
+    family: str | None = Field(None, description="A model family (`trajforge.families`); sets `format`.")
 
     def model_post_init(self, _context: object) -> None:
+        if self.family is not None:
+            if self.family not in FAMILY_NAMES:
+                raise ValueError(f"family {self.family!r} is not one of {', '.join(FAMILY_NAMES)}")
+            self.format = get_family(self.family).action_format
         if self.format not in CODECS:
             raise ValueError(f"format {self.format!r} is not one of {', '.join(CODECS)}")
 
     @classmethod
     def from_settings(cls, policy: PolicySettings, **fields: Any) -> VLMPolicyConfig:
-        """The run config's `policy:` section, plus name, model, format."""
-        return cls(**policy.model_dump(), **fields)
+        """The run config's `policy:` section, plus name, model, format (a family in `fields` wins)."""
+        return cls(**{**policy.model_dump(), **fields})
 
     def sampling(self, rollout: int, episode_seed: str) -> Sampling:
         """Rollout k's sampling: greedy for the first (when `greedy_first`), else temperature and
@@ -98,17 +111,22 @@ class VLMPolicy:
         self._images: deque[str] = deque(maxlen=config.history_images)
         self._sampling = Sampling(0.0, None, None)
         self._parts: dict[str, dict[str, Any]] = {}  # the window's screenshots, encoded
+        self._turns: list[Turn] = []  # a family's history: each step's screenshot and output
+        self.family = get_family(config.family) if config.family else None
 
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self._query, self._guidance = query, guidance
         self._history, self._images = [], deque(maxlen=self.config.history_images)
-        self._parts = {}
+        self._parts, self._turns = {}, []
         self._sampling = self.config.sampling(rollout, seed)
 
     async def act(self, observation: Observation) -> PolicyOutput:
         assert self._query is not None, "start() the policy before act()"
+        if self.family is not None:
+            return await self._act_as_family(observation)
         self._images.append(observation.screenshot)
-        system = system_prompt(self.config.format, observed(observation), self.config.system_template)
+        screen = coordinate_screen(self.config.format, observation.width, observation.height)
+        system = system_prompt(self.config.format, screen, self.config.system_template)
         history = self._history[-self.config.history_steps :] if self.config.history_steps else []
         user = _TEMPLATES.get_template("user_turn.j2").render(
             instruction=self._query.instruction,
@@ -128,13 +146,52 @@ class VLMPolicy:
             max_tokens=self.config.max_tokens,
             seed=self._sampling.seed,
         )
-        self._history.append(history_line(result.text, self.config.format, observation, self.config.history))
+        self._history.append(
+            history_line(result.text, self.config.format, observation, self.config.history, screen)
+        )
         return PolicyOutput(
             result.text,
             self.config.format,
             result.prompt_tokens,
             result.completion_tokens,
             sampling=self._sampling.as_dict(),
+            screen=screen,
+        )
+
+    async def _act_as_family(self, observation: Observation) -> PolicyOutput:
+        """One step as the family's own inference code asks it: its messages, its images, its space."""
+        assert self.family is not None and self._query is not None
+        family = self.family
+        shown = {t.screenshot for t in self._turns[-(family.images - 1) :]} if family.images > 1 else set()
+        # each screenshot is read and encoded once, however many steps it stays in the window
+        self._parts = {
+            sha: self._parts.get(sha) or family.image(self.frames(sha))
+            for sha in [*shown, observation.screenshot]
+        }
+        messages = family.messages(
+            self._query.instruction,
+            observed(observation),
+            self._turns,
+            observation.screenshot,
+            self._parts.__getitem__,
+        )
+        result = await self.gateway.chat(
+            messages,
+            stage="policy",
+            model=self.config.model,
+            temperature=self._sampling.temperature,
+            top_p=self._sampling.top_p,
+            max_tokens=self.config.max_tokens,
+            seed=self._sampling.seed,
+        )
+        self._turns.append(Turn(observation.screenshot, result.text))
+        return PolicyOutput(
+            result.text,
+            family.action_format,
+            result.prompt_tokens,
+            result.completion_tokens,
+            sampling={**self._sampling.as_dict(), "family": family.name, "prompt_version": PROMPT_VERSION},
+            screen=family.coordinate_screen(observation.width, observation.height),
         )
 
 
@@ -143,14 +200,17 @@ _CONCLUSION_LINE = re.compile(r"^\s*conclusion\s*[:：]\s*(.+)$", re.I | re.M)
 RAW_CHARS = 300
 
 
-def history_line(text: str, fmt: str, observation: Observation, mode: str) -> str:
+def history_line(
+    text: str, fmt: str, observation: Observation, mode: str, screen: Screen | None = None
+) -> str:
     """What the prompt's history says about one step: the raw output (cut), the parsed action in
     words, or the model's own conclusion (a `<conclusion>` block or a `Conclusion:` line, else the
-    format's intent, e.g. Mobile-R1's <action>) with the action in words."""
+    format's intent, e.g. Mobile-R1's <action>) with the action in words. `screen`: the space the
+    output's coordinates live in (default: the observation's pixels)."""
     if mode == "raw":
         return " ".join(text.split())[:RAW_CHARS]
     try:
-        action = get_codec(fmt).parse(text, observed(observation))
+        action = get_codec(fmt).parse(text, screen or observed(observation))
     except ParseError as exc:
         return f"(the output could not be parsed: {exc.reason})"
     words = describe(action, StepView.observed(action, observation, observation))

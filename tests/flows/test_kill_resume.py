@@ -84,8 +84,8 @@ def _snapshot(engine: Engine) -> dict:
 
 
 def _comparable(snapshot: dict) -> dict:
-    """The snapshot as JSON has it (tuples as lists), so a stored reference compares equal."""
-    return dict(json.loads(json.dumps(snapshot)))
+    """The snapshot as JSON has it (rows and tuples as lists), so a stored reference compares equal."""
+    return dict(json.loads(json.dumps(snapshot, default=list)))
 
 
 @pytest.fixture(scope="session")

@@ -250,6 +250,52 @@ def test_a_uitars_finished_with_content_answers_and_ends_the_episode(
     assert step.action == {"kind": "answer", "text": "Wi-Fi is on", "thought": "the answer is on screen."}
 
 
+def _family_responder(rec: Recorded) -> Reply:
+    """UI-TARS-1.5 answers: a tap at the smart-resized centre of the screen, then, at the seventh
+    request, submits."""
+    if sum(m["role"] == "assistant" for m in rec.body["messages"]) >= 6:
+        return Reply(content="Thought: done.\nAction: finished(content='ok')")
+    return Reply(content="Thought: tap the middle.\nAction: click(point='<point>546 1204</point>')")
+
+
+def test_a_family_policy_sends_its_own_request_and_is_read_in_its_coordinate_space(
+    sessions: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """`family: uitars15`: the published prompt as the first user message, at most 5 screenshots each
+    before the model's own earlier answer, and the answer read in the smart-resized pixels the model
+    saw (546,1204 of 1092x2408 is the middle of a 1080x2400 screen). The family is recorded."""
+    queries, round_id, policy_id = _setup(sessions, "settings", 1)
+    store = LocalObjectStore(tmp_path / "objects")
+    with ScriptedLLM(responder=_family_responder) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="ui-tars-1.5"))
+        config = VLMPolicyConfig(family="uitars15", format="qwen")  # the family's format wins
+        runner = _runner(
+            sessions,
+            SimFarm(store=store),
+            1,
+            lambda: VLMPolicy(config, gateway, lambda sha: store.get(blob_key(sha))),
+            max_steps=12,
+        )
+        asyncio.run(runner.run(queries[:1], round_id, policy_id))
+        requests = list(llm.requests)
+    assert len(requests) == 7 and [r.images for r in requests] == [1, 2, 3, 4, 5, 5, 5]
+    first = requests[0].body["messages"]
+    assert [m["role"] for m in first] == ["user", "user"]
+    assert (
+        first[0]["content"].startswith("You are a GUI agent.")
+        and queries[0].instruction in first[0]["content"]
+    )
+    later = requests[-1].body["messages"]
+    assert later[-2] == {"role": "assistant", "content": _family_responder(requests[0]).content}
+    with sessions() as s:
+        episode = s.scalars(select(Episode)).one()
+        taps = [
+            st.action for st in s.scalars(select(Step).order_by(Step.index)) if st.action["kind"] == "click"
+        ]
+    assert episode.meta["sampling"]["family"] == "uitars15" and episode.num_steps == 7
+    assert taps and all(t["point"] == [500, 500] for t in taps)
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_web_farm_runs_episodes_in_chromium(sessions: sessionmaker[Session], tmp_path: Path) -> None:

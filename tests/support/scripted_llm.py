@@ -5,6 +5,10 @@ timeouts (a delay longer than the client's timeout), malformed JSON content, a b
 that is not JSON at all (a proxy's error page) and a completion with no choices,
 validates image data URLs like a real server would, and records every request.
 
+The endpoint probe (`trajforge.probe`) is answered apart, like a server that is up: `GET /models`
+lists `models` (404 when None, a server without the list), and its one-token "ping" gets `probe`,
+neither recorded nor taken from the script, so tests that count requests count the work only.
+
     with ScriptedLLM() as llm:
         llm.enqueue(Reply(status=429), Reply(content='{"label": "GOOD"}'))
         llm.on("summarise", Reply(content="done"))
@@ -24,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from trajforge.probe import PROBE_MESSAGES
 
 
 class _Server(ThreadingHTTPServer):
@@ -58,8 +64,11 @@ class ScriptedLLM:
         default: Reply | None = None,
         latency_s: float = 0.0,
         responder: Callable[[Recorded], Reply | None] | None = None,
+        models: list[str] | None = None,
+        probe: Reply | None = None,
     ) -> None:
         self.default = default or Reply()
+        self.models, self.probe = models, probe or Reply()
         self.latency_s = latency_s
         self.responder = responder
         self.queue: deque[Reply] = deque()
@@ -121,6 +130,11 @@ class ScriptedLLM:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def do_GET(self) -> None:
+                if not self.path.endswith("/models") or outer.models is None:
+                    return self._send(404, _error(f"no route {self.path}"), {})
+                self._send(200, {"object": "list", "data": [{"id": m} for m in outer.models]}, {})
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 try:
@@ -133,7 +147,8 @@ class ScriptedLLM:
                     rec = _record(body)
                 except ValueError as exc:
                     return self._send(400, _error(str(exc)), {})
-                reply = outer._pick(rec)
+                probing = body.get("max_tokens") == 1 and body.get("messages") == PROBE_MESSAGES
+                reply = outer.probe if probing else outer._pick(rec)
                 time.sleep(outer.latency_s + reply.delay_s)
                 if reply.status != 200:
                     return self._send(reply.status, _error(f"scripted {reply.status}"), reply.headers)

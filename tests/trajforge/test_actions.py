@@ -130,7 +130,11 @@ PARSES = [
         "drag(start_point='<point>1 2</point>', end_point='<point>3 4</point>')",
         A(kind=K.SWIPE, point=(1, 2), to=(3, 4)),
     ),
-    ("uitars", "scroll(point='<point>500 500</point>', direction='up')", A(kind=K.SWIPE, point=(500, 500), direction="down")),
+    (
+        "uitars",
+        "scroll(point='<point>500 500</point>', direction='up')",
+        A(kind=K.SWIPE, point=(500, 500), direction="down"),
+    ),
     (
         "uitars15",
         "Thought: tap it\nAction: click(point='<point>540 1200</point>')",

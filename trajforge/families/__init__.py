@@ -1,0 +1,79 @@
+"""Model families: what a checkpoint was trained to be sent, as its own published inference code sends it.
+
+A family is an interface, like a file format. Each one holds, in one place:
+
+- the request builder: the system and user turns, built as the family's official inference code
+  builds them (each module cites its source file);
+- the history: how many screenshots a request carries, interleaved with which of the model's own
+  earlier outputs;
+- the image preprocessing the client does before sending (AgentCPM-GUI shrinks the long side to
+  1120 pixels; the Qwen2.5-VL fine-tunes send the screenshot as it is and let the server resize);
+- the coordinate space the model answers in (`coordinate_screen`): pixels of the server's smart
+  resize, or 0-1000;
+- the codec that reads its answers (`action_format`).
+
+The rollout (`rollout.policies.vlm`) sends a family's requests and parses its answers in its
+coordinate space. `PROMPT_VERSION` is recorded with every episode and in the dataset card.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trajforge.actions import Screen
+from trajforge.errors import ConfigError
+
+Message = dict[str, Any]
+ImagePart = Callable[[str], dict[str, Any]]  # a screenshot's sha -> its chat content part
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One earlier step as a family's history shows it: the screen it acted on, the model's own words."""
+
+    screenshot: str
+    output: str
+
+
+class Family(Protocol):
+    name: str
+    action_format: str  # the codec that reads its answers
+    source: str  # the published inference code its requests reproduce
+    images: int  # the most screenshots one request carries
+
+    def coordinate_screen(self, width: int, height: int) -> Screen:
+        """The pixel space its coordinates live in, for a screenshot of width x height."""
+        ...
+
+    def image(self, png: bytes) -> dict[str, Any]:
+        """A screenshot as the family's client sends it (resized and encoded as its code does)."""
+        ...
+
+    def messages(
+        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+    ) -> list[Message]:
+        """The chat messages of one step: `screen` is the raw screenshot's size, `history` the episode's
+        earlier steps oldest first, `current` the screenshot now shown."""
+        ...
+
+
+def _registry() -> dict[str, Family]:
+    from trajforge.families.agentcpm import AgentCPMGUI
+    from trajforge.families.qwen import GUIOwl, Qwen25VLMobileUse
+    from trajforge.families.uitars import UITars15Mobile
+
+    return {f.name: f for f in (UITars15Mobile(), Qwen25VLMobileUse(), GUIOwl(), AgentCPMGUI())}
+
+
+FAMILY_NAMES = ("uitars15", "qwen25vl", "guiowl", "agentcpm")
+PROMPT_VERSION = "families-1"  # bumped whenever a family's request changes
+
+
+def get_family(name: str) -> Family:
+    """The family called `name`; ConfigError names the known ones."""
+    families = _registry()
+    if name not in families:
+        raise ConfigError(f"unknown model family {name!r}; known: {', '.join(families)}")
+    return families[name]

@@ -1,0 +1,217 @@
+"""The Qwen2.5-VL `mobile_use` function call, and GUI-Owl (Mobile-Agent-v3), which speaks it too.
+
+Qwen2.5-VL: QwenLM/Qwen2.5-VL `cookbooks/mobile_agent.ipynb` with `cookbooks/utils/agent_function_call.py`
+(`MobileUse`). The system prompt is qwen-agent's `NousFnCallPrompt.preprocess_fncall_messages`
+(qwen_agent/llm/fncall_prompts/nous_fncall_prompt.py, `FN_CALL_TEMPLATE`) over "You are a helpful
+assistant." and the tool; the tool states the resolution of the image *after* smart resize, the
+space the model answers in. The user turn is the query with the task progress as earlier tool calls
+("Step 1: {...}; "), then the current screenshot: one image per request.
+
+GUI-Owl: X-PLUG/MobileAgent `Mobile-Agent-v3/android_world_v3/android_world/agents/gui_owl.py` with
+`mobile_agent_utils_new.py` (`build_system_messages`, `generate_user_prompt_single_image`),
+`function_call_mobile_answer.py` (`AndroidWorldMobileUse`, which adds `answer` and has no `open`) and
+`coordinate_resize.py` (`update_image_size_`: at most 12800 visual tokens). The history is the model's
+own `<conclusion>` of each earlier step; it reasons in `<thinking>` and ends with a `<conclusion>`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from trajforge.actions import Screen
+from trajforge.actions.space import QWEN25VL, PixelBudget, smart_resize
+from trajforge.families import ImagePart, Message, Turn
+from trajforge.gateway import image_part, text_part
+
+FN_CALL_TEMPLATE = """# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{tool_descs}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>"""
+DEFAULT_SYSTEM = "You are a helpful assistant."
+POINT = (
+    "(x, y): The x (pixels from the left edge) and y (pixels from the top edge) coordinates to move the "
+    "mouse to. Required only by `action=click`, `action=long_press`, and `action=swipe`."
+)
+BUTTON = (
+    "Back means returning to the previous interface, Home means returning to the desktop, Menu means "
+    "opening the application background menu, and Enter means pressing the enter. Required only by "
+    "`action=system_button`"
+)
+# (action, its line in the action's description), in each tool's order
+QWEN_ACTIONS = (
+    (
+        "key",
+        "Perform a key event on the mobile device.\n    - This supports adb's `keyevent` syntax.\n"
+        '    - Examples: "volume_up", "volume_down", "power", "camera", "clear".',
+    ),
+    ("click", "Click the point on the screen with coordinate (x, y)."),
+    ("long_press", "Press the point on the screen with coordinate (x, y) for specified seconds."),
+    (
+        "swipe",
+        "Swipe from the starting point with coordinate (x, y) to the end point with coordinates2 (x2, y2).",
+    ),
+    ("type", "Input the specified text into the activated input box."),
+    ("system_button", "Press the system button."),
+    ("open", "Open an app on the device."),
+    ("wait", "Wait specified seconds for the change to happen."),
+    ("terminate", "Terminate the current task and report its completion status."),
+)
+OWL_ACTIONS = (
+    *QWEN_ACTIONS[1:5],
+    ("answer", "Output the answer."),
+    QWEN_ACTIONS[5],
+    *QWEN_ACTIONS[7:],
+)
+
+
+def mobile_use(
+    width: int, height: int, actions: tuple[tuple[str, str], ...], text_for: str
+) -> dict[str, Any]:
+    """The `mobile_use` tool's function as qwen-agent's `BaseTool.function` gives it."""
+    description = (
+        "Use a touchscreen to interact with a mobile device, and take screenshots.\n"
+        "* This is an interface to a mobile device with touchscreen. You can perform actions like "
+        "clicking, typing, swiping, etc.\n"
+        "* Some applications may take time to start or process actions, so you may need to wait and "
+        "take successive screenshots to see the results of your actions.\n"
+        f"* The screen's resolution is {width}x{height}.\n"
+        "* Make sure to click any buttons, links, icons, etc with the cursor tip in the center of the "
+        "element. Don't click boxes on their edges unless asked."
+    )
+    listed = "\n".join(f"* `{name}`: {line}" for name, line in actions)
+    properties = {
+        "action": {
+            "description": f"The action to perform. The available actions are:\n{listed}",
+            "enum": [name for name, _ in actions],
+            "type": "string",
+        },
+        "coordinate": {"description": POINT, "type": "array"},
+        "coordinate2": {
+            "description": POINT.replace(
+                "Required only by `action=click`, `action=long_press`, and `action=swipe`.",
+                "Required only by `action=swipe`.",
+            ),
+            "type": "array",
+        },
+        "text": {"description": f"Required only by {text_for}.", "type": "string"},
+        "time": {
+            "description": "The seconds to wait. Required only by `action=long_press` and `action=wait`.",
+            "type": "number",
+        },
+        "button": {"description": BUTTON, "enum": ["Back", "Home", "Menu", "Enter"], "type": "string"},
+        "status": {
+            "description": "The status of the task. Required only by `action=terminate`.",
+            "type": "string",
+            "enum": ["success", "failure"],
+        },
+    }
+    parameters = {"properties": properties, "required": ["action"], "type": "object"}
+    return {"name": "mobile_use", "description": description, "parameters": parameters}
+
+
+def tool_system(function: dict[str, Any]) -> str:
+    """qwen-agent's Nous function-call system prompt over the default system message."""
+    tool = json.dumps({"type": "function", "function": function}, ensure_ascii=False)
+    return DEFAULT_SYSTEM + "\n\n" + FN_CALL_TEMPLATE.format(tool_descs=tool)
+
+
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+_CONCLUSION = re.compile(r"<conclusion>\n?(.*?)\n?</conclusion>", re.S)
+
+
+class Qwen25VLMobileUse:
+    name = "qwen25vl"
+    action_format = "qwen"
+    source = (
+        "QwenLM/Qwen2.5-VL cookbooks/mobile_agent.ipynb + cookbooks/utils/agent_function_call.py MobileUse"
+    )
+    images = 1
+    budget = QWEN25VL  # the processor's published defaults
+
+    def coordinate_screen(self, width: int, height: int) -> Screen:
+        return Screen(*smart_resize(width, height, self.budget))
+
+    def image(self, png: bytes) -> dict[str, Any]:
+        return image_part(png)
+
+    def messages(
+        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+    ) -> list[Message]:
+        resized = self.coordinate_screen(screen.width, screen.height)
+        system = tool_system(
+            mobile_use(
+                resized.width, resized.height, QWEN_ACTIONS, "`action=key`, `action=type`, and `action=open`"
+            )
+        )
+        steps = "".join(f"Step {i}: {_call(turn.output)}; " for i, turn in enumerate(history, 1))
+        query = (
+            f"The user query:  {task}\n"
+            f"Task progress (You have done the following operation on the current device): {steps}"
+        )
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": [text_part(query), image(current)]},
+        ]
+
+
+class GUIOwl(Qwen25VLMobileUse):
+    name = "guiowl"
+    source = (
+        "X-PLUG/MobileAgent Mobile-Agent-v3 android_world_v3 agents/gui_owl.py + mobile_agent_utils_new.py"
+    )
+    budget = PixelBudget(28 * 28, 28 * 28 * 12800)  # update_image_size_: 1 to 12800 visual tokens
+
+    def messages(
+        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+    ) -> list[Message]:
+        resized = self.coordinate_screen(screen.width, screen.height)
+        system = tool_system(
+            mobile_use(resized.width, resized.height, OWL_ACTIONS, "`action=type` and `action=answer`")
+        )
+        steps = "".join(
+            f"Step {i}: {_conclusion(turn.output)}; "
+            for i, turn in enumerate(history, 1)
+            if _conclusion(turn.output)
+        )
+        query = (
+            f"The user query: {task}"
+            f"\nTask progress (You have done the following operation on the current device): {steps}.\n"
+            "\nBefore answering, explain your reasoning step-by-step in <thinking></thinking> tags, and insert "
+            "them before the <tool_call></tool_call> XML tags."
+            "\nAfter answering, summarize your action in <conclusion></conclusion> tags, and insert them after "
+            "the <tool_call></tool_call> XML tags."
+        )
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": [text_part(query), image(current)]},
+        ]
+
+
+def _call(output: str) -> str:
+    """An earlier step's tool call as the cookbook's history writes it (json.dumps of the call); the raw
+    output, whitespace folded, when it held none."""
+    found = _TOOL_CALL.search(output)
+    if found:
+        try:
+            return json.dumps(json.loads(found[1]), ensure_ascii=False)
+        except ValueError:
+            pass
+    return " ".join(output.split())
+
+
+def _conclusion(output: str) -> str | None:
+    """GUI-Owl's summary of an earlier step, as gui_owl.py puts it in the history (newlines and double
+    quotes removed); None when the output had none (gui_owl.py then skips the step)."""
+    found = _CONCLUSION.search(output)
+    return found[1].replace("\n", "").replace('"', "") if found else None
