@@ -37,7 +37,7 @@ from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query, StepVerdict, backend_of, describe
 from trajforge.episode import Step
-from trajforge.errors import LLMError
+from trajforge.errors import LLMError, LLMRefused
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
 from trajforge.settings import CriticSettings
@@ -57,10 +57,14 @@ class JudgeReport:
         labels = ", ".join(f"{k}={v}" for k, v in sorted(self.steps.items()))
         line = f"judged {self.episodes} episodes: {self.correct} correct by consensus; step labels: {labels}"
         if self.pending:
-            line += (
-                f"; {sum(self.pending.values())} episodes pending ({counts(self.pending)}): "
-                "run again to retry only those"
-            )
+            retry = sum(n for reason, n in self.pending.items() if reason != LLMRefused.reason)
+            line += f"; {sum(self.pending.values())} episodes pending ({counts(self.pending)})"
+            line += ": run again to retry only those" if retry else ""
+            if self.pending[LLMRefused.reason]:
+                line += (
+                    f"; the endpoint refused {self.pending[LLMRefused.reason]} requests (4xx), which "
+                    "fail again until the request or the endpoint changes (its image limit, the model name)"
+                )
         return line
 
 

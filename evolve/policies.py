@@ -107,8 +107,15 @@ def policy_factory(
         gateway = build_gateway(llm, spine.sessions)
         assert gateway is not None  # the endpoint is set
         fmt = meta.get("format", "qwen")
+        # The family the row was registered with (the user's own checkpoint, `evolve.first_policy`); a
+        # candidate trained on an export speaks the export's prompt, which `format` alone gives.
         config = VLMPolicyConfig.from_settings(
-            spine.settings.policy, name=row.name, version=row.version, model=model, format=fmt
+            spine.settings.policy,
+            name=row.name,
+            version=row.version,
+            model=model,
+            format=fmt,
+            family=meta.get("family"),
         )
         return lambda: VLMPolicy(config, gateway, spine.frames)
     raise ConfigError(

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from evolve import lifecycle
 from evolve.heldout import evaluate_policy, heldout_queries
@@ -42,6 +43,7 @@ from storage.models import Query as QueryRow
 from storage.publish import PublishConfig, publish
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError
+from trajforge.families import get_family
 from trajforge.settings import Settings
 
 EXPLORER = ("random-explorer", 0)
@@ -61,6 +63,23 @@ def config_hash(settings: Settings) -> str:
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()
 
 
+def _first_policy(s: Session, settings: Settings) -> int:
+    """Round 1's policy: the random explorer, or the user's served checkpoint (`evolve.first_policy`)."""
+    if settings.evolve.first_policy == "random-explorer":
+        return register_policy(s, *EXPLORER, meta={"max_actions": settings.evolve.max_steps})
+    if settings.llm.offline:
+        raise ConfigError(
+            "evolve.first_policy: vlm needs the checkpoint's endpoint; "
+            "set llm.base_url (TRAJFORGE_LLM_BASE_URL)"
+        )
+    family = settings.policy.family
+    fmt = get_family(family).action_format if family else settings.trainer.action_format
+    meta = {"model": settings.llm.model, "format": fmt, "family": family}
+    return register_policy(
+        s, f"vlm-{family}" if family else "vlm", 0, meta=meta, endpoint=settings.llm.base_url
+    )
+
+
 def start_round(settings: Settings, number: int) -> dict[str, Any]:
     """Open round `number` with its policy (idempotent); say whether it is already done."""
     spine = open_spine(settings)
@@ -69,7 +88,7 @@ def start_round(settings: Settings, number: int) -> dict[str, Any]:
         row = s.scalars(select(Round).where(Round.number == number)).first()
         if row is None:
             if number == 1:
-                policy_id = register_policy(s, *EXPLORER, meta={"max_actions": settings.evolve.max_steps})
+                policy_id = _first_policy(s, settings)
             else:
                 before = s.scalars(select(Round).where(Round.number == number - 1)).first()
                 trained = (before.stats or {}).get("next_policy_id") if before else None

@@ -87,6 +87,13 @@ class LLMError(TrajforgeError):
         return {"reason": self.reason, "status": self.status, "error": str(self)}
 
 
+class LLMRefused(LLMError):
+    """The endpoint refused the request itself (a 4xx other than 429): the same request fails again,
+    so it is not retried, and a rerun cannot help until the request or the endpoint changes."""
+
+    reason = "llm_refused"
+
+
 class LLMRateLimited(LLMError):
     """The endpoint kept answering 429 after every retry."""
 

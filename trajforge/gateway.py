@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 import openai
 
-from trajforge.errors import LLMError, LLMRateLimited, LLMTimeout
+from trajforge.errors import LLMError, LLMRateLimited, LLMRefused, LLMTimeout
 from trajforge.settings import LLMSettings
 
 log = logging.getLogger("trajforge.gateway")
@@ -234,6 +234,8 @@ class LLMGateway:
         """
         model = model or self.settings.model
         params: dict[str, Any] = {"model": model, "messages": messages, "temperature": temperature}
+        if max_tokens is None:  # a stage that sets no budget gets the endpoint's (llm.max_tokens)
+            max_tokens = self.settings.max_tokens
         if max_tokens is not None:
             params["max_tokens"] = max_tokens
         if json_mode:
@@ -337,8 +339,9 @@ class LLMGateway:
                 error, retry_after, final, status = exc, None, LLMTimeout, None
             except openai.APIStatusError as exc:
                 if exc.status_code < 500:
-                    raise LLMError(
-                        f"{stage}: endpoint refused the request ({exc.status_code}): {exc.message}",
+                    raise LLMRefused(
+                        f"{stage}: endpoint refused the request ({exc.status_code}): {exc.message}; "
+                        "the same request fails again (not retried): change the request or the endpoint",
                         status=exc.status_code,
                     ) from exc
                 error, retry_after, final, status = exc, None, LLMError, exc.status_code

@@ -137,6 +137,12 @@ class LLMSettings(BaseSettings):
     backoff_base_s: float = Field(0.5, gt=0, le=60, description="First backoff; doubles per retry.")
     backoff_max_s: float = Field(30.0, gt=0, le=600, description="Longest single backoff.")
     timeout_s: float = Field(60.0, gt=0, le=3600, description="Per-request timeout.")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Completion budget of every call whose stage sets none (critics, CSRS, thoughts, "
+        "guidance); None: the server's own default. The policy's is `policy.max_tokens`.",
+    )
     prompt_usd_per_1k: float = Field(0.0, ge=0, description="Price of 1k prompt tokens.")
     completion_usd_per_1k: float = Field(0.0, ge=0, description="Price of 1k completion tokens.")
 

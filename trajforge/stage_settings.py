@@ -232,6 +232,11 @@ class EvolveSettings(BaseSettings):
         "headless Chromium; needs the chromium package and Playwright).",
     )
     max_steps: int = Field(25, ge=1, le=500, description="Step budget of one episode.")
+    first_policy: Literal["random-explorer", "vlm"] = Field(
+        "random-explorer",
+        description="Who rolls out round 1: the random explorer (offline), or vlm, the user's checkpoint "
+        "served at llm.base_url as `llm.model`, sent its family's own requests (`policy.family`).",
+    )
     device_cooldown_s: float = Field(
         20.0,
         ge=0,

@@ -35,7 +35,7 @@ from trajforge.actions.space import coordinate_screen, system_prompt
 from trajforge.domain import Observation, Query, StepView, describe
 from trajforge.errors import ParseError
 from trajforge.families import FAMILY_NAMES, PROMPT_VERSION, Turn, get_family
-from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.gateway import LLMGateway, LLMResult, image_part, text_part
 from trajforge.settings import PolicySettings
 
 _TEMPLATES = Environment(
@@ -137,14 +137,8 @@ class VLMPolicy:
         # each screenshot is read and encoded once, however many steps it stays in the window
         self._parts = {sha: self._parts.get(sha) or image_part(self.frames(sha)) for sha in self._images}
         content = [text_part(user)] + [self._parts[sha] for sha in self._images]
-        result = await self.gateway.chat(
-            [{"role": "system", "content": system}, {"role": "user", "content": content}],
-            stage="policy",
-            model=self.config.model,
-            temperature=self._sampling.temperature,
-            top_p=self._sampling.top_p,
-            max_tokens=self.config.max_tokens,
-            seed=self._sampling.seed,
+        result = await self._ask(
+            [{"role": "system", "content": system}, {"role": "user", "content": content}]
         )
         self._history.append(
             history_line(result.text, self.config.format, observation, self.config.history, screen)
@@ -156,6 +150,18 @@ class VLMPolicy:
             result.completion_tokens,
             sampling=self._sampling.as_dict(),
             screen=screen,
+        )
+
+    async def _ask(self, messages: list[dict[str, Any]]) -> LLMResult:
+        """One policy call with the episode's sampling."""
+        return await self.gateway.chat(
+            messages,
+            stage="policy",
+            model=self.config.model,
+            temperature=self._sampling.temperature,
+            top_p=self._sampling.top_p,
+            max_tokens=self.config.max_tokens,
+            seed=self._sampling.seed,
         )
 
     async def _act_as_family(self, observation: Observation) -> PolicyOutput:
@@ -175,15 +181,7 @@ class VLMPolicy:
             observation.screenshot,
             self._parts.__getitem__,
         )
-        result = await self.gateway.chat(
-            messages,
-            stage="policy",
-            model=self.config.model,
-            temperature=self._sampling.temperature,
-            top_p=self._sampling.top_p,
-            max_tokens=self.config.max_tokens,
-            seed=self._sampling.seed,
-        )
+        result = await self._ask(messages)
         self._turns.append(Turn(observation.screenshot, result.text))
         return PolicyOutput(
             result.text,

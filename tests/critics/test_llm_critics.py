@@ -122,3 +122,15 @@ def test_an_unparsed_channel_does_not_vote_against_the_one_that_parsed(judged_ro
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m"))
         report = asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
     assert _consensus_labels(sessions) == ["correct"] * 4 and report.correct == 4
+
+
+def test_a_refused_request_is_not_promised_a_retry() -> None:
+    """A 4xx (too many images for the server, say) fails again on a rerun: the report says so."""
+    from collections import Counter
+
+    from critics.judge import JudgeReport
+
+    refused = JudgeReport(episodes=2, pending=Counter({"llm_refused": 2})).render()
+    assert "run again" not in refused and "the endpoint refused 2 requests (4xx)" in refused
+    mixed = JudgeReport(episodes=2, pending=Counter({"llm_error": 1, "llm_refused": 1})).render()
+    assert "run again to retry only those" in mixed and "refused 1 requests" in mixed

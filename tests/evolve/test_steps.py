@@ -122,6 +122,33 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     assert second["overall"]["episodes"] == 0 and [r["query"] for r in second["revisits"]] == revisits
 
 
+def test_round_one_can_be_the_users_checkpoint_sent_its_familys_requests(evolve_settings: Settings) -> None:
+    """`evolve.first_policy: vlm`: round 1 rolls out the served checkpoint (not the random explorer),
+    registered with its endpoint, model and family; its policy speaks the family's own requests."""
+    settings = evolve_settings.model_copy(
+        update={"evolve": evolve_settings.evolve.model_copy(update={"first_policy": "vlm"})}
+    )
+    with pytest.raises(ConfigError, match="first_policy: vlm needs the checkpoint's endpoint"):
+        steps.start_round(settings, 1)
+    served = settings.model_copy(
+        update={
+            "llm": settings.llm.model_copy(
+                update={"base_url": "http://127.0.0.1:9/v1", "model": "ui-tars-7b"}
+            ),
+            "policy": settings.policy.model_copy(update={"family": "uitars15"}),
+        }
+    )
+    started = steps.start_round(served, 1)
+    assert started["policy"] == "vlm-uitars15@0"
+    spine = open_spine(served)
+    with spine.sessions() as s:
+        row = s.scalars(select(Policy).where(Policy.name == "vlm-uitars15")).one()
+    assert row.endpoint == "http://127.0.0.1:9/v1"
+    assert row.meta == {"model": "ui-tars-7b", "format": "uitars15", "family": "uitars15"}
+    policy = policy_factory(spine, row.id)()
+    assert policy.family is not None and policy.family.name == "uitars15"  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_episodes_that_find_no_free_device_fail_the_shard_and_a_rerun_plays_them(
     evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch

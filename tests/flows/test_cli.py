@@ -18,7 +18,11 @@ TRAJFORGE = shutil.which("trajforge", path=str(Path(sys.executable).parent)) or 
 
 
 def cli(
-    *args: str, stdin: str = "", env: dict[str, str] | None = None, cwd: Path | None = None
+    *args: str,
+    stdin: str = "",
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
     full_env.update(env or {})
@@ -29,7 +33,7 @@ def cli(
         text=True,
         env=full_env,
         cwd=cwd,
-        timeout=120,
+        timeout=timeout,
     )
 
 

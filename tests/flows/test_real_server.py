@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import free_port, service_missing
 from tests.flows.test_cli import cli
@@ -69,3 +70,49 @@ def test_every_familys_request_is_accepted_and_every_answer_kept_as_data(
     assert steps and all(raw is not None and (error or action) for raw, error, action in steps)
     # the server's own image processor read each screenshot: hundreds of visual tokens per request
     assert calls and all(stage == "policy" and tokens > 500 for stage, tokens in calls)
+
+
+def test_two_rounds_from_the_users_checkpoint_against_the_real_server(
+    server: ModelServer, tmp_path: Path
+) -> None:
+    """`evolve.first_policy: vlm` with the model critics, CSRS and everything else on the real server:
+    both rounds finish, every failure is data, and a rerun sends no request."""
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "home": str(tmp_path / "home"),
+                "apps": ["settings"],
+                "llm": {
+                    "base_url": server.url,
+                    "model": server.model,
+                    "max_retries": 0,
+                    "concurrency": 2,
+                    "max_tokens": 16,  # the critics' and writers' budget: garbage either way
+                },
+                "policy": {"family": "qwen25vl", "max_tokens": 24},
+                "evolve": {
+                    "first_policy": "vlm",
+                    "queries_per_app": 1,
+                    "rollouts": 2,
+                    "devices": 1,
+                    "max_steps": 3,
+                    "heldout_per_app": 1,
+                    "heldout_rollouts": 1,
+                },
+                "curate": {"encoder_steps": 3},
+            }
+        )
+    )
+    done = cli("evolve", "--rounds", "2", "--config", str(config), cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "round 1/2: policy vlm-qwen25vl@0" in done.stdout
+    with sqlite3.connect(tmp_path / "home" / "trajforge.db") as conn:
+        rounds = conn.execute("select number, status from round order by number").fetchall()
+        paid = conn.execute("select count(*) from llm_call").fetchone()[0]
+        stages = {s for (s,) in conn.execute("select distinct stage from llm_call")}
+    assert rounds == [(1, "done"), (2, "done")] and paid > 0 and "policy" in stages
+    again = cli("evolve", "--rounds", "2", "--config", str(config), cwd=tmp_path, timeout=300)
+    with sqlite3.connect(tmp_path / "home" / "trajforge.db") as conn:
+        assert conn.execute("select count(*) from llm_call").fetchone()[0] == paid  # nothing sent again
+    assert again.returncode == 0 and again.stdout.count("already done") == 2

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.support.processes import server_process
 
 USERNAME = "annotator@trajforge.test"
 PASSWORD = "trajforge-ls-pass"
@@ -48,14 +47,6 @@ def label_studio_bin() -> str | None:
     return os.environ.get("TRAJFORGE_TEST_LS_BIN") or shutil.which("label-studio")
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
-
-
 @contextmanager
 def serve(binary: str, data_dir: Path, port: int, timeout_s: float = 240) -> Iterator[LabelStudioServer]:
     """Start `label-studio` on 127.0.0.1:port with a fresh SQLite data dir; stop it afterwards."""
@@ -70,39 +61,20 @@ def serve(binary: str, data_dir: Path, port: int, timeout_s: float = 240) -> Ite
         "LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK": "true",
     }
     data_dir.mkdir(parents=True, exist_ok=True)
-    log = (data_dir / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-browser",
-            "--data-dir",
-            str(data_dir),
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    args = [
+        binary,
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-browser",
+        "--data-dir",
+        str(data_dir),
+    ]
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while not _healthy(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (data_dir / "server.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"Label Studio did not come up on {url}:\n{tail}")
-            time.sleep(1)
+    with server_process(args, env, url, data_dir / "server.log", timeout_s):
         yield LabelStudioServer(url, TOKEN, USERNAME, PASSWORD)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @contextmanager

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.processes import server_process
 
 TINY = Path(__file__).with_name("tiny_qwen_vl.py")
 
@@ -38,27 +38,8 @@ def transformers_serve(
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
     model = workdir / "tiny-qwen2.5-vl"
     subprocess.run([python, str(TINY), str(model)], check=True, capture_output=True, env=env, timeout=300)
-    log = (workdir / "serve.log").open("w")
     cli = str(Path(python).with_name("transformers"))
     args = [cli, "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
-    server = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((workdir / "serve.log").read_text()[-3000:])
-            time.sleep(0.5)
-        yield ModelServer(f"http://127.0.0.1:{port}/v1", str(model))
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+    url = f"http://127.0.0.1:{port}"
+    with server_process(args, env, url, workdir / "serve.log", timeout_s, start_new_session=True):
+        yield ModelServer(f"{url}/v1", str(model))

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.llm_cache import SqlResponseCache, usage_by_stage
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
-from trajforge.errors import LLMError, LLMRateLimited, LLMTimeout
+from trajforge.errors import LLMError, LLMRateLimited, LLMRefused, LLMTimeout
 from trajforge.gateway import LLMGateway, RateLimiter, closing, image_part, parse_json_output, text_part
 from trajforge.settings import LLMSettings
 
@@ -36,6 +36,16 @@ async def test_plain_call_and_usage(scripted_llm: ScriptedLLM) -> None:
     assert result.cost_usd == pytest.approx((12 * 1.0 + 3 * 2.0) / 1000)
     assert gw.usage["critic"].prompt_tokens == 12 and gw.usage["critic"].calls == 1
     assert scripted_llm.requests[0].body["model"] == "scripted"
+
+
+async def test_a_stage_without_a_budget_gets_the_endpoints(scripted_llm: ScriptedLLM) -> None:
+    """`llm.max_tokens` bounds the calls whose stage sets no budget (critics, CSRS, thoughts);
+    a stage's own budget wins, and without either none is sent (the server's default)."""
+    await gateway(scripted_llm, max_tokens=64).chat(USER, stage="critic")
+    await gateway(scripted_llm, max_tokens=64).chat(USER, stage="policy", max_tokens=512)
+    await gateway(scripted_llm).chat(USER, stage="critic")
+    sent = [r.body.get("max_tokens") for r in scripted_llm.requests]
+    assert sent == [64, 512, None]
 
 
 async def test_images_travel_as_data_urls(scripted_llm: ScriptedLLM) -> None:
@@ -113,7 +123,9 @@ async def test_timeouts_retry_then_raise(scripted_llm: ScriptedLLM) -> None:
 
 async def test_client_errors_are_not_retried(scripted_llm: ScriptedLLM) -> None:
     scripted_llm.enqueue(Reply(status=400))
-    with pytest.raises(LLMError, match=r"endpoint refused the request \(400\)"):
+    with pytest.raises(
+        LLMRefused, match=r"endpoint refused the request \(400\).*fails again \(not retried\)"
+    ):
         await gateway(scripted_llm).chat(USER, stage="policy")
     assert len(scripted_llm.requests) == 1
 

@@ -1,0 +1,41 @@
+"""A server the tests start as a subprocess: up when its /health answers 200, stopped after."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+@contextmanager
+def server_process(
+    args: list[str], env: dict[str, str], url: str, log_path: Path, timeout_s: float, **popen: object
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `args`, output to `log_path`, until `url`/health answers; terminate it (then kill) after."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, **popen)  # type: ignore[call-overload]
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not healthy(url):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = log_path.read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"{args[0]} did not come up on {url}:\n{tail}")
+                time.sleep(0.5)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
