@@ -138,6 +138,8 @@ def train_next(settings: Settings, number: int, dataset_version: int) -> dict[st
     root = settings.home / "training" / settings.evolve.dataset / f"v{dataset_version}"
 
     data = _complete(root / fmt, partial(_write_export, spine, dataset_version, fmt, builtin))
+    if builtin and not any(data.glob("train*.parquet")):
+        return _nothing_to_train(spine, number, parent_id)
     output = _complete(root / f"{name}-checkpoint", partial(_run_trainer, settings, data, number))
     fill = {"output": str(output), "version": str(number)}
     meta: dict[str, Any] = {}
@@ -157,3 +159,18 @@ def train_next(settings: Settings, number: int, dataset_version: int) -> dict[st
         rnd = s.scalars(select(Round).where(Round.number == number)).one()
         rnd.stats = {**(rnd.stats or {}), "candidate_policy_id": policy_id}
     return {"policy": f"{name}@{number}", "policy_id": policy_id, "checkpoint": uri, "endpoint": endpoint}
+
+
+NO_TRAINING_ROWS = "no_training_rows"
+
+
+def _nothing_to_train(spine: Spine, number: int, current_id: int) -> dict[str, Any]:
+    """The version holds no action row to learn from (a round in which no episode succeeded, say):
+    no candidate is trained, and round `number + 1` keeps this round's policy, with the reason."""
+    decision = {"promoted": False, "reason": NO_TRAINING_ROWS}
+    with transaction(spine.sessions) as s:
+        rnd = s.scalars(select(Round).where(Round.number == number)).one()
+        rnd.stats = {**(rnd.stats or {}), "next_policy_id": current_id, "promotion": decision}
+        kept = s.get(PolicyRow, current_id)
+        assert kept is not None
+    return {"policy": f"{kept.name}@{kept.version}", "policy_id": current_id, "skipped": NO_TRAINING_ROWS}
