@@ -14,10 +14,10 @@ from flows.cli_common import ConfigOpt, cli_settings, cli_spine
 from flows.cli_critics import critics_app
 from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
-from flows.cli_ops import devices_app, serve_cmd, status_cmd
+from flows.cli_ops import check_cmd, devices_app, serve_cmd, status_cmd
 from flows.prefect_env import prefect_call, prefect_env
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
-from trajforge.errors import ActionError, StorageError, TrajforgeError
+from trajforge.errors import ActionError, TrajforgeError
 from trajforge.logs import configure_logging, redact_url
 from trajforge.settings import Settings
 
@@ -214,46 +214,6 @@ def rollout(
     )
 
 
-@app.command("check")
-def check(config: ConfigOpt = None) -> None:
-    """Validate the settings, reach the database (and check a SQLite file's integrity) and the object
-    store, and look for the fonts the simulated screens need. Exit 1 on any problem."""
-    from rollout.sim.render import cjk_font_path
-    from storage.db import check_connection, engine_from_settings, integrity_problems
-    from storage.objectstore import open_object_store
-
-    settings = cli_settings(config)
-    engine = engine_from_settings(settings)
-    check_connection(engine)
-    problems = integrity_problems(engine)
-    for problem in problems[:10]:
-        typer.echo(f"database integrity: {problem}", err=True)
-    if problems:
-        raise StorageError(
-            f"database {redact_url(settings.db_url)} is damaged ({len(problems)} problems above); "
-            "restore it from a backup, or move the file aside to start afresh"
-        )
-    open_object_store(settings)
-    typer.echo(f"database {redact_url(settings.db_url)}: ok")
-    store = settings.s3.endpoint if settings.store.backend == "s3" else str(settings.store_path)
-    typer.echo(f"object store {settings.store.backend} {store}: ok")
-    if settings.llm.offline:
-        typer.echo("llm: offline (no endpoint configured)")
-    else:
-        from trajforge.probe import probe_endpoint
-
-        typer.echo(f"{probe_endpoint(settings.llm)}: ok")
-    font = cjk_font_path()
-    if font is None:
-        typer.echo(
-            "fonts: no CJK font, so screens with Chinese text cannot be rendered; reinstall trajforge's "
-            "dependencies (pip install -e .), which bring one, or apt-get install fonts-wqy-microhei",
-            err=True,
-        )
-        raise typer.Exit(1)
-    typer.echo(f"fonts: CJK {font}: ok")
-
-
 @app.command("config")
 def show_config(config: ConfigOpt = None) -> None:
     """Print the effective settings, secrets masked; exit 1 if the database URL cannot be used
@@ -385,6 +345,7 @@ def report_cmd(
     typer.echo(f"report: {write_report(sessions, store, out).resolve().as_uri()}")
 
 
+app.command("check")(check_cmd)
 app.command("serve")(serve_cmd)
 app.command("status")(status_cmd)
 

@@ -1,5 +1,6 @@
-"""Operator commands: `trajforge status` (the running round, device health, leases and the
-deployment's last runs) and `trajforge devices list|reset`."""
+"""Operator commands: `trajforge check` (settings, database, store, model endpoint, fonts),
+`trajforge status` (the running round, device health, leases and the deployment's last runs) and
+`trajforge devices list|reset`."""
 
 from __future__ import annotations
 
@@ -117,3 +118,43 @@ def serve_cmd(
         return
     typer.echo(f"serving evolve/trajforge-evolve; schedule {schedule}")
     serve_here(settings, config)
+
+
+def check_cmd(config: ConfigOpt = None) -> None:
+    """Validate the settings, reach the database (and check a SQLite file's integrity) and the object
+    store, and look for the fonts the simulated screens need. Exit 1 on any problem."""
+    from rollout.sim.render import cjk_font_path
+    from storage.db import check_connection, engine_from_settings, integrity_problems
+    from storage.objectstore import open_object_store
+    from trajforge.errors import StorageError
+    from trajforge.logs import redact_url
+    from trajforge.probe import probe_endpoint
+
+    settings = cli_settings(config)
+    engine = engine_from_settings(settings)
+    check_connection(engine)
+    problems = integrity_problems(engine)
+    for problem in problems[:10]:
+        typer.echo(f"database integrity: {problem}", err=True)
+    if problems:
+        raise StorageError(
+            f"database {redact_url(settings.db_url)} is damaged ({len(problems)} problems above); "
+            "restore it from a backup, or move the file aside to start afresh"
+        )
+    open_object_store(settings)
+    typer.echo(f"database {redact_url(settings.db_url)}: ok")
+    store = settings.s3.endpoint if settings.store.backend == "s3" else str(settings.store_path)
+    typer.echo(f"object store {settings.store.backend} {store}: ok")
+    if settings.llm.offline:
+        typer.echo("llm: offline (no endpoint configured)")
+    else:
+        typer.echo(f"{probe_endpoint(settings.llm)}: ok")
+    font = cjk_font_path()
+    if font is None:
+        typer.echo(
+            "fonts: no CJK font, so screens with Chinese text cannot be rendered; reinstall trajforge's "
+            "dependencies (pip install -e .), which bring one, or apt-get install fonts-wqy-microhei",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"fonts: CJK {font}: ok")

@@ -19,7 +19,7 @@ from evolve.spine import Spine, open_pool, open_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
-from rollout.runner import RolloutConfig
+from rollout.runner import RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
@@ -31,7 +31,7 @@ from storage.models import Query as QueryRow
 from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError
-from trajforge.families import FAMILY_NAMES
+from trajforge.families import get_family
 from trajforge.gateway import LLMGateway
 from trajforge.probe import probe_endpoint
 from trajforge.settings import Settings, load_settings
@@ -55,14 +55,9 @@ def run_rollout(
     family: str | None = None,
 ) -> None:
     """Roll out a policy on the device farm; a rerun resumes the unfinished round. The round goes
-    through the loop's lifecycle (`evolve.lifecycle`): opened, played, closed. `family` (vlm): the
-    served checkpoint's model family, over the run config's `policy.family`."""
+    through the loop's lifecycle (`evolve.lifecycle`): opened, played, closed."""
     _check_choices(policy, backend, serials, family)
-    settings = load_settings(config)
-    if family is not None:
-        settings = settings.model_copy(
-            update={"policy": settings.policy.model_copy(update={"family": family})}
-        )
+    settings = _load(config, family)
     spec, apps = _apps(app_ref, settings, backend)
     spine = open_spine(settings)
     check_apps(spine.sessions, apps)  # before anything is written
@@ -96,9 +91,12 @@ def run_rollout(
         )
     if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it
         close_round(spine, number, {})
-    typer.echo(
-        f"round {number}: {spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices"
-    )
+    _say(number, f"{spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices", report)
+
+
+def _say(number: int, what: str, report: RolloutReport) -> None:
+    """The rollout's lines; an incomplete round is an error saying how to heal the farm and resume."""
+    typer.echo(f"round {number}: {what}")
     typer.echo(report.render())
     if report.not_run:
         raise DeviceError(
@@ -106,6 +104,14 @@ def run_rollout(
             "`trajforge devices list` shows the pool, `trajforge devices reset` returns retired devices, "
             "then rerun the same command"
         )
+
+
+def _load(config: Path | None, family: str | None) -> Settings:
+    """The run config, with `--family` (the served checkpoint's model family) over `policy.family`."""
+    settings = load_settings(config)
+    if family is None:
+        return settings
+    return settings.model_copy(update={"policy": settings.policy.model_copy(update={"family": family})})
 
 
 @contextmanager
@@ -168,8 +174,8 @@ def _check_choices(policy: str, backend: str, serials: list[str] | None, family:
         raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if family is not None and policy != "vlm":
         raise ConfigError(f"--family names the model family of --policy vlm, not of {policy!r}; drop one")
-    if family is not None and family not in FAMILY_NAMES:
-        raise ConfigError(f"unknown model family {family!r}; known: {', '.join(FAMILY_NAMES)}")
+    if family is not None:
+        get_family(family)  # an unknown one is a ConfigError naming the known ones
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if backend == "android" and not serials:

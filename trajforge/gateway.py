@@ -234,8 +234,7 @@ class LLMGateway:
         """
         model = model or self.settings.model
         params: dict[str, Any] = {"model": model, "messages": messages, "temperature": temperature}
-        if max_tokens is None:  # a stage that sets no budget gets the endpoint's (llm.max_tokens)
-            max_tokens = self.settings.max_tokens
+        max_tokens = self.settings.max_tokens if max_tokens is None else max_tokens  # llm.max_tokens
         if max_tokens is not None:
             params["max_tokens"] = max_tokens
         if json_mode:

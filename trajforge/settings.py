@@ -1,13 +1,15 @@
 """Settings: one pydantic-settings class per area, composed into `Settings`.
 
 The spine's areas (home, database, store, S3, LLM) live here, the stages' in
-`trajforge.stage_settings`; every class is importable from this module.
+`trajforge.stage_settings`, the policy's and the trainer's in `trajforge.model_settings`; every
+class is importable from this module.
 
 Environment variables use the `TRAJFORGE_` prefix (`TRAJFORGE_DB_URL`,
 `TRAJFORGE_S3_ENDPOINT`, `TRAJFORGE_LLM_BASE_URL`, ...). A YAML run config may set
 the same fields by section (`db:`, `store:`, `s3:`, `llm:`); a value in the file
 wins over the environment, so a run is reproducible from its file. This module is
-(with `trajforge.stage_settings`) the only place that reads the environment.
+(with `trajforge.stage_settings` and `trajforge.model_settings`) the only place that reads the
+environment.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trajforge.errors import ConfigError
+from trajforge.model_settings import PolicySettings, TrainerSettings
 from trajforge.stage_settings import (
     AnnotationSettings,
     CriticSettings,
@@ -30,8 +33,6 @@ from trajforge.stage_settings import (
     EvolveSettings,
     ExportFormat,
     FeaturizerName,
-    PolicySettings,
-    TrainerSettings,
 )
 
 __all__ = [

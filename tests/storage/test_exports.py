@@ -48,19 +48,17 @@ def test_sharegpt_matches_llama_factory_and_actions_reparse(
             record = json.loads(line)
             system, user, answer = record["messages"]
             assert (system["role"], user["role"], answer["role"]) == ("system", "user", "assistant")
-            assert (
-                "Action Space" in system["content"]
-                if action_format == "uitars"
-                else "<tools>" in system["content"]
-            )
+            row = rows[record["meta"]["uid"]]
+            action = _action(row)
+            contract = "Action Space" if action_format == "uitars" else "<tools>"
+            # an action row states its format's action space; a question states none
+            assert (contract in system["content"]) == (action is not None)
             assert user["content"].count("<image>") == len(record["images"]) >= 1
             for path in record["images"]:
                 assert Path(path).is_absolute()
                 with Image.open(path) as img:
                     # downscaled from 1080x2400; qwen's written at the 28-pixel grid LLaMA-Factory feeds
                     assert img.size == ((252, 532) if action_format == "qwen" else (243, 540))
-            row = rows[record["meta"]["uid"]]
-            action = _action(row)
             if action is not None:
                 # qwen speaks pixels of the image as fed (252x532), uitars 0-1000
                 screen = Screen(252, 532) if action_format == "qwen" else Screen(243, 540)

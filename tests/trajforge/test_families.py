@@ -113,5 +113,6 @@ def test_a_tap_stated_in_the_familys_space_lands_where_it_was_meant(name: str) -
 
 
 def test_an_unknown_family_is_one_error_naming_the_known_ones() -> None:
+    assert [get_family(name).name for name in FAMILY_NAMES] == list(FAMILY_NAMES)
     with pytest.raises(ConfigError, match="unknown model family 'uitars2'; known: uitars15, qwen25vl"):
         get_family("uitars2")

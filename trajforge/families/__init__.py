@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Protocol
 
 from trajforge.actions import Screen
@@ -59,6 +60,7 @@ class Family(Protocol):
         ...
 
 
+@cache
 def _registry() -> dict[str, Family]:
     from trajforge.families.agentcpm import AgentCPMGUI
     from trajforge.families.qwen import GUIOwl, Qwen25VLMobileUse

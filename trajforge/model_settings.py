@@ -1,0 +1,98 @@
+"""What the model sees and what trains it: the `policy:` and `trainer:` sections of the run config.
+
+Importable from `trajforge.settings`, like every section; the environment prefixes are
+`TRAJFORGE_POLICY_` and `TRAJFORGE_TRAINER_`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trajforge.actions import CODECS
+from trajforge.families import FAMILY_NAMES
+from trajforge.stage_settings import ExportFormat
+
+
+class PolicySettings(BaseSettings):
+    """How a VLM policy samples and what it remembers (`vlm` rollouts and trained checkpoints)."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_POLICY_", extra="forbid")
+
+    temperature: float = Field(
+        0.8, ge=0, le=2, description="Temperature of rollouts after the first (K > 1 needs diverse samples)."
+    )
+    top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling of those rollouts.")
+    greedy_first: bool = Field(
+        True, description="Rollout 0 of each query is greedy (temperature 0): the policy's own best guess."
+    )
+    seed: int = Field(
+        0, description="Base of the per-episode sampling seed (mixed with the episode's id: reruns repeat)."
+    )
+    history: Literal["actions", "conclusion", "raw"] = Field(
+        "conclusion",
+        description="Earlier steps in the prompt: actions (the parsed action in words), conclusion (the "
+        "model's own conclusion or intent where it wrote one, else the action in words; GUI-Owl), or raw "
+        "(the output itself, cut to 300 characters).",
+    )
+    history_steps: int = Field(10, ge=0, le=100, description="Earlier steps sent as text.")
+    history_images: int = Field(1, ge=1, le=16, description="Screenshots sent: the last k.")
+    max_tokens: int | None = Field(
+        1024, ge=1, description="Completion budget per step (thinking models need room)."
+    )
+    family: str | None = Field(
+        None,
+        description="The model family the served checkpoint belongs to (uitars15, qwen25vl, guiowl, "
+        "agentcpm): each request is built as that family's published inference code builds it (prompt, "
+        "history, image preprocessing, coordinate space) and its answers read with its codec; the history "
+        "settings above then do not apply. None: trajforge's own prompt in the trainer's action format.",
+        json_schema_extra={"enum": list(FAMILY_NAMES)},
+    )
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, value: str | None) -> str | None:
+        if value is not None and value not in FAMILY_NAMES:
+            raise ValueError(f"unknown model family {value!r}; known: {', '.join(FAMILY_NAMES)}")
+        return value
+
+
+class TrainerSettings(BaseSettings):
+    """What trains policy N+1 from dataset version N: the built-in knn policy, or an external command."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAJFORGE_TRAINER_", extra="forbid")
+
+    command: str | None = Field(
+        None,
+        description="External trainer command line; {dataset} (the export directory), {output} (the "
+        "checkpoint directory), {version} and {round} are filled in. None: the built-in knn policy.",
+    )
+    format: ExportFormat = Field("sft-sharegpt", description="Export format handed to an external trainer.")
+    action_format: str = Field(
+        "qwen",
+        description="Action format of the export and of the trained policy: a codec name "
+        "(`trajforge actions convert --help` lists them).",
+        json_schema_extra={"enum": list(CODECS)},
+    )
+
+    @field_validator("action_format")
+    @classmethod
+    def _known_codec(cls, value: str) -> str:
+        if value not in CODECS:
+            raise ValueError(f"unknown action format {value!r}; known: {', '.join(CODECS)}")
+        return value
+
+    name: str = Field(
+        "trained", min_length=1, max_length=128, description="Policy name of external checkpoints."
+    )
+    endpoint: str | None = Field(
+        None,
+        description="OpenAI-compatible URL the external checkpoint is served from (vLLM, SGLang); "
+        "{output} and {version} are filled in. Required with command.",
+    )
+    model: str = Field(
+        "{output}", description="Model name at the endpoint; {output} and {version} filled in."
+    )
+    timeout_s: float = Field(86_400.0, gt=0, description="The trainer command's time limit.")
