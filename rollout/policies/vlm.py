@@ -167,20 +167,17 @@ class VLMPolicy:
     async def _act_as_family(self, observation: Observation) -> PolicyOutput:
         """One step as the family's own inference code asks it: its messages, its images, its space."""
         assert self.family is not None and self._query is not None
-        family = self.family
-        shown = {t.screenshot for t in self._turns[-(family.images - 1) :]} if family.images > 1 else set()
-        # each screenshot is read and encoded once, however many steps it stays in the window
-        self._parts = {
-            sha: self._parts.get(sha) or family.image(self.frames(sha))
-            for sha in [*shown, observation.screenshot]
-        }
+        family, used = self.family, dict[str, dict[str, Any]]()
+
+        def image(sha: str) -> dict[str, Any]:
+            # each screenshot is read and encoded once, however many steps the family keeps it
+            used[sha] = used.get(sha) or self._parts.get(sha) or family.image(self.frames(sha))
+            return used[sha]
+
         messages = family.messages(
-            self._query.instruction,
-            observed(observation),
-            self._turns,
-            observation.screenshot,
-            self._parts.__getitem__,
+            self._query.instruction, observed(observation), self._turns, observation.screenshot, image
         )
+        self._parts = used  # the window the family sent: older screenshots are let go
         result = await self._ask(messages)
         self._turns.append(Turn(observation.screenshot, result.text))
         return PolicyOutput(

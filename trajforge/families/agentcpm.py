@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from trajforge.gateway import image_part, text_part
 MAX_SIDE = 1120
 
 
+@cache
 def system_prompt(thought: bool = True) -> str:
     """The README's SYSTEM_PROMPT: the schema with ("required", ["thought"]) inserted as its 4th key."""
     schema = json.loads((Path(__file__).parent / "agentcpm_schema.json").read_text(encoding="utf-8"))

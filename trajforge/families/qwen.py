@@ -179,11 +179,8 @@ class GUIOwl(Qwen25VLMobileUse):
         system = tool_system(
             mobile_use(resized.width, resized.height, OWL_ACTIONS, "`action=type` and `action=answer`")
         )
-        steps = "".join(
-            f"Step {i}: {_conclusion(turn.output)}; "
-            for i, turn in enumerate(history, 1)
-            if _conclusion(turn.output)
-        )
+        said = [(i, _conclusion(turn.output)) for i, turn in enumerate(history, 1)]
+        steps = "".join(f"Step {i}: {summary}; " for i, summary in said if summary)
         query = (
             f"The user query: {task}"
             f"\nTask progress (You have done the following operation on the current device): {steps}.\n"
