@@ -5,7 +5,11 @@ that is empty or contradicts the anchor is dropped with its reason."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
 from critics.llm import TEMPLATES
 from storage.samples import CATEGORIES
@@ -19,63 +23,83 @@ WRITTEN_BY_MODEL = CATEGORIES[:5]  # reasoning a thinking model writes; 6 and 7 
 
 
 async def write_with_model(
-    drafts: list[SampleDraft], gateway: LLMGateway, frames: Callable[[str], bytes]
+    drafts: list[SampleDraft],
+    gateway: LLMGateway,
+    frames: Callable[[str], bytes],
+    share: float = 1.0,
 ) -> None:
-    """Step-GUI's extraction by a thinking model, anchored (§2.1.4): it answers each knowledge
-    prompt from the screenshots before and after the step, told what the calibrated trajectory
-    established (the outcome, the step's label, the steps done before).
+    """Step-GUI's extraction by a thinking model, anchored (§2.1.4): it answers a step's knowledge
+    prompts from the screenshots before and after the step, told what the calibrated trajectory
+    established (the outcome, the step's label, the steps done before). One request per step answers
+    all of that step's categories as one JSON object, for the `share` of steps `chosen` picks (the
+    others keep their template answers): at most one call per step.
 
     The template answer stays in the payload as `reference`; provenance gains the model and
     the request hash (the gateway's cache key). An empty answer drops the sample
-    (`llm_empty_response`); a verdict that contradicts the anchor (a self-reflection whose label
-    differs, a state verification whose yes/no differs) drops it (`llm_contradicts_anchor`).
-    A draft dropped as `empty_answer` (its element tree had no text) is kept when the model
-    reads something from the screenshots.
+    (`llm_empty_response`); an answer missing from the reply, or a reply that is no JSON object, drops
+    the step's samples (`llm_malformed_output`); a verdict that contradicts the anchor (a
+    self-reflection whose label differs, a state verification whose yes/no differs) drops it
+    (`llm_contradicts_anchor`). A draft dropped as `empty_answer` (its element tree had no text) is
+    kept when the model reads something from the screenshots.
     """
+    steps: dict[tuple[Any, int | None], list[SampleDraft]] = defaultdict(list)
+    for d in drafts:
+        if d.category in WRITTEN_BY_MODEL and d.reason in (None, EMPTY_ANSWER):
+            steps[(d.provenance["episode"], d.step_index)].append(d)
+    model = gateway.model_for(STAGE)
 
-    async def one(draft: SampleDraft) -> None:
-        images = list(draft.payload["images"])
-        after = draft.context.get("after")
-        if after and after not in images and draft.category in ("effect_prediction", "progress_tracking"):
+    async def one(group: list[SampleDraft]) -> None:
+        images = list(dict.fromkeys(sha for d in group for sha in d.payload["images"]))
+        after = group[0].context.get("after")
+        if after and after not in images and any(d.category in SHOWN_AFTER for d in group):
             images.append(after)
-        content = [text_part(anchored_prompt(draft))] + [image_part(frames(sha)) for sha in images]
-        result = await gateway.chat([{"role": "user", "content": content}], stage=f"csrs.{draft.category}")
-        draft.payload = {
-            **draft.payload,
-            "reference": draft.payload["response"],
-            "response": result.text.strip(),
-        }
-        draft.provenance = {
-            **draft.provenance,
-            "model": gateway.settings.model,
-            "prompt_hash": result.request_hash,
-        }
-        if blank_answer(draft.payload["response"]):
-            draft.reason = "llm_empty_response"
-        elif contradicts(draft):
-            draft.reason = "llm_contradicts_anchor"
-        else:  # the model read the screenshot where the element tree had no text
-            draft.reason = None
+        content = [text_part(step_prompt(group))] + [image_part(frames(sha)) for sha in images]
+        result = await gateway.chat([{"role": "user", "content": content}], stage=STAGE, json_mode=True)
+        answers = result.data if isinstance(result.data, dict) else {}
+        for draft in group:
+            answer = answers.get(draft.category)
+            draft.payload = {
+                **draft.payload,
+                "reference": draft.payload["response"],
+                "response": answer.strip() if isinstance(answer, str) else "",
+            }
+            draft.provenance = {**draft.provenance, "model": model, "prompt_hash": result.request_hash}
+            draft.reason = _verdict(draft, isinstance(answer, str))
 
-    await asyncio.gather(
-        *(one(d) for d in drafts if d.category in WRITTEN_BY_MODEL and d.reason in (None, EMPTY_ANSWER))
-    )
+    await asyncio.gather(*(one(g) for key, g in steps.items() if chosen(key, share)))
 
 
-def anchored_prompt(draft: SampleDraft) -> str:
-    """The knowledge prompt plus the facts the trajectory's calibration established."""
-    facts = draft.context
-    if not facts:
-        return str(draft.payload["prompt"])
-    anchored = getattr(_PROMPTS, "anchored")  # noqa: B009 (a Jinja2 macro)
+STAGE = "csrs.step"
+SHOWN_AFTER = ("effect_prediction", "progress_tracking")
+
+
+def chosen(step: tuple[Any, int | None], share: float) -> bool:
+    """Whether the model writes this step's answers: a stable hash of the step under `share`."""
+    digest = hashlib.sha256(json.dumps(step, default=str).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
+def _verdict(draft: SampleDraft, answered: bool) -> str | None:
+    if not answered:
+        return "llm_malformed_output"
+    if blank_answer(draft.payload["response"]):
+        return "llm_empty_response"
+    if contradicts(draft):
+        return "llm_contradicts_anchor"
+    return None  # the model read the screenshot where the element tree had no text
+
+
+def step_prompt(group: list[SampleDraft]) -> str:
+    """One step's knowledge prompts in one request, with the facts its calibration established."""
+    facts = group[0].context
+    step = getattr(_PROMPTS, "step")  # noqa: B009 (a Jinja2 macro)
     return str(
-        anchored(
-            draft.payload["prompt"],
-            draft.category,
-            "success" if facts["outcome"] else "failure",
-            facts["label"],
-            "; ".join(facts["history"]) or "none",
-            draft.payload.get("polarity") if draft.category == "state_verification" else None,
+        step(
+            [(d.category, d.payload["prompt"], d.payload.get("polarity")) for d in group],
+            ("success" if facts["outcome"] else "failure") if facts else None,
+            facts.get("label"),
+            "; ".join(facts.get("history") or []) or "none",
+            any(d.category in SHOWN_AFTER for d in group) and bool(facts.get("after")),
         )
     ).strip()
 

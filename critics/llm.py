@@ -20,6 +20,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from trajforge.actions import Action, Screen
 from trajforge.domain import STEP_LABELS, Query, StepView, describe
 from trajforge.draw import mark_point
+from trajforge.endpoints import fit_views
 from trajforge.gateway import LLMGateway, image_part, text_part
 
 TEMPLATES = Environment(
@@ -56,20 +57,22 @@ class LLMStepCritic:
 
     def __init__(self, gateway: LLMGateway, frames: Callable[[str], bytes], model: str | None = None) -> None:
         self.gateway, self.frames, self.model = gateway, frames, model
-        self.version = f"1:{model or gateway.settings.model}"
+        self.version = f"1:{model or gateway.model_for('critic.step')}"
 
     async def judge(self, query: Query, view: StepView, history: list[str]) -> LLMJudgment:
         if view.action is None:
             return LLMJudgment("NEUTRAL", "The output could not be parsed; nothing happened.", "", "", None)
         action = Action.model_validate(view.action)
-        prompt = TEMPLATES.get_template("step_critic.j2").render(
-            instruction=query.instruction, history=history, action=describe(action, view)
-        )
         # decoding and drawing a phone-sized PNG is CPU work: keep it off the event loop
         before = await asyncio.to_thread(
             mark_point, self.frames(view.before), action, Screen(view.width, view.height)
         )
-        content = [text_part(prompt), image_part(before), image_part(self.frames(view.after))]
+        # an endpoint that takes one image gets the two screens side by side
+        views, joined = fit_views([before, self.frames(view.after)], self.gateway.max_images("critic.step"))
+        prompt = TEMPLATES.get_template("step_critic.j2").render(
+            instruction=query.instruction, history=history, action=describe(action, view), joined=joined
+        )
+        content = [text_part(prompt), *(image_part(v) for v in views)]
         result = await self.gateway.chat(
             [{"role": "user", "content": content}], stage="critic.step", model=self.model, json_mode=True
         )
@@ -95,7 +98,7 @@ class LLMTrajectoryCritic:
         self.channel, self.gateway, self.frames, self.model = channel, gateway, frames, model
         self.last_images = last_images
         self.name = f"llm_{channel}"
-        self.version = f"1:{model or gateway.settings.model}"
+        self.version = f"1:{model or gateway.model_for('critic.step')}"
 
     async def judge(self, query: Query, steps: list[StepView], summaries: list[str]) -> LLMJudgment:
         if self.channel == "textual":
@@ -105,10 +108,13 @@ class LLMTrajectoryCritic:
             content: list[dict[str, Any]] = [text_part(prompt)]
         else:
             shots = [steps[0].before] + [s.after for s in steps[-self.last_images :]] if steps else []
-            prompt = TEMPLATES.get_template("trajectory_multimodal.j2").render(
-                instruction=query.instruction, steps=summaries, images=len(shots)
+            views, joined = fit_views(
+                [self.frames(sha) for sha in shots], self.gateway.max_images(f"critic.{self.channel}")
             )
-            content = [text_part(prompt)] + [image_part(self.frames(sha)) for sha in shots]
+            prompt = TEMPLATES.get_template("trajectory_multimodal.j2").render(
+                instruction=query.instruction, steps=summaries, images=len(shots), joined=joined
+            )
+            content = [text_part(prompt)] + [image_part(v) for v in views]
         result = await self.gateway.chat(
             [{"role": "user", "content": content}],
             stage=f"critic.{self.channel}",

@@ -219,7 +219,7 @@ async def write_guidance(
             "provenance": {
                 "pass_rate": round(rate, 4),
                 "rollouts": len(group),
-                "model": gateway.settings.model if gateway is not None else None,
+                "model": gateway.model_for("guidance.describe") if gateway is not None else None,
             },
         }
 

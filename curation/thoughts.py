@@ -224,6 +224,6 @@ def _draft(
             "style": chosen[1] if chosen else None,
             "attempts": tries,
             "bottleneck": measured.as_dict() if measured else None,
-            "model": gateway.settings.model if gateway is not None else TEMPLATE_VERSION,
+            "model": gateway.model_for("thought.write") if gateway is not None else TEMPLATE_VERSION,
         },
     )

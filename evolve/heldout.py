@@ -39,6 +39,7 @@ from storage.models import App, Round
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
 from trajforge.domain import Query
+from trajforge.endpoints import charge_round
 from trajforge.errors import ConfigError, DeviceError
 from trajforge.settings import Settings
 
@@ -193,7 +194,8 @@ def promote(settings: Settings, number: int) -> dict[str, Any]:
                 f"round {number} has not trained a candidate policy yet; run `trajforge evolve` to finish it"
             )
         candidate = int(stats["candidate_policy_id"])
-        decision = gate(spine, rnd.policy_id, candidate)
+        with charge_round(rnd.id):  # the held-out episodes' model calls are this round's
+            decision = gate(spine, rnd.policy_id, candidate)
         stats |= {
             "next_policy_id": candidate if decision["promoted"] else rnd.policy_id,
             "promotion": decision,

@@ -31,6 +31,7 @@ from rollout.sim.env import demonstrator
 from storage.db import transaction
 from storage.models import Round
 from trajforge.domain import Query
+from trajforge.endpoints import charge_round
 from trajforge.errors import ConfigError
 from trajforge.gateway import LLMGateway, closing
 from trajforge.recovery import Prober
@@ -97,7 +98,8 @@ def play(
         backend=backend,
     )
     work = runner.run(queries, round_id, policy_id)
-    report = asyncio.run(closing(gateway_to_close, work) if gateway_to_close is not None else work)
+    with charge_round(round_id):
+        report = asyncio.run(closing(gateway_to_close, work) if gateway_to_close is not None else work)
     return report, runner
 
 
@@ -112,10 +114,11 @@ def judge(spine: Spine, round_id: int) -> Judged:
     require(spine.sessions, round_id, "judge")
     settings = spine.settings.critics
     out = Judged(judge_round(spine.sessions, round_id, spine.apps, spine.store, settings))
-    gateway = spine.gateway()
+    gateway = spine.gateway("critics")
     if gateway is not None:
         judged = judge_round_llm(spine.sessions, round_id, gateway, spine.frames, settings=settings)
-        out.model_judged = asyncio.run(closing(gateway, judged)).episodes
+        with charge_round(round_id):
+            out.model_judged = asyncio.run(closing(gateway, judged)).episodes
     return out
 
 
@@ -123,7 +126,10 @@ def calibrate(spine: Spine, round_id: int) -> tuple[dict[str, Any], ExtractionRe
     """The consensus against the anchors (verifier, or a human's verdict), then CSRS extraction."""
     require(spine.sessions, round_id, "calibrate")
     consensus = calibrate_round(spine.sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
-    samples = extract_round(spine.sessions, round_id, spine.gateway(), spine.frames, spine.settings.critics)
+    with charge_round(round_id):
+        samples = extract_round(
+            spine.sessions, round_id, spine.gateway("writer"), spine.frames, spine.settings.critics
+        )
     return consensus, samples
 
 
@@ -131,16 +137,17 @@ def curate(spine: Spine, round_id: int, prober: Prober | None) -> CurationReport
     """Dedup, guidance, thoughts, recovery and balancing of the judged round."""
     require(spine.sessions, round_id, "curate")
     settings = spine.settings
-    return curate_round(
-        spine.sessions,
-        round_id,
-        spine.store,
-        settings.curate,
-        demonstrator(spine.apps, spine.store),
-        round_outcomes(spine.sessions, round_id, settings.critics),
-        spine.gateway(),
-        prober=prober,
-    )
+    with charge_round(round_id):
+        return curate_round(
+            spine.sessions,
+            round_id,
+            spine.store,
+            settings.curate,
+            demonstrator(spine.apps, spine.store),
+            round_outcomes(spine.sessions, round_id, settings.critics),
+            spine.gateway("writer"),
+            prober=prober,
+        )
 
 
 def close_round(spine: Spine, number: int, stats: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from evolve.spine import Spine, build_gateway
+from evolve.spine import Spine, build_gateway, policy_llm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
 from rollout.policies.knn import NAME as KNN
 from rollout.policies.knn import KnnPolicy
@@ -102,9 +102,10 @@ def policy_factory(
         frames, vectors = spine.frames, dict[str, Any]()
         return lambda: KnnPolicy(memory, frames, row.version, vectors=vectors)
     if row.endpoint:
-        model = str(meta.get("model") or spine.settings.llm.model)
-        llm = spine.settings.llm.model_copy(update={"base_url": row.endpoint, "model": model})
-        gateway = build_gateway(llm, spine.sessions)
+        settings = spine.settings
+        model = str(meta.get("model") or settings.llm.for_group("policy").model)
+        llm = policy_llm(settings.llm, settings.evolve.devices, endpoint=row.endpoint, model=model)
+        gateway = build_gateway(llm, spine.sessions, "policy")
         assert gateway is not None  # the endpoint is set
         fmt = meta.get("format", "qwen")
         # The family the row was registered with (the user's own checkpoint, `evolve.first_policy`); a

@@ -68,14 +68,31 @@ class Spine:
     def frames(self) -> Callable[[str], bytes]:
         return frame_reader(self.store)
 
-    def gateway(self) -> LLMGateway | None:
-        """A model gateway on the configured endpoint (None offline); build one per event loop."""
-        return build_gateway(self.settings.llm, self.sessions)
+    def gateway(self, group: str) -> LLMGateway | None:
+        """A model gateway for a stage group's calls (None where that group has no endpoint); build
+        one per event loop."""
+        return build_gateway(self.settings.llm, self.sessions, group)
 
 
-def build_gateway(llm: LLMSettings, sessions: sessionmaker[Session]) -> LLMGateway | None:
-    """The one way a gateway is built: the endpoint's settings and the run's response cache."""
-    return None if llm.offline else LLMGateway(llm, SqlResponseCache(sessions))
+def build_gateway(llm: LLMSettings, sessions: sessionmaker[Session], group: str) -> LLMGateway | None:
+    """The one way a gateway is built: the endpoints' settings and the run's response cache; None
+    where stage group `group` has no endpoint."""
+    return None if llm.for_group(group).offline else LLMGateway(llm, SqlResponseCache(sessions))
+
+
+def policy_llm(
+    llm: LLMSettings, devices: int, endpoint: str | None = None, model: str | None = None
+) -> LLMSettings:
+    """The endpoints with the policy's own: a registered checkpoint's endpoint and model where given,
+    and as many requests in flight as there are devices unless `llm.policy.concurrency` says otherwise."""
+    own = llm.policy.model_copy(
+        update={
+            "concurrency": llm.policy.concurrency or devices,
+            **({"base_url": endpoint} if endpoint else {}),
+            **({"model": model} if model else {}),
+        }
+    )
+    return llm.model_copy(update={"policy": own})
 
 
 def new_spine(settings: Settings) -> Spine:

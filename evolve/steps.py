@@ -42,6 +42,7 @@ from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
 from storage.publish import PublishConfig, publish
 from trajforge.domain import Query
+from trajforge.endpoints import charge_round
 from trajforge.errors import ConfigError, DeviceError
 from trajforge.families import get_family
 from trajforge.settings import Settings
@@ -67,17 +68,16 @@ def _first_policy(s: Session, settings: Settings) -> int:
     """Round 1's policy: the random explorer, or the user's served checkpoint (`evolve.first_policy`)."""
     if settings.evolve.first_policy == "random-explorer":
         return register_policy(s, *EXPLORER, meta={"max_actions": settings.evolve.max_steps})
-    if settings.llm.offline:
+    llm = settings.llm.for_group("policy")
+    if llm.offline:
         raise ConfigError(
             "evolve.first_policy: vlm needs the checkpoint's endpoint; "
-            "set llm.base_url (TRAJFORGE_LLM_BASE_URL)"
+            "set llm.policy.base_url or llm.base_url (TRAJFORGE_LLM_BASE_URL)"
         )
     family = settings.policy.family
     fmt = get_family(family).action_format if family else settings.trainer.action_format
-    meta = {"model": settings.llm.model, "format": fmt, "family": family}
-    return register_policy(
-        s, f"vlm-{family}" if family else "vlm", 0, meta=meta, endpoint=settings.llm.base_url
-    )
+    meta = {"model": llm.model, "format": fmt, "family": family}
+    return register_policy(s, f"vlm-{family}" if family else "vlm", 0, meta=meta, endpoint=llm.base_url)
 
 
 def start_round(settings: Settings, number: int) -> dict[str, Any]:
@@ -367,7 +367,9 @@ def finish_round(settings: Settings, number: int, extra: dict[str, Any]) -> dict
     spine = open_spine(settings)
     stats = round_stats(settings, number) | extra
     if settings.evolve.heldout_per_app:
-        stats["heldout"] = evaluate_policy(spine, find_round(spine, number).policy_id, heldout_queries(spine))
+        rnd = find_round(spine, number)
+        with charge_round(rnd.id):
+            stats["heldout"] = evaluate_policy(spine, rnd.policy_id, heldout_queries(spine))
     close_round(spine, number, stats)
     return stats
 

@@ -154,7 +154,7 @@ def queries_generate(
     coverage, dedup = load_history(sessions, spec.name)
 
     async def generate() -> GenerationReport:
-        gateway = build_gateway(settings.llm, sessions)
+        gateway = build_gateway(settings.llm, sessions, "writer")
         try:
             return await agenerate_queries(
                 spec, n, seed, gateway=gateway, coverage=coverage, deduper=dedup, mix=shares
@@ -275,10 +275,10 @@ def evolve_cmd(
     # here, not a failed flow run's tracebacks and a round line that looks finished.
     spine = open_spine(settings)  # migrates, so it connects
     spine.store  # noqa: B018 (reaching it is the check)
-    if not settings.llm.offline:  # the model stages' endpoint serves the model, before anything runs
-        from trajforge.probe import probe_endpoint
+    if not settings.llm.offline:  # each stage group's endpoint serves its model, before anything runs
+        from trajforge.probe import probe_endpoints
 
-        probe_endpoint(settings.llm)
+        probe_endpoints(settings.llm)
     check_loop_rounds(settings)
     with loop_lock(settings, "trajforge evolve"):
         _evolve_rounds(settings, target, report_dir, verbose)

@@ -27,11 +27,11 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     apps = round_apps(sessions, load_apps(settings.apps))
     report = judge_round(sessions, round_id, apps, store, settings.critics)
     typer.echo(f"round {number}: {report.render()} (offline critics)")
-    if settings.llm.offline:
+    if settings.llm.for_group("critics").offline:
         return
 
     async def with_model() -> str:
-        gateway = build_gateway(settings.llm, sessions)
+        gateway = build_gateway(settings.llm, sessions, "critics")
         assert gateway is not None  # not offline
         try:
             judged = await judge_round_llm(
@@ -41,7 +41,8 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
         finally:
             await gateway.aclose()
 
-    typer.echo(f"round {number}: {asyncio.run(with_model())} (model critics, {settings.llm.model})")
+    model = settings.llm.for_group("critics").model
+    typer.echo(f"round {number}: {asyncio.run(with_model())} (model critics, {model})")
 
 
 @critics_app.command("calibrate")
@@ -66,7 +67,7 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
 
     settings = cli_settings(config)
     sessions, round_id, number = cli_round(settings, round_number, "calibrate")
-    gateway = build_gateway(settings.llm, sessions)
+    gateway = build_gateway(settings.llm, sessions, "writer")
     store = open_spine(settings).store
     typer.echo(f"round {number}")
     typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store), settings.critics).render())

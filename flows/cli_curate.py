@@ -36,7 +36,7 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     settings = cli_settings(config)
     sessions, round_id, number = cli_round(settings, round_number, "curate")
     apps = round_apps(sessions, load_apps(settings.apps))
-    gateway = build_gateway(settings.llm, sessions)
+    gateway = build_gateway(settings.llm, sessions, "writer")
     typer.echo(f"round {number}")
     spine = open_spine(settings)
     report = curate_round(

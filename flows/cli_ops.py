@@ -128,7 +128,7 @@ def check_cmd(config: ConfigOpt = None) -> None:
     from storage.objectstore import open_object_store
     from trajforge.errors import StorageError
     from trajforge.logs import redact_url
-    from trajforge.probe import probe_endpoint
+    from trajforge.probe import probe_endpoints
 
     settings = cli_settings(config)
     engine = engine_from_settings(settings)
@@ -147,8 +147,8 @@ def check_cmd(config: ConfigOpt = None) -> None:
     typer.echo(f"object store {settings.store.backend} {store}: ok")
     if settings.llm.offline:
         typer.echo("llm: offline (no endpoint configured)")
-    else:
-        typer.echo(f"{probe_endpoint(settings.llm)}: ok")
+    for answered in probe_endpoints(settings.llm):
+        typer.echo(f"{answered}: ok")
     font = cjk_font_path()
     if font is None:
         typer.echo(

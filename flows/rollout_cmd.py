@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.lifecycle import close_round, open_round, play
 from evolve.policies import register_policy
-from evolve.spine import Spine, open_pool, open_spine
+from evolve.spine import Spine, build_gateway, open_pool, open_spine, policy_llm
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
@@ -61,11 +61,12 @@ def run_rollout(
     spec, apps = _apps(app_ref, settings, backend)
     spine = open_spine(settings)
     check_apps(spine.sessions, apps)  # before anything is written
-    make_policy, gateway, meta = _policies(policy, spine, noise, max_steps)
+    make_policy, gateway, meta = _policies(policy, spine, noise, max_steps, workers)
     sample = make_policy()
     todo = _queries(spine.sessions, spec, queries)
     with transaction(spine.sessions) as s:
-        policy_id = register_policy(s, sample.name, sample.version, meta=meta, endpoint=settings.llm.base_url)
+        endpoint = settings.llm.for_group("policy").base_url if policy == "vlm" else None
+        policy_id = register_policy(s, sample.name, sample.version, meta=meta, endpoint=endpoint)
         # The same rollout again (app, queries, policy, backend, budget) is the round that holds it:
         # its stored episodes are not redone. Otherwise an unfinished round of this policy resumes.
         same = rollout_hash(spec, todo, rollouts_per_query, backend, max_steps, sample)
@@ -138,16 +139,20 @@ def _apps(app_ref: str, settings: Settings, backend: str) -> tuple[AppSpec, list
 
 
 def _policies(
-    policy: str, spine: Spine, noise: float, max_steps: int
+    policy: str, spine: Spine, noise: float, max_steps: int, devices: int
 ) -> tuple[Callable[[], Policy], LLMGateway | None, dict[str, Any]]:
     """A fresh policy per episode, the model gateway it calls (closed after the run) and what
     the policy row records."""
     settings = spine.settings
-    if policy == "vlm" and settings.llm.offline:
-        raise ConfigError("policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL (or use noisy-oracle)")
+    llm = policy_llm(settings.llm, devices)
+    if policy == "vlm" and llm.for_group("policy").offline:
+        raise ConfigError(
+            "policy 'vlm' needs an endpoint; set TRAJFORGE_LLM_BASE_URL or llm.policy.base_url "
+            "(or use noisy-oracle)"
+        )
     if policy == "vlm":
-        probe_endpoint(settings.llm, "policy")  # before any device is leased
-    gateway = spine.gateway() if policy == "vlm" else None
+        probe_endpoint(llm.for_group("policy"), "policy")  # before any device is leased
+    gateway = build_gateway(llm, spine.sessions, "policy") if policy == "vlm" else None
     oracle_noise = OracleNoise(
         mis_tap=noise, wrong_value=noise, premature_terminate=noise / 2, malformed=noise
     )
@@ -155,7 +160,8 @@ def _policies(
     if policy == "vlm":  # built once: a bad family or format is one error before anything runs
         family = settings.policy.family
         name = f"vlm-{family}" if family else "vlm"  # another family is another policy (and rollout)
-        vlm = VLMPolicyConfig.from_settings(settings.policy, name=name, model=settings.llm.model)
+        model = llm.for_group("policy").model
+        vlm = VLMPolicyConfig.from_settings(settings.policy, name=name, model=model)
 
     def make_policy() -> Policy:
         if policy == "noisy-oracle":

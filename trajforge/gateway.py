@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import random
-import re
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -24,7 +23,10 @@ from typing import Any, Protocol, TypeVar
 
 import openai
 
+from trajforge.endpoints import charged_round, fit_images, stage_group
 from trajforge.errors import LLMError, LLMRateLimited, LLMRefused, LLMTimeout
+from trajforge.json_output import parse_json_output
+from trajforge.logs import redact
 from trajforge.settings import LLMSettings
 
 log = logging.getLogger("trajforge.gateway")
@@ -112,56 +114,13 @@ class RateLimiter:
             await self.sleep(start - now)
 
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)\s*```", re.S)
-_THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
-_THINK_END = re.compile(r"</(?:think|thinking|reasoning)>", re.I)
-_DECODER = json.JSONDecoder()
+@dataclass
+class _Route:
+    """One stage group's endpoint: its settings, client and in-flight bound."""
 
-
-def parse_json_output(text: str) -> tuple[Any, str | None]:
-    """(data, None) or (None, reason): malformed output is data, not an exception.
-
-    Real endpoints wrap the JSON: a reasoning block first (`<think>…</think>`, or only the closing
-    tag when the template opened it), a fenced block, prose before or after. The answer is the
-    whole remaining text when it is JSON, else the last fenced block that is, else the last JSON
-    object or array in the text. With none, the reason is the whole text's decode error.
-    """
-    body = _THINK_BLOCK.sub("", text)
-    ends = list(_THINK_END.finditer(body))
-    if ends:  # a reasoning block the chat template opened: the answer follows its end
-        body = body[ends[-1].end() :]
-    body = body.strip()
-    if not body:
-        return None, "empty_output"
-    try:
-        return json.loads(body), None
-    except json.JSONDecodeError as exc:
-        whole_error = f"invalid_json: {exc.msg} at char {exc.pos}"
-    for block in reversed(_FENCE.findall(body)):
-        try:
-            return json.loads(block), None
-        except json.JSONDecodeError:
-            continue
-    found = _last_json_value(body)
-    return (found, None) if found is not None else (None, whole_error)
-
-
-def _last_json_value(body: str) -> Any:
-    """The last object or array embedded in prose (nested ones are part of their parent)."""
-    last, pos = None, 0
-    while True:
-        starts = [i for i in (body.find("{", pos), body.find("[", pos)) if i >= 0]
-        if not starts:
-            return last
-        start = min(starts)
-        try:
-            value, end = _DECODER.raw_decode(body, start)
-        except json.JSONDecodeError:
-            pos = start + 1
-            continue
-        if isinstance(value, dict | list):
-            last = value
-        pos = end
+    settings: LLMSettings
+    client: openai.AsyncOpenAI
+    semaphore: asyncio.Semaphore
 
 
 def request_hash(payload: dict[str, Any]) -> str:
@@ -170,10 +129,10 @@ def request_hash(payload: dict[str, Any]) -> str:
 
 
 class LLMGateway:
-    """Async access to one OpenAI-compatible endpoint.
+    """Async access to the OpenAI-compatible endpoints of the stage groups (`trajforge.endpoints`).
 
     Args:
-        settings: endpoint, limits, retry and price settings.
+        settings: endpoints, limits, retry and price settings (shared, and per stage group).
         cache: where responses are cached; None disables caching.
         client: an AsyncOpenAI client to use instead of building one (tests, proxies).
         sleep: the backoff sleeper (tests pass a fake clock).
@@ -194,21 +153,38 @@ class LLMGateway:
         self.settings = settings
         self.cache = cache
         self._own_client = client is None  # ours: rebuilt after `aclose`, for the next event loop
-        self._client = client or self._new_client()
+        self._client = client
+        self._routes: dict[str, _Route] = {}
         self._sleep = sleep
-        self._semaphore = asyncio.Semaphore(settings.concurrency)
         self._limiter = RateLimiter(settings.requests_per_second, sleep)
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
         # Identical requests in flight share one call: the cache only helps once it has landed.
         self._inflight: dict[str, asyncio.Future[LLMResult]] = {}
 
-    def _new_client(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(
-            base_url=self.settings.base_url,
-            api_key=self.settings.api_key.get_secret_value(),
-            max_retries=0,  # retries are ours: counted, logged and bounded per stage
-            timeout=self.settings.timeout_s,
-        )
+    def stage_settings(self, stage: str) -> LLMSettings:
+        """The settings `stage`'s calls run under (its group's endpoint, model and limits)."""
+        return self.settings.for_group(stage_group(stage))
+
+    def model_for(self, stage: str) -> str:
+        return self.stage_settings(stage).model
+
+    def max_images(self, stage: str) -> int | None:
+        return self.stage_settings(stage).max_images
+
+    def _route(self, stage: str) -> _Route:
+        group = stage_group(stage)
+        route = self._routes.get(group)
+        if route is None:
+            settings = self.settings.for_group(group)
+            if self._client is None and settings.base_url is None:
+                raise LLMError(
+                    f"{stage}: no endpoint for the {group} stages; set llm.{group}.base_url or llm.base_url"
+                )
+            client = self._client or _new_client(settings)
+            route = self._routes[group] = _Route(settings, client, asyncio.Semaphore(settings.concurrency))
+        elif self._own_client and route.client.is_closed():  # closed at the end of an earlier loop
+            route.client = _new_client(route.settings)
+        return route
 
     async def chat(
         self,
@@ -232,9 +208,11 @@ class LLMGateway:
             LLMRateLimited / LLMTimeout: still failing after `max_retries` retries.
             LLMError: any other refusal (4xx) or a response with no choices.
         """
-        model = model or self.settings.model
+        route = self._route(stage)
+        model = model or route.settings.model
+        messages = fit_images(messages, route.settings.max_images)
         params: dict[str, Any] = {"model": model, "messages": messages, "temperature": temperature}
-        max_tokens = self.settings.max_tokens if max_tokens is None else max_tokens  # llm.max_tokens
+        max_tokens = route.settings.max_tokens if max_tokens is None else max_tokens  # llm.max_tokens
         if max_tokens is not None:
             params["max_tokens"] = max_tokens
         if json_mode:
@@ -257,7 +235,8 @@ class LLMGateway:
         future: asyncio.Future[LLMResult] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            result = await self._call(params, key, stage, json_mode, round_id)
+            charged = round_id if round_id is not None else charged_round()
+            result = await self._call(params, key, stage, json_mode, charged, route)
         except BaseException as exc:
             shared_exc = (
                 exc if isinstance(exc, Exception) else LLMError(f"{stage}: shared request was cancelled")
@@ -272,22 +251,27 @@ class LLMGateway:
             del self._inflight[key]
 
     async def _call(
-        self, params: dict[str, Any], key: str, stage: str, json_mode: bool, round_id: int | None
+        self,
+        params: dict[str, Any],
+        key: str,
+        stage: str,
+        json_mode: bool,
+        round_id: int | None,
+        route: _Route,
     ) -> LLMResult:
         """Pay for one request: limits, retries, accounting, cache write."""
         model = params["model"]
         usage = self.usage[stage]
-        async with self._semaphore:
+        async with route.semaphore:
             await self._limiter.wait()
             started = time.monotonic()
-            response, attempts = await self._with_retries(params, stage)
+            response, attempts = await self._with_retries(params, stage, route)
         latency_ms = int((time.monotonic() - started) * 1000)
         text = response.choices[0].message.content or ""
         prompt = response.usage.prompt_tokens if response.usage else 0
         completion = response.usage.completion_tokens if response.usage else 0
-        cost = (
-            prompt * self.settings.prompt_usd_per_1k + completion * self.settings.completion_usd_per_1k
-        ) / 1000
+        price = route.settings
+        cost = (prompt * price.prompt_usd_per_1k + completion * price.completion_usd_per_1k) / 1000
         usage.calls += 1
         usage.retries += attempts - 1
         usage.prompt_tokens += prompt
@@ -313,7 +297,7 @@ class LLMGateway:
         data, error = parse_json_output(text) if json_mode else (None, None)
         return LLMResult(text, key, prompt, completion, cost, cached, attempts, data, error)
 
-    async def _with_retries(self, params: dict[str, Any], stage: str) -> tuple[Any, int]:
+    async def _with_retries(self, params: dict[str, Any], stage: str, route: _Route) -> tuple[Any, int]:
         attempt = 0
         retry_after: float | None
         final: type[LLMError]
@@ -321,9 +305,7 @@ class LLMGateway:
         while True:
             attempt += 1
             try:
-                if self._own_client and self._client.is_closed():  # closed at the end of an earlier loop
-                    self._client = self._new_client()
-                response = await self._client.chat.completions.create(**params)
+                response = await route.client.chat.completions.create(**params)
                 if getattr(response, "choices", None):
                     return response, attempt
                 # a 200 with no choices (an overloaded server's empty answer): a fault, retried
@@ -353,7 +335,7 @@ class LLMGateway:
             if attempt > self.settings.max_retries:
                 raise final(
                     f"{stage}: {type(error).__name__} after {attempt} attempts against "
-                    f"{self.settings.base_url}: {error}",
+                    f"{redact(str(route.settings.base_url))}: {error}",
                     status=status,
                 ) from error
             delay = retry_after if retry_after is not None else self._backoff(attempt)
@@ -369,7 +351,18 @@ class LLMGateway:
         return asyncio.run(self.chat(messages, **kwargs))
 
     async def aclose(self) -> None:
-        await self._client.close()
+        clients = [r.client for r in self._routes.values()] + ([self._client] if self._client else [])
+        for client in {id(c): c for c in clients}.values():
+            await client.close()
+
+
+def _new_client(settings: LLMSettings) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=settings.base_url,
+        api_key=settings.api_key.get_secret_value(),
+        max_retries=0,  # retries are ours: counted, logged and bounded per stage
+        timeout=settings.timeout_s,
+    )
 
 
 async def closing(gateway: LLMGateway, work: Awaitable[T]) -> T:

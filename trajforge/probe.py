@@ -21,6 +21,19 @@ PROBE_TIMEOUT_S = 30.0
 PROBE_MESSAGES = [{"role": "user", "content": "ping"}]  # the one-token request's whole conversation
 
 
+def probe_endpoints(llm: LLMSettings) -> list[str]:
+    """Probe each stage group's endpoint once (groups that share an endpoint and model share a probe);
+    what answered, one line each. ConfigError on the first that cannot be used."""
+    shared: dict[tuple[str, str, str], list[str]] = {}
+    for group, own in llm.endpoints().items():
+        assert own.base_url is not None
+        shared.setdefault((own.base_url, own.model, own.api_key.get_secret_value()), []).append(group)
+    return [
+        probe_endpoint(llm.for_group(groups[0]), "+".join(groups) if len(groups) < 4 else "llm")
+        for groups in shared.values()
+    ]
+
+
 def probe_endpoint(llm: LLMSettings, stage: str = "llm") -> str:
     """What answered (one line); ConfigError, one line, when the model cannot be used there."""
     assert llm.base_url is not None, "an offline endpoint has nothing to probe"

@@ -156,6 +156,14 @@ class CriticSettings(BaseSettings):
         description="Action samples need a step score >= tau_c (GOOD 1, NEUTRAL 0.5, HARMFUL 0; GUI-Owl "
         "§2.2.3), from the stored step labels (a model critic's where present).",
     )
+    csrs_model_share: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Share of steps whose knowledge answers (CSRS categories 1-5) a model writes, with an "
+        "endpoint: one call per chosen step answers all of them; the other steps keep the template "
+        "answers. Chosen by a hash of the step, so reruns choose the same.",
+    )
 
 
 class AnnotationSettings(BaseSettings):

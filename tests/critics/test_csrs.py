@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 
 import pytest
 from sqlalchemy import func, select
@@ -124,13 +126,15 @@ def test_model_writes_knowledge_samples_through_the_gateway(
     store = open_object_store(settings)
 
     def answer(rec: Recorded) -> Reply:
-        if "What will the screen show next" in rec.text:
-            return Reply(content="")
-        if "Was it right?" in rec.text:  # a model that finds every step good
-            return Reply(content="GOOD: fine.")
-        if "Is the task complete" in rec.text:  # one that follows the anchor
-            return Reply(content="yes, it is" if "the task is complete." in rec.text else "no, not yet")
-        return Reply(content=f"Thinking: {rec.images} images")
+        """One reply per step: a JSON object answering each `## category` question the request asks."""
+        asked = re.findall(r"^## (\w+)$", rec.text, re.M)
+        complete = "the task is complete." in rec.text
+        said = {
+            "effect_prediction": "",  # left empty
+            "self_reflection": "GOOD: fine.",  # a model that finds every step good
+            "state_verification": "yes, it is" if complete else "no, not yet",  # one that follows the anchor
+        }
+        return Reply(content=json.dumps({c: said.get(c, f"Thinking: {rec.images} images") for c in asked}))
 
     with ScriptedLLM(responder=answer) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="thinker"), SqlResponseCache(sessions))
@@ -147,6 +151,16 @@ def test_model_writes_knowledge_samples_through_the_gateway(
     prompts = [r.text for r in llm.requests]
     assert prompts and all("Facts established for this trajectory" in p for p in prompts)
     assert all("- the task ended in " in p and "- this step was judged " in p for p in prompts)
+    # one call per step: no two requests ask about the same step, and each asks every category it writes
+    asked = [tuple(re.findall(r"^## (\w+)$", p, re.M)) for p in prompts]
+    assert all(len(a) == len(set(a)) for a in asked) and max(len(a) for a in asked) > 1
+    with sessions() as s:
+        written = s.scalar(
+            select(func.count(func.distinct(Sample.provenance["prompt_hash"].as_string()))).where(
+                Sample.provenance["prompt_hash"].is_not(None)
+            )
+        )
+    assert written == calls
     assert report.dropped.get("llm_contradicts_anchor", 0) > 0
     with sessions() as s:
         reflections = s.scalars(select(Sample).where(Sample.category == "self_reflection")).all()
@@ -159,7 +173,19 @@ def test_model_writes_knowledge_samples_through_the_gateway(
     with sessions() as s:
         summary = s.scalars(select(Sample).where(Sample.category == "state_summary")).first()
         action = s.scalars(select(Sample).where(Sample.category == "intent_execution")).first()
-    assert summary is not None and summary.payload["response"] == "Thinking: 1 images"
+    assert summary is not None and summary.payload["response"] == "Thinking: 2 images"  # before and after
     assert summary.payload["reference"] and summary.provenance["model"] == "thinker"
     assert len(summary.provenance["prompt_hash"]) == 64
     assert action is not None and "reference" not in action.payload  # recorded actions are not rewritten
+
+
+def test_the_model_writes_a_stable_share_of_steps() -> None:
+    """`critics.csrs_model_share`: the steps a model writes are chosen by a hash of the step, so a rerun
+    chooses the same ones, and the share chosen is the share asked for."""
+    from critics.csrs_writer import chosen
+
+    steps = [(f"episode-{e}", i) for e in range(100) for i in range(10)]
+    half = [s for s in steps if chosen(s, 0.5)]
+    assert half == [s for s in steps if chosen(s, 0.5)]
+    assert 430 < len(half) < 570
+    assert all(chosen(s, 1.0) for s in steps) and not any(chosen(s, 0.0) for s in steps)

@@ -257,6 +257,6 @@ def test_a_gateway_closed_with_its_event_loop_serves_the_next_loop(scripted_llm:
     scripted_llm.enqueue(Reply(content="two"))
     gw = gateway(scripted_llm)
     first = asyncio.run(closing(gw, gw.chat(USER, stage="a")))
-    assert first.text == "one" and gw._client.is_closed()
+    assert first.text == "one" and gw._routes["writer"].client.is_closed()
     second = asyncio.run(closing(gw, gw.chat([{"role": "user", "content": "again"}], stage="a")))
-    assert second.text == "two" and gw._client.is_closed()
+    assert second.text == "two" and gw._routes["writer"].client.is_closed()
