@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from evolve.report_critics import critic_table
 from evolve.revisits import revisited
 from evolve.rounds_json import write_rounds_json
+from rollout.records import MODEL_FAULTS
 from storage.datasets import VersionRef, list_versions, manifest
 from storage.llm_cache import usage_by_stage
 from storage.models import Anchor, App, Episode, Exclusion, Judgment, Policy, Round, Sample, Step
@@ -40,8 +41,9 @@ class RoundFigures:
     number: int
     policy: str
     status: str
-    episodes: int = 0
+    episodes: int = 0  # played to an outcome: an episode the policy's endpoint failed is not one
     successes: int = 0
+    model_faults: int = 0  # episodes ended by a failed policy call (`rollout.records.MODEL_FAULTS`)
     per_app: dict[str, list[int]] = field(default_factory=dict)
     pass_rates: list[float] = field(default_factory=list)  # per query, the round's own policy
     accuracy: dict[str, float] = field(default_factory=dict)  # critic channel -> accuracy vs anchors
@@ -56,13 +58,21 @@ class RoundFigures:
     next_policy: str = ""
 
     @property
-    def success_rate(self) -> float:
-        return self.successes / self.episodes if self.episodes else 0.0
+    def success_rate(self) -> float | None:
+        """None with no episode played to an outcome (every policy call failed): not 0%."""
+        return self.successes / self.episodes if self.episodes else None
 
     @property
     def retention(self) -> float | None:
         total = self.dedup.get("total") or 0
         return self.dedup.get("kept", 0) / total if total else None
+
+
+def success_text(rate: float | None, model_faults: int = 0) -> str:
+    """A success rate in words: a round whose every policy call failed has none, and says why."""
+    if rate is not None:
+        return f"{rate:.0%}"
+    return f"n/a (every policy call failed: {model_faults} episodes)" if model_faults else "n/a (no episodes)"
 
 
 def _recovery(rec: dict[str, Any]) -> str:
@@ -127,8 +137,8 @@ def tally_episodes(s: Session, rnd: Round, fig: RoundFigures) -> None:
     """The round's own policy on its new queries (revisits apart): episodes and successes, per
     app, and pass rates per query."""
     per_query: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for app, query, outcome in s.execute(
-        select(App.name, QueryRow.uid, Episode.outcome)
+    for app, query, outcome, reason in s.execute(
+        select(App.name, QueryRow.uid, Episode.outcome, Episode.reason)
         .join(QueryRow, QueryRow.id == Episode.query_id)
         .join(App, App.id == QueryRow.app_id)
         .where(
@@ -137,6 +147,9 @@ def tally_episodes(s: Session, rnd: Round, fig: RoundFigures) -> None:
             QueryRow.uid.not_in(revisited(rnd)),
         )
     ):
+        if reason in MODEL_FAULTS:  # the endpoint failed, not the policy: no outcome to count
+            fig.model_faults += 1
+            continue
         won = int(outcome == "success")
         fig.episodes += 1
         fig.successes += won
@@ -190,7 +203,8 @@ def examples(sessions: sessionmaker[Session], number: int, n: int = EXAMPLES) ->
 
 
 def _success(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
-    plt.plot(rounds, [f.success_rate for f in figs], "o-", lw=2.5, label="all apps")
+    rates = [float("nan") if f.success_rate is None else f.success_rate for f in figs]
+    plt.plot(rounds, rates, "o-", lw=2.5, label="all apps")
     for app in sorted({a for f in figs for a in f.per_app}):
         rates = [f.per_app[app][0] / f.per_app[app][1] if app in f.per_app else float("nan") for f in figs]
         plt.plot(rounds, rates, ".--", alpha=0.6, label=app)
@@ -304,7 +318,7 @@ def _round_row(f: RoundFigures) -> str:
     esc = html.escape
     return (
         f"<tr><td>{f.number}</td><td>{esc(f.policy)}</td><td>{f.status}</td><td>{f.successes}/{f.episodes}</td>"
-        f"<td><b>{f.success_rate:.0%}</b></td>"
+        f"<td><b>{esc(success_text(f.success_rate, f.model_faults))}</b></td>"
         f"<td>{f.accuracy.get(':'.join(CONSENSUS), 0.0):.0%}</td>"
         f"<td>{'' if f.retention is None else f'{f.retention:.0%}'}</td>"
         f"<td>{_recovery(f.recovery)}</td>"

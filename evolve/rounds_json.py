@@ -7,7 +7,9 @@ apart, by the episode's recorded outcome),
 `accuracy` (per critic `name:version`: n, accuracy, precision, recall against the deciding
 anchor), `outcome_sources` (episodes whose samples took their outcome from the verifier, a
 human or the calibrated critic, plus those left undecided, by reason), `samples` (kept and
-dropped counts) and `dropped` (by reason). `revisits` lists the round's revisited queries
+dropped counts) and `dropped` (by reason); `model_faults` counts the episodes a failed policy call
+ended, which are not episodes (a round whose every call failed has `success_rate` null, not 0).
+`model` holds the round's paid model calls by stage and in all (calls, retries, tokens, cost). `revisits` lists the round's revisited queries
 (`evolve.revisits`): `query`, `app`, `before` (pass rate when it got guidance) and `after`.
 `tiers` gives the new queries' episodes and success rate per complexity tier
 (`querygen.complexity`); `curriculum` the tier mix asked for (`evolve.tier_mix`), the
@@ -23,6 +25,7 @@ and `candidate` policies' held-out figures).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -35,7 +38,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from critics.outcomes import deciding_anchor
 from evolve.revisits import revisited
+from rollout.records import MODEL_FAULTS
 from storage.anchors import anchors_by_episode
+from storage.llm_cache import stage_usage
 from storage.models import Episode, Exclusion, Judgment, Policy, Round, Sample
 from storage.models import Query as QueryRow
 from storage.samples import OUTCOME_STAGE
@@ -49,20 +54,22 @@ class _Tally:
     def __init__(self) -> None:
         self.episodes = 0
         self.successes = 0
+        self.model_faults = 0
         self.channels: dict[str, ChannelStats] = {}
         self.sources: Counter[str] = Counter()
         self.samples: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
 
     @property
-    def success_rate(self) -> float:
-        return round(self.successes / self.episodes, 4) if self.episodes else 0.0
+    def success_rate(self) -> float | None:
+        return round(self.successes / self.episodes, 4) if self.episodes else None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "episodes": self.episodes,
             "successes": self.successes,
             "success_rate": self.success_rate,
+            "model_faults": self.model_faults,
             "accuracy": {k: v.summary() for k, v in sorted(self.channels.items())},
             "outcome_sources": dict(self.sources),
             "samples": dict(self.samples),
@@ -87,12 +94,14 @@ class _RoundTallies:
     def successes(self, rnd: Round, episodes: Sequence[Any]) -> None:
         """Success of the round's own policy on its new queries (revisits and guided demos apart)."""
         revisits = set(revisited(rnd))
-        for eid, _, outcome, policy_id, _, query, meta in episodes:
+        for eid, _, outcome, policy_id, _, query, meta, reason in episodes:
             if policy_id == rnd.policy_id and query not in revisits:
                 tier = self.tiers.setdefault(str((meta or {}).get("tier") or "unknown"), _Tally())
                 for t in [*self.of(eid), tier]:
-                    t.episodes += 1
-                    t.successes += outcome == "success"
+                    faulted = reason in MODEL_FAULTS  # the endpoint failed: no outcome to count
+                    t.model_faults += faulted
+                    t.episodes += not faulted
+                    t.successes += outcome == "success" and not faulted
 
     def channels(self, s: Session, rnd: Round) -> None:
         """Each critic channel against the deciding anchor, on the anchored episodes."""
@@ -153,14 +162,15 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
             QueryRow.goal,
             QueryRow.uid,
             QueryRow.meta,
+            Episode.reason,
         )
         .join(QueryRow, QueryRow.id == Episode.query_id)
         .where(Episode.round_id == rnd.id)
     ).all()
-    tally = _RoundTallies({eid: str(goal.get("app", "")) for eid, _, _, _, goal, _, _ in episodes})
+    tally = _RoundTallies({eid: str(goal.get("app", "")) for eid, _, _, _, goal, _, _, _ in episodes})
     tally.successes(rnd, episodes)
     tally.channels(s, rnd)
-    tally.sources(s, rnd, {uid: eid for eid, uid, _, _, _, _, _ in episodes})
+    tally.sources(s, rnd, {uid: eid for eid, uid, _, _, _, _, _, _ in episodes})
     tally.samples(s, rnd)
     policy = s.get(Policy, rnd.policy_id)
     overall = tally.tallies.pop(OVERALL)
@@ -179,9 +189,20 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
         "recovery": stats.get("recovery"),
         "heldout": stats.get("heldout"),
         "promotion": stats.get("promotion"),
+        "model": model_usage(s, rnd.id),
         OVERALL: overall.as_dict(),
         "apps": {app: t.as_dict() for app, t in sorted(tally.tallies.items())},
     }
+
+
+def model_usage(s: Session, round_id: int) -> dict[str, Any]:
+    """The round's paid model calls (`llm_call`), per stage and in all: calls, retries, tokens, cost."""
+    stages = {stage: dataclasses.asdict(u) for stage, u in stage_usage(s, round_id).items()}
+    for u in stages.values():
+        del u["cached"]  # the ledger holds paid calls only
+        u["cost_usd"] = round(u["cost_usd"], 6)
+    keys = ("calls", "retries", "prompt_tokens", "completion_tokens", "cost_usd")
+    return {"stages": stages, **{k: round(sum(u[k] for u in stages.values()), 6) for k in keys}}
 
 
 def rounds_table(sessions: sessionmaker[Session]) -> dict[str, Any]:

@@ -355,6 +355,7 @@ def round_stats(settings: Settings, number: int) -> dict[str, Any]:
         "episodes": fig.episodes,
         "successes": fig.successes,
         "success_rate": fig.success_rate,
+        "model_faults": fig.model_faults,
         "per_app": {a: fig.per_app[a] for a in sorted(fig.per_app)},
         "guided": {outcome: n for outcome, n in guided},
         "samples": {status: n for status, n in samples},

@@ -294,7 +294,7 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
     prefect_env(settings, verbose)
     from curation.curriculum import curriculum_line
     from evolve.heldout import heldout_line
-    from evolve.report import write_report
+    from evolve.report import success_text, write_report
     from flows.rounds import evolve_round_flow
 
     typer.echo(
@@ -307,7 +307,8 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
         per_app = ", ".join(f"{a} {w}/{n}" for a, (w, n) in result["per_app"].items())
         state = "already done" if result.get("skipped") else f"{time.monotonic() - started:.0f}s"
         typer.echo(
-            f"round {number}/{target}: policy {result['policy']}: success {result['success_rate']:.0%} "
+            f"round {number}/{target}: policy {result['policy']}: success "
+            f"{success_text(result['success_rate'], result.get('model_faults', 0))} "
             f"({result['successes']}/{result['episodes']}; {per_app}); dataset "
             f"{result.get('dataset', '?')} v{result.get('dataset_version', '?')}; next policy "
             f"{result.get('next_policy', '?')} [{state}]"

@@ -43,6 +43,12 @@ class SqlResponseCache:
 
 def usage_by_stage(sessions: sessionmaker[Session], round_id: int | None = None) -> dict[str, StageUsage]:
     """Paid calls, tokens and cost per stage (optionally for one round), from the ledger."""
+    with sessions() as session:
+        return stage_usage(session, round_id)
+
+
+def stage_usage(session: Session, round_id: int | None = None) -> dict[str, StageUsage]:
+    """`usage_by_stage` in an open session."""
     stmt = select(
         LLMCall.stage,
         func.count(),
@@ -53,14 +59,13 @@ def usage_by_stage(sessions: sessionmaker[Session], round_id: int | None = None)
     ).group_by(LLMCall.stage)
     if round_id is not None:
         stmt = stmt.where(LLMCall.round_id == round_id)
-    with sessions() as session:
-        return {
-            stage: StageUsage(
-                calls=n,
-                prompt_tokens=int(p or 0),
-                completion_tokens=int(c or 0),
-                cost_usd=float(cost or 0.0),
-                retries=int(r or 0),
-            )
-            for stage, n, p, c, cost, r in session.execute(stmt)
-        }
+    return {
+        stage: StageUsage(
+            calls=n,
+            prompt_tokens=int(p or 0),
+            completion_tokens=int(c or 0),
+            cost_usd=float(cost or 0.0),
+            retries=int(r or 0),
+        )
+        for stage, n, p, c, cost, r in session.execute(stmt.order_by(LLMCall.stage))
+    }

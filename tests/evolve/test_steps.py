@@ -327,3 +327,31 @@ def test_a_fault_drill_in_the_config_then_a_calm_round_plays_every_episode(evolv
     steps.start_round(calm, 1)  # same round: faults are not in its config hash
     played = steps.rollout_shard(calm, 1, uids)
     assert played["episodes"] + played["already_stored"] == len(uids) * ev.rollouts
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_round_whose_every_policy_call_failed_has_no_success_rate(evolve_settings: Settings) -> None:
+    """Episodes a failed policy call ended (`policy_error`) have no outcome: a round of only those
+    reports no success rate and says why, instead of 0%."""
+    from evolve.report import collect, success_text
+
+    settings = evolve_settings
+    steps.start_round(settings, 1)
+    uids = steps.round_queries(settings, 1)
+    steps.register_devices(settings)
+    steps.rollout_shard(settings, 1, uids)
+    spine = open_spine(settings)
+    with spine.sessions() as s:
+        for episode in s.scalars(select(Episode)):
+            episode.reason, episode.outcome = "policy_error", "failure"
+        s.commit()
+        played = s.scalar(select(func.count()).select_from(Episode))
+    stats = steps.round_stats(settings, 1)
+    assert (stats["success_rate"], stats["episodes"], stats["model_faults"]) == (None, 0, played)
+    overall = rounds_table(spine.sessions)["rounds"][0]["overall"]
+    assert (overall["success_rate"], overall["model_faults"]) == (None, played)
+    fig = collect(spine.sessions)[0]
+    assert (
+        success_text(fig.success_rate, fig.model_faults)
+        == f"n/a (every policy call failed: {played} episodes)"
+    )

@@ -8,6 +8,7 @@ endpoint probe copes with a server whose /models answers 500 for a local model p
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,6 +90,8 @@ def test_two_rounds_from_the_users_checkpoint_against_the_real_server(
                     "max_retries": 0,
                     "concurrency": 2,
                     "max_tokens": 16,  # the critics' and writers' budget: garbage either way
+                    "prompt_usd_per_1k": 0.001,
+                    "critics": {"max_images": 1},  # the step critic's two screens go side by side
                 },
                 "policy": {"family": "qwen25vl", "max_tokens": 24},
                 "evolve": {
@@ -111,7 +114,17 @@ def test_two_rounds_from_the_users_checkpoint_against_the_real_server(
         rounds = conn.execute("select number, status from round order by number").fetchall()
         paid = conn.execute("select count(*) from llm_call").fetchone()[0]
         stages = {s for (s,) in conn.execute("select distinct stage from llm_call")}
+        unattributed = conn.execute("select count(*) from llm_call where round_id is null").fetchone()[0]
     assert rounds == [(1, "done"), (2, "done")] and paid > 0 and "policy" in stages
+    assert unattributed == 0  # every call is charged to its round
+    report = cli("report", "--out", str(tmp_path / "report"), "--config", str(config), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    table = json.loads((tmp_path / "report" / "rounds.json").read_text())["rounds"]
+    for row in table:  # tokens and cost per round and stage
+        policy = row["model"]["stages"]["policy"]
+        assert policy["calls"] > 0 and policy["prompt_tokens"] > 500 and policy["cost_usd"] > 0
+        assert row["model"]["calls"] == sum(s["calls"] for s in row["model"]["stages"].values())
+    assert sum(r["model"]["calls"] for r in table) == paid
     again = cli("evolve", "--rounds", "2", "--config", str(config), cwd=tmp_path, timeout=300)
     with sqlite3.connect(tmp_path / "home" / "trajforge.db") as conn:
         assert conn.execute("select count(*) from llm_call").fetchone()[0] == paid  # nothing sent again
