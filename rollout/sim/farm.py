@@ -10,6 +10,8 @@ from rollout.farm import AppFarm
 from rollout.pool import Lease
 from rollout.sim.env import SimEnv
 from rollout.sim.render import FrameRenderer
+from trajforge.actions import Screen
+from trajforge.world.device import DEFAULT_SCREEN
 
 
 class SimFarm(AppFarm):
@@ -17,6 +19,8 @@ class SimFarm(AppFarm):
     meet the same crash again (a real device would not either). Frames are encoded once for
     the whole farm.
     """
+
+    screen: Screen = DEFAULT_SCREEN  # the phones' size (a benchmark may set a smaller one)
 
     @cached_property
     def renderer(self) -> FrameRenderer:
@@ -32,6 +36,7 @@ class SimFarm(AppFarm):
         return SimEnv(
             self.apps,
             store=self.store,
+            screen=self.screen,
             faults=self.faults.model_copy(update={"seed": seed}),
             renderer=self.renderer,
         )
