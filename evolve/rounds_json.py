@@ -9,8 +9,9 @@ anchor), `outcome_sources` (episodes whose samples took their outcome from the v
 human or the calibrated critic, plus those left undecided, by reason), `samples` (kept and
 dropped counts) and `dropped` (by reason); `model_faults` counts the episodes a failed policy call
 ended, which are not episodes (a round whose every call failed has `success_rate` null, not 0).
-`model` holds the round's paid model calls by stage and in all (calls, retries, tokens, cost). `revisits` lists the round's revisited queries
-(`evolve.revisits`): `query`, `app`, `before` (pass rate when it got guidance) and `after`.
+`model` holds the round's paid model calls by stage and in all (calls, retries, tokens, cost).
+`revisits` lists the round's revisited queries (`evolve.revisits`): `query`, `app`, `before`
+(pass rate when it got guidance) and `after`.
 `tiers` gives the new queries' episodes and success rate per complexity tier
 (`querygen.complexity`); `curriculum` the tier mix asked for (`evolve.tier_mix`), the
 queries per pass-rate tier and the samples held out or released (`curation.curriculum`).
