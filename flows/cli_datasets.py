@@ -116,6 +116,13 @@ def datasets_export(
             "action row carries one (written from the step's own evidence where none was recorded)."
         ),
     ] = "recorded",
+    family: Annotated[
+        str | None,
+        typer.Option(
+            help="Write each action row as this model family's conversation (uitars15, qwen25vl, guiowl, "
+            "agentcpm): its prompt, history and coordinate space, as `policy.family` rolls it out."
+        ),
+    ] = None,
     dataset: DatasetOpt = "trajforge",
     config: ConfigOpt = None,
 ) -> None:
@@ -137,5 +144,6 @@ def datasets_export(
         weights,
         trainer,
         thoughts,
+        family,
     )
     typer.echo(report.render())

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 import trajforge
 from storage.datasets import Manifest
+from storage.export_family import FamilyShaper
 from trajforge.actions import Action, get_codec
 from trajforge.actions.space import (
     BUDGETS,
@@ -70,9 +71,14 @@ class ExportReport:
 
     def measure(self, rendered: Rendered, row: dict[str, Any], sizes: dict[str, tuple[int, int]]) -> None:
         """Count one written row toward the longest prompt (`sizes`: exported image sizes by sha)."""
-        tokens = sum(image_tokens(*sizes[sha]) for sha in row["images"])
+        tokens = sum(image_tokens(*sizes[sha]) for sha in rendered.shown(row))
         self.max_image_tokens = max(self.max_image_tokens, tokens)
-        self.max_prompt_chars = max(self.max_prompt_chars, len(rendered.system) + len(row["prompt"]))
+        chars = (
+            sum(len(m["content"]) for m in rendered.chat[:-1])
+            if rendered.chat is not None
+            else len(rendered.system) + len(row["prompt"])
+        )
+        self.max_prompt_chars = max(self.max_prompt_chars, chars)
 
     def prompt_length_hint(self) -> int:
         """A max_prompt_length no row exceeds: image tokens plus at most one token per character."""
@@ -81,11 +87,20 @@ class ExportReport:
 
 @dataclass
 class Rendered:
-    """One row as a trainer sees it: the system prompt, the answer, and (for actions) its ground truth."""
+    """One row as a trainer sees it: the system prompt, the answer, and (for actions) its ground truth.
+
+    A family-shaped row (`storage.export_family`) has its whole conversation in `chat` (ending with
+    the answer) and the screenshots its `<image>` tags stand for in `images`."""
 
     system: str
     answer: str
     truth: dict[str, Any] | None
+    chat: list[dict[str, str]] | None = None
+    images: list[str] | None = None
+
+    def shown(self, row: dict[str, Any]) -> list[str]:
+        """The screenshots the row shows, in order."""
+        return self.images if self.images is not None else list(row["images"])
 
 
 def has_action(row: dict[str, Any]) -> bool:
@@ -99,16 +114,18 @@ def render_row(
     size: tuple[int, int],
     report: ExportReport,
     thoughts: str = "recorded",
+    shaper: FamilyShaper | None = None,
 ) -> Rendered | None:
     """The row in `action_format` for an image of `size` (the exported screenshot), or None when skipped.
 
     The system prompt asks for a thought only when the answer carries one. An action row without
     a recorded thought gets one written from its own evidence (`offline_thought`) where the
-    format requires a thought (mobiler1) or `thoughts` is "always".
+    format requires a thought (mobiler1) or `thoughts` is "always". With a family's `shaper`, an
+    action row is that family's conversation, in its coordinate space.
     """
     payload = json.loads(row["payload"])
     codec = get_codec(action_format)
-    screen = coordinate_screen(action_format, *size)
+    screen = shaper.screen(size) if shaper is not None else coordinate_screen(action_format, *size)
     target = payload.get("action")
     if target is None:
         return Rendered(knowledge_prompt(action_format), row["response"], None)  # a question, not an action
@@ -134,6 +151,12 @@ def render_row(
         "formatted": text,
         "action_format": action_format,
     }
+    if shaper is not None:
+        shaped = shaper.conversation(row, text, size)
+        if shaped is None:
+            report.skipped[f"no_task_for_family:{shaper.family.name}"] += 1
+            return None
+        return Rendered("", text, {**truth, "family": shaper.family.name}, *shaped)
     return Rendered(system_prompt(action_format, screen, thought=stated.thought is not None), text, truth)
 
 
@@ -178,7 +201,9 @@ def verl_row(
     assert rendered.truth is not None
     return {
         "data_source": f"trajforge/{man.dataset}",
-        "prompt": [
+        "prompt": rendered.chat[:-1]
+        if rendered.chat is not None
+        else [
             {"role": "system", "content": rendered.system},
             {"role": "user", "content": IMAGE_TOKEN * len(images) + row["prompt"]},
         ],

@@ -35,7 +35,6 @@ stream shard by shard, so memory is bounded by the shard size. `out` is a direct
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import shutil
 import tempfile
@@ -46,14 +45,15 @@ from pathlib import Path
 from typing import Any, TextIO, get_args
 
 import polars as pl
-from PIL import Image
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.datasets import Manifest, iter_rows, manifest, read_shard
+from storage.export_family import FamilyShaper
 from storage.export_rows import (
     IMAGE_TOKEN,
     THOUGHTS,
     ExportReport,
+    Rendered,
     dataset_card,
     has_action,
     hf_row,
@@ -62,12 +62,13 @@ from storage.export_rows import (
     write_hf_parquet,
     write_reward,
 )
-from storage.keys import blob_key
+from storage.export_writer import Writer
 from storage.objectstore import ObjectStore, S3ObjectStore
 from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
 from trajforge.actions.space import TRAINERS, written_size
 from trajforge.errors import ConfigError, StorageError
+from trajforge.families import PROMPT_VERSION, get_family
 from trajforge.procs import partial_name, sweep_partials
 from trajforge.settings import ExportFormat, Settings
 
@@ -76,57 +77,7 @@ ACTION_FORMATS = tuple(CODECS)
 WEIGHTS = ("repeat", "keep")
 # The trainer each format is written for unless --trainer says otherwise (hf: the images' own size).
 FORMAT_TRAINER = {"sft-sharegpt": "llamafactory", "sft-messages": "swift", "rl-verl": "verl"}
-
-
-class Writer:
-    """Files of one export under a local root; images written once each, optionally downscaled.
-
-    `final` is where the root will end up (absolute paths name it); None writes relative paths.
-    `fit` gives the size an image of (width, height) is written at (`written_size` for the
-    format and the trainer), after the `max_side` downscale.
-    """
-
-    def __init__(
-        self,
-        root: Path,
-        store: ObjectStore,
-        max_side: int | None,
-        final: Path | None,
-        fit: Callable[[int, int], tuple[int, int]],
-    ) -> None:
-        self.root, self.store, self.max_side, self.final, self.fit = root, store, max_side, final, fit
-        self.images: set[str] = set()  # written as files
-        self.embedded: set[str] = set()  # written into rows as bytes
-        self.sizes: dict[str, tuple[int, int]] = {}  # exported (width, height) by sha
-
-    def image(self, sha: str) -> str:
-        rel = f"images/{sha[:2]}/{sha}.png"
-        if sha not in self.images:
-            path = self.root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(self.image_bytes(sha))
-            self.images.add(sha)
-        return str(self.final / rel) if self.final is not None else rel
-
-    def embed(self, sha: str) -> dict[str, Any]:
-        self.embedded.add(sha)
-        return {"bytes": self.image_bytes(sha), "path": f"{sha}.png"}
-
-    def image_bytes(self, sha: str) -> bytes:
-        data = self.store.get(blob_key(sha))
-        img: Image.Image = Image.open(io.BytesIO(data))
-        stored = img.size
-        if self.max_side is not None and max(img.size) > self.max_side:
-            img.thumbnail((self.max_side, self.max_side))
-        size = self.fit(*img.size)
-        if size != img.size:
-            img = img.resize(size, Image.Resampling.BICUBIC)
-        self.sizes[sha] = img.size
-        if img.size == stored:
-            return data
-        buf = io.BytesIO()
-        img.save(buf, format="PNG", compress_level=1)  # screenshots: fast beats 10% smaller
-        return buf.getvalue()
+Render = Callable[..., Rendered | None]  # `render_row` with the export's format, report and family
 
 
 @contextmanager
@@ -213,13 +164,29 @@ def export(
     weights: str = "repeat",
     trainer: str = "auto",
     thoughts: str = "recorded",
+    family: str | None = None,
 ) -> ExportReport:
     """Write dataset `name` v`version` as `fmt` to `out` (see the module docstring).
 
     `trainer` (llamafactory, swift, verl, none; auto: the trainer `fmt` is for) sets the image
     size a pixel-coordinate format is written at: the size that trainer feeds the model, so the
     answers' pixels land where they should on the image as fed. `thoughts` is one of THOUGHTS.
+    `family` (a `trajforge.families` name) writes each action row as that family's conversation
+    (`storage.export_family`), in its action format and coordinate space.
     """
+    fam = get_family(family) if family is not None else None
+    if fam is not None:
+        if action_format not in ("canonical", fam.action_format):
+            raise ConfigError(
+                f"--family {fam.name} answers in the {fam.action_format} format, not {action_format}; "
+                "leave --action-format out"
+            )
+        if fmt == "hf":
+            raise ConfigError(
+                "an hf export has one system and one user column, not a family's conversation; "
+                "export sft-sharegpt, sft-messages or rl-verl with --family"
+            )
+        action_format = fam.action_format
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     if action_format not in ACTION_FORMATS:
@@ -235,10 +202,19 @@ def export(
     report = ExportReport(fmt, out, trainer=fed_by)
     with _target(out, settings) as (root, final, finish):
         writer = Writer(root, store, max_side, final, partial(written_size, action_format, trainer=fed_by))
+        shaper = FamilyShaper(fam, sessions, writer.size_for) if fam is not None else None
+        render = partial(
+            render_row, action_format=action_format, report=report, thoughts=thoughts, shaper=shaper
+        )
         if fmt in ("sft-sharegpt", "sft-messages"):
-            _export_sft(man, store, writer, fmt, action_format, weights, thoughts, report)
+            _export_sft(man, store, writer, fmt, weights, render, report)
         else:
-            _export_parquet(man, store, writer, fmt, action_format, tolerance, thoughts, report)
+            _export_parquet(man, store, writer, fmt, tolerance, render, report)
+        if fam is not None:
+            report.notes.append(
+                f"action rows are {fam.name}'s conversation ({fam.source}; prompt {PROMPT_VERSION}); "
+                f"roll a checkpoint trained on them out with policy.family: {fam.name}"
+            )
         if fmt == "rl-verl":
             write_reward(root)
         if fmt == "hf":
@@ -264,23 +240,24 @@ def _export_sft(
     store: ObjectStore,
     writer: Writer,
     fmt: str,
-    action_format: str,
     weights: str,
-    thoughts: str,
+    render: Render,
     report: ExportReport,
 ) -> None:
     files: dict[str, TextIO] = {}
     stem = f"{man.dataset}_v{man.version}"
     try:
         for row in iter_rows(store, man):
-            images = [writer.image(sha) for sha in row["images"]]
-            rendered = render_row(row, action_format, writer.sizes[row["images"][-1]], report, thoughts)
+            writer.image(row["images"][-1])  # its exported size sets the answer's coordinates
+            rendered = render(row, size=writer.sizes[row["images"][-1]])
             if rendered is None:
                 continue
+            images = [writer.image(sha) for sha in rendered.shown(row)]
             # Every content a string (the images as <image> tags, their paths in `images`): a loader
             # that infers types over the file (datasets, ms-swift) then keeps every answer a string.
             record: dict[str, Any] = {
-                "messages": [
+                "messages": rendered.chat
+                or [
                     {"role": "system", "content": rendered.system},
                     {"role": "user", "content": IMAGE_TOKEN * len(images) + row["prompt"]},
                     {"role": "assistant", "content": rendered.answer},
@@ -356,9 +333,8 @@ def _export_parquet(
     store: ObjectStore,
     writer: Writer,
     fmt: str,
-    action_format: str,
     tolerance: int,
-    thoughts: str,
+    render: Render,
     report: ExportReport,
 ) -> None:
     """A part per input shard (memory stays one shard); rl-verl's parts then stream into a file per split."""
@@ -372,10 +348,11 @@ def _export_parquet(
             if fmt == "rl-verl" and not has_action(row):  # skipped before its images are read
                 report.skipped["no_action_ground_truth"] += 1
                 continue
-            images = [writer.embed(sha) for sha in row["images"]]
-            rendered = render_row(row, action_format, writer.sizes[row["images"][-1]], report, thoughts)
+            writer.embed(row["images"][-1])  # its exported size sets the answer's coordinates
+            rendered = render(row, size=writer.sizes[row["images"][-1]])
             if rendered is None:
                 continue
+            images = [writer.embed(sha) for sha in rendered.shown(row)]
             if fmt == "hf":
                 out.append(hf_row(row, images, rendered))
             else:

@@ -7,7 +7,7 @@ from typing import Protocol
 from trajforge.actions.agentcpm import AgentCPMCodec
 from trajforge.actions.androidworld import AndroidWorldCodec
 from trajforge.actions.model import DEFAULT_SCREEN, Action, ActionKind, Screen, load_json_object
-from trajforge.actions.qwen import MobileR1Codec, QwenCodec
+from trajforge.actions.qwen import GUIOwlCodec, MobileR1Codec, QwenCodec
 from trajforge.actions.uitars import UITarsCodec
 from trajforge.errors import ConfigError, ParseError
 
@@ -54,6 +54,7 @@ CODECS: dict[str, ActionCodec] = {
     for codec in (
         AgentCPMCodec(),
         QwenCodec(),
+        GUIOwlCodec(),
         UITarsCodec(),
         UITarsCodec("uitars15", absolute=True),
         MobileR1Codec(),

@@ -173,6 +173,34 @@ class QwenCodec:
         return action.intent is None and survives_markup(action.thought) and _tool_call_represents(action)
 
 
+class GUIOwlCodec(QwenCodec):
+    """GUI-Owl (Mobile-Agent-v3): `<thinking>`, the `mobile_use` call, then `<conclusion>`, each block on
+    lines of its own, as X-PLUG/MobileAgent's `android_world_v3/.../agents/gui_owl.py` splits its answer
+    (`'<thinking>\n'`, `'}}\n'`, `'<conclusion>\n'`); the conclusion is the step's intent, the history
+    GUI-Owl is shown next."""
+
+    name = "guiowl"
+    notes: tuple[str, ...] = ("thought", "intent")
+    _CONCLUSION = re.compile(r"<conclusion>\s*(.*?)\s*</conclusion>", re.S)
+
+    def parse(self, text: str, screen: Screen) -> Action:
+        action = super().parse(text, screen)
+        found = self._CONCLUSION.search(text)
+        return action.model_copy(update={"intent": found[1]}) if found else action
+
+    def format(self, action: Action, screen: Screen) -> str:
+        think = f"<thinking>\n{action.thought}\n</thinking>\n" if action.thought is not None else ""
+        said = f"\n<conclusion>\n{action.intent}\n</conclusion>" if action.intent is not None else ""
+        return think + tool_call_block(action, screen) + said
+
+    def represents(self, action: Action) -> bool:
+        return (
+            survives_markup(action.thought)
+            and survives_markup(action.intent)
+            and _tool_call_represents(action)
+        )
+
+
 class MobileR1Codec:
     """Mobile-R1: `<think>…</think><action>…</action><tool_call>…</tool_call>`."""
 

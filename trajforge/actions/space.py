@@ -33,7 +33,8 @@ class PixelBudget:
 # Qwen2.5-VL's image processor defaults, and UI-TARS-1.5's published smart_resize bounds.
 QWEN25VL = PixelBudget(56 * 56, 28 * 28 * 16384)
 UITARS15 = PixelBudget(100 * 28 * 28, 16384 * 28 * 28)
-BUDGETS = {"qwen": QWEN25VL, "mobiler1": QWEN25VL, "uitars15": UITARS15}
+GUIOWL = PixelBudget(28 * 28, 28 * 28 * 12800)  # Mobile-Agent-v3 coordinate_resize.py: 1 to 12800 tokens
+BUDGETS = {"qwen": QWEN25VL, "guiowl": GUIOWL, "mobiler1": QWEN25VL, "uitars15": UITARS15}
 # The most pixels each trainer feeds a Qwen-style processor by default: LLaMA-Factory shrinks a
 # larger image to its `image_max_pixels` (768*768) before the processor's own resize; ms-swift and
 # verl hand it to qwen-vl-utils' `fetch_image`, whose bound is the model's own.

@@ -43,6 +43,9 @@ class Family(Protocol):
     action_format: str  # the codec that reads its answers
     source: str  # the published inference code its requests reproduce
     images: int  # the most screenshots one request carries
+    # text that marks the image's place in the prompt (MiniCPM-V's); an export writes `<image>` there,
+    # which the trainer's template for the family writes back
+    image_placeholder: str | None
 
     def coordinate_screen(self, width: int, height: int) -> Screen:
         """The pixel space its coordinates live in, for a screenshot of width x height."""

@@ -57,6 +57,7 @@ class AgentCPMGUI:
     action_format = "agentcpm"
     source = "OpenBMB/AgentCPM-GUI README.md (vLLM Inference) + eval/utils/schema/schema.json"
     images = 1
+    image_placeholder: str | None = "(<image>./</image>)"  # MiniCPM-V's: where its chat template puts the image
 
     def coordinate_screen(self, width: int, height: int) -> Screen:
         return Screen(width, height)  # 0-1000 of the screen: the size does not matter
@@ -72,7 +73,7 @@ class AgentCPMGUI:
     def messages(
         self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
     ) -> list[Message]:
-        question = f"<Question>{task}</Question>\n当前屏幕截图：(<image>./</image>)"
+        question = f"<Question>{task}</Question>\n当前屏幕截图：{self.image_placeholder}"
         return [
             {"role": "system", "content": system_prompt()},
             {"role": "user", "content": [text_part(question), image(current)]},

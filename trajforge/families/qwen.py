@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from trajforge.actions import Screen
-from trajforge.actions.space import QWEN25VL, PixelBudget, smart_resize
+from trajforge.actions.space import GUIOWL, QWEN25VL, smart_resize
 from trajforge.families import ImagePart, Message, Turn
 from trajforge.gateway import image_part, text_part
 
@@ -137,6 +137,7 @@ class Qwen25VLMobileUse:
         "QwenLM/Qwen2.5-VL cookbooks/mobile_agent.ipynb + cookbooks/utils/agent_function_call.py MobileUse"
     )
     images = 1
+    image_placeholder: str | None = None
     budget = QWEN25VL  # the processor's published defaults
 
     def coordinate_screen(self, width: int, height: int) -> Screen:
@@ -170,7 +171,8 @@ class GUIOwl(Qwen25VLMobileUse):
     source = (
         "X-PLUG/MobileAgent Mobile-Agent-v3 android_world_v3 agents/gui_owl.py + mobile_agent_utils_new.py"
     )
-    budget = PixelBudget(28 * 28, 28 * 28 * 12800)  # update_image_size_: 1 to 12800 visual tokens
+    action_format = "guiowl"  # <thinking>, the call, <conclusion>: what gui_owl.py reads
+    budget = GUIOWL  # update_image_size_: 1 to 12800 visual tokens
 
     def messages(
         self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart

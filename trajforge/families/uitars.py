@@ -55,6 +55,7 @@ class UITars15Mobile:
     action_format = "uitars15"
     source = "bytedance/UI-TARS codes/ui_tars/prompt.py MOBILE_USE_DOUBAO"
     images = 5
+    image_placeholder: str | None = None
 
     def __init__(self, language: str = "English") -> None:
         self.language = language
