@@ -273,8 +273,7 @@ def extract_round(
             batches.append((episode.id, drafts))
     if gateway is not None and frames is not None:  # one event loop for every model call
         every = [d for _, drafts in batches for d in drafts]
-        written = write_with_model(every, gateway, frames, settings.csrs_model_share)
-        asyncio.run(closing(gateway, written))
+        asyncio.run(closing(gateway, write_with_model(every, gateway, frames, settings.csrs_model_share)))
     superseded = revise_outcomes(sessions, round_id, outcomes)
     for bucket, tally in store_drafts(sessions, round_id, batches, "csrs").items():
         getattr(report, bucket).update(tally)

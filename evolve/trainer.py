@@ -34,6 +34,7 @@ from storage.exports import export
 from storage.models import Policy as PolicyRow
 from storage.models import Round
 from trajforge.errors import ConfigError, TrajforgeError
+from trajforge.families import get_family
 from trajforge.procs import sweep_partials
 from trajforge.settings import Settings
 
@@ -87,10 +88,11 @@ def _write_export(spine: Spine, dataset_version: int, fmt: str, builtin: bool, f
     # The built-in policy reads the screenshots as stored (it acts on them at that size); an
     # external trainer gets images sized for the trainer its format is for.
     settings = spine.settings
+    family = None if builtin else settings.trainer.family  # a family's export answers in its own format
     export(
         spine.sessions, spine.store, settings.evolve.dataset, dataset_version, fmt, str(folder),
-        settings.trainer.action_format, tolerance=settings.curate.point_tolerance, settings=settings,
-        trainer="none" if builtin else "auto",
+        "canonical" if family else settings.trainer.action_format, tolerance=settings.curate.point_tolerance,
+        settings=settings, trainer="none" if builtin else "auto", family=family,
     )  # fmt: skip
 
 
@@ -137,7 +139,8 @@ def train_next(settings: Settings, number: int, dataset_version: int) -> dict[st
     fmt = "rl-verl" if builtin else trainer.format
     root = settings.home / "training" / settings.evolve.dataset / f"v{dataset_version}"
 
-    data = _complete(root / fmt, partial(_write_export, spine, dataset_version, fmt, builtin))
+    shaped = f"{fmt}-{trainer.family}" if trainer.family and not builtin else fmt  # one export per shape
+    data = _complete(root / shaped, partial(_write_export, spine, dataset_version, fmt, builtin))
     if builtin and not any(data.glob("train*.parquet")):
         return _nothing_to_train(spine, number, parent_id)
     output = _complete(root / f"{name}-checkpoint", partial(_run_trainer, settings, data, number))
@@ -148,7 +151,8 @@ def train_next(settings: Settings, number: int, dataset_version: int) -> dict[st
     else:
         uri = str(output)
         endpoint = (trainer.endpoint or "").format(**fill)
-        meta = {"model": trainer.model.format(**fill), "format": trainer.action_format}
+        answers = get_family(trainer.family).action_format if trainer.family else trainer.action_format
+        meta = {"model": trainer.model.format(**fill), "format": answers, "family": trainer.family}
     meta |= {
         "dataset": settings.evolve.dataset,
         "dataset_version": dataset_version,

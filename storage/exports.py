@@ -68,7 +68,7 @@ from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
 from trajforge.actions.space import TRAINERS, written_size
 from trajforge.errors import ConfigError, StorageError
-from trajforge.families import PROMPT_VERSION, get_family
+from trajforge.families import PROMPT_VERSION, Family, get_family
 from trajforge.procs import partial_name, sweep_partials
 from trajforge.settings import ExportFormat, Settings
 
@@ -174,19 +174,7 @@ def export(
     `family` (a `trajforge.families` name) writes each action row as that family's conversation
     (`storage.export_family`), in its action format and coordinate space.
     """
-    fam = get_family(family) if family is not None else None
-    if fam is not None:
-        if action_format not in ("canonical", fam.action_format):
-            raise ConfigError(
-                f"--family {fam.name} answers in the {fam.action_format} format, not {action_format}; "
-                "leave --action-format out"
-            )
-        if fmt == "hf":
-            raise ConfigError(
-                "an hf export has one system and one user column, not a family's conversation; "
-                "export sft-sharegpt, sft-messages or rl-verl with --family"
-            )
-        action_format = fam.action_format
+    fam, action_format = _family(family, fmt, action_format)
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     if action_format not in ACTION_FORMATS:
@@ -210,11 +198,7 @@ def export(
             _export_sft(man, store, writer, fmt, weights, render, report)
         else:
             _export_parquet(man, store, writer, fmt, tolerance, render, report)
-        if fam is not None:
-            report.notes.append(
-                f"action rows are {fam.name}'s conversation ({fam.source}; prompt {PROMPT_VERSION}); "
-                f"roll a checkpoint trained on them out with policy.family: {fam.name}"
-            )
+        report.notes += _family_notes(fam)
         if fmt == "rl-verl":
             write_reward(root)
         if fmt == "hf":
@@ -223,6 +207,33 @@ def export(
         report.files = finish()
     report.images = len(writer.images | writer.embedded)
     return report
+
+
+def _family(family: str | None, fmt: str, action_format: str) -> tuple[Family | None, str]:
+    """The family an export is shaped by, and the action format it answers in."""
+    if family is None:
+        return None, action_format
+    fam = get_family(family)
+    if action_format not in ("canonical", fam.action_format):
+        raise ConfigError(
+            f"--family {fam.name} answers in the {fam.action_format} format, not {action_format}; "
+            "leave --action-format out"
+        )
+    if fmt == "hf":
+        raise ConfigError(
+            "an hf export has one system and one user column, not a family's conversation; "
+            "export sft-sharegpt, sft-messages or rl-verl with --family"
+        )
+    return fam, fam.action_format
+
+
+def _family_notes(fam: Family | None) -> list[str]:
+    if fam is None:
+        return []
+    return [
+        f"action rows are {fam.name}'s conversation ({fam.source}; prompt {PROMPT_VERSION}); "
+        f"roll a checkpoint trained on them out with policy.family: {fam.name}"
+    ]
 
 
 def _trainer(fmt: str, trainer: str) -> str | None:

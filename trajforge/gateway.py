@@ -199,28 +199,24 @@ class LLMGateway:
         seed: int | None = None,
         top_p: float | None = None,
     ) -> LLMResult:
-        """One chat completion, from the cache when this exact request was paid for before.
-
-        `seed` is sent to the endpoint and is part of the cache key: K rollouts of one prompt
-        at temperature > 0 are K different requests, while rerunning rollout k hits the cache.
+        """One chat completion, from the cache when this exact request was paid for before. `seed` is
+        sent and keyed: K rollouts of one prompt at temperature > 0 are K requests; a rerun hits the cache.
 
         Raises:
             LLMRateLimited / LLMTimeout: still failing after `max_retries` retries.
             LLMError: any other refusal (4xx) or a response with no choices.
         """
         route = self._route(stage)
-        model = model or route.settings.model
-        messages = fit_images(messages, route.settings.max_images)
-        params: dict[str, Any] = {"model": model, "messages": messages, "temperature": temperature}
-        max_tokens = route.settings.max_tokens if max_tokens is None else max_tokens  # llm.max_tokens
-        if max_tokens is not None:
-            params["max_tokens"] = max_tokens
-        if json_mode:
-            params["response_format"] = {"type": "json_object"}
-        if seed is not None:
-            params["seed"] = seed
-        if top_p is not None:
-            params["top_p"] = top_p
+        params: dict[str, Any] = {
+            "model": model or route.settings.model,
+            "messages": fit_images(messages, route.settings.max_images),
+            "temperature": temperature,
+            "max_tokens": route.settings.max_tokens if max_tokens is None else max_tokens,  # llm.max_tokens
+            "response_format": {"type": "json_object"} if json_mode else None,
+            "seed": seed,
+            "top_p": top_p,
+        }
+        params = {k: v for k, v in params.items() if v is not None}
         key = request_hash(params)
         usage = self.usage[stage]
         hit = self.cache.get(key) if self.cache is not None else None

@@ -77,12 +77,26 @@ class TrainerSettings(BaseSettings):
         json_schema_extra={"enum": list(CODECS)},
     )
 
+    family: str | None = Field(
+        None,
+        description="Export for an external trainer as this model family's conversations (uitars15, "
+        "qwen25vl, guiowl, agentcpm; `datasets export --family`), and roll the trained checkpoint out as "
+        "that family: fine-tune a released checkpoint on what it was trained to be sent. None: "
+        "trajforge's own prompt in action_format.",
+        json_schema_extra={"enum": list(FAMILY_NAMES)},
+    )
+
     @field_validator("action_format")
     @classmethod
     def _known_codec(cls, value: str) -> str:
         if value not in CODECS:
             raise ValueError(f"unknown action format {value!r}; known: {', '.join(CODECS)}")
         return value
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, value: str | None) -> str | None:
+        return PolicySettings._known_family(value)
 
     name: str = Field(
         "trained", min_length=1, max_length=128, description="Policy name of external checkpoints."

@@ -260,6 +260,26 @@ def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_pa
     assert row.checkpoint_uri and (Path(row.checkpoint_uri) / "model.safetensors").is_file()
     assert row.meta["model"] == row.checkpoint_uri and row.meta["dataset_version"] == published["version"]
     assert type(policy_factory(spine, row.id)()).__name__ == "VLMPolicy"
+    # a released checkpoint fine-tuned on its own family's conversations is rolled out as that family
+    script.write_text(
+        "import json, pathlib, sys\n"
+        "data, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])\n"
+        "rows = [json.loads(line) for f in data.glob('*.jsonl') for line in f.read_text().splitlines()]\n"
+        "assert any(r['messages'][0]['content'].startswith('You are a GUI agent.') for r in rows)\n"
+        "(out / 'model.safetensors').write_text('weights')\n"
+    )
+    family = served.model_copy(
+        update={"trainer": served.trainer.model_copy(update={"family": "uitars15", "name": "tars-ft"})}
+    )
+    with spine.sessions() as s:  # round 1 trains again, for another candidate
+        rnd = s.scalars(select(Round).where(Round.number == 1)).one()
+        rnd.stats = {k: v for k, v in (rnd.stats or {}).items() if k != "candidate_policy_id"}
+        s.commit()
+    train_next(family, 1, published["version"])
+    with spine.sessions() as s:
+        tars = s.scalars(select(Policy).where(Policy.name == "tars-ft")).one()
+    assert (tars.meta["family"], tars.meta["format"]) == ("uitars15", "uitars15")
+    assert policy_factory(spine, tars.id)().family.name == "uitars15"  # type: ignore[attr-defined]
 
 
 @pytest.mark.browser

@@ -57,7 +57,9 @@ class AgentCPMGUI:
     action_format = "agentcpm"
     source = "OpenBMB/AgentCPM-GUI README.md (vLLM Inference) + eval/utils/schema/schema.json"
     images = 1
-    image_placeholder: str | None = "(<image>./</image>)"  # MiniCPM-V's: where its chat template puts the image
+    image_placeholder: str | None = (
+        "(<image>./</image>)"  # MiniCPM-V's: where its chat template puts the image
+    )
 
     def coordinate_screen(self, width: int, height: int) -> Screen:
         return Screen(width, height)  # 0-1000 of the screen: the size does not matter
