@@ -57,8 +57,15 @@ def _as_exported(body: dict[str, Any], placeholder: str | None) -> list[dict[str
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the exports' own tests cover PostgreSQL
-@pytest.mark.parametrize("family_name", FAMILY_NAMES)
-def test_a_family_export_rolls_out_as_it_was_trained(version, tmp_path: Path, family_name: str) -> None:
+def test_every_familys_export_rolls_out_as_it_was_trained(version, tmp_path: Path) -> None:
+    """One published version (a smoke round), exported as each family in turn."""
+    for family_name in FAMILY_NAMES:
+        _round_trip(version, tmp_path, family_name)
+    _verl_prompts(version, tmp_path)
+    _refusals(version, tmp_path)
+
+
+def _round_trip(version: Any, tmp_path: Path, family_name: str) -> None:
     _, sessions, store, rows = version
     family = get_family(family_name)
     out = tmp_path / family_name
@@ -135,8 +142,8 @@ def _inside(point: tuple[int, int], bbox: list[int]) -> bool:
     return x1 - 2 <= point[0] <= x2 + 2 and y1 - 2 <= point[1] <= y2 + 2
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_a_family_verl_export_prompts_with_the_familys_conversation(version, tmp_path: Path) -> None:
+def _verl_prompts(version: Any, tmp_path: Path) -> None:
+    """An rl-verl export prompts with the family's conversation; its ground truth names the family."""
     _, sessions, store, _ = version
     export(sessions, store, "gui", 1, "rl-verl", str(tmp_path / "verl"), family="uitars15")
     frame = pl.read_parquet(tmp_path / "verl" / "train.parquet")
@@ -150,8 +157,7 @@ def test_a_family_verl_export_prompts_with_the_familys_conversation(version, tmp
     assert max(kinds) > 1  # later steps carry earlier screenshots
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_family_export_refusals_name_the_fix(version, tmp_path: Path) -> None:
+def _refusals(version: Any, tmp_path: Path) -> None:
     _, sessions, store, _ = version
     with pytest.raises(ConfigError, match="leave --action-format out"):
         export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "a"), "qwen", family="uitars15")
