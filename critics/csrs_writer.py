@@ -36,11 +36,11 @@ async def write_with_model(
 
     The template answer stays in the payload as `reference`; provenance gains the model and
     the request hash (the gateway's cache key). An empty answer drops the sample
-    (`llm_empty_response`); an answer missing from the reply, or a reply that is no JSON object, drops
-    the step's samples (`llm_malformed_output`); a verdict that contradicts the anchor (a
-    self-reflection whose label differs, a state verification whose yes/no differs) drops it
-    (`llm_contradicts_anchor`). A draft dropped as `empty_answer` (its element tree had no text) is
-    kept when the model reads something from the screenshots.
+    (`llm_empty_response`); where the reply has no answer for a category (no JSON object, or no string
+    under its name), the template answer stands and provenance says why (`writer_error`); a verdict
+    that contradicts the anchor (a self-reflection whose label differs, a state verification whose
+    yes/no differs) drops it (`llm_contradicts_anchor`). A draft dropped as `empty_answer` (its
+    element tree had no text) is kept when the model reads something from the screenshots.
     """
     steps: dict[tuple[Any, int | None], list[SampleDraft]] = defaultdict(list)
     for d in drafts:
@@ -58,13 +58,17 @@ async def write_with_model(
         answers = result.data if isinstance(result.data, dict) else {}
         for draft in group:
             answer = answers.get(draft.category)
+            if not isinstance(answer, str):  # no answer of its own: the template's stands, and says why
+                why = result.json_error or "no_answer_for_category"
+                draft.provenance = {**draft.provenance, "model": model, "writer_error": why}
+                continue
             draft.payload = {
                 **draft.payload,
                 "reference": draft.payload["response"],
                 "response": answer.strip() if isinstance(answer, str) else "",
             }
             draft.provenance = {**draft.provenance, "model": model, "prompt_hash": result.request_hash}
-            draft.reason = _verdict(draft, isinstance(answer, str))
+            draft.reason = _verdict(draft)
 
     await asyncio.gather(*(one(g) for key, g in steps.items() if chosen(key, share)))
 
@@ -79,9 +83,7 @@ def chosen(step: tuple[Any, int | None], share: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < share
 
 
-def _verdict(draft: SampleDraft, answered: bool) -> str | None:
-    if not answered:
-        return "llm_malformed_output"
+def _verdict(draft: SampleDraft) -> str | None:
     if blank_answer(draft.payload["response"]):
         return "llm_empty_response"
     if contradicts(draft):

@@ -189,3 +189,37 @@ def test_the_model_writes_a_stable_share_of_steps() -> None:
     assert half == [s for s in steps if chosen(s, 0.5)]
     assert 430 < len(half) < 570
     assert all(chosen(s, 1.0) for s in steps) and not any(chosen(s, 0.0) for s in steps)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_reply_that_answers_nothing_leaves_the_template_answers(
+    engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer whose reply is no JSON object (a small model's garbage) changes no answer: each sample
+    keeps its template answer, and its provenance says why the model's was not used."""
+    from storage.keys import blob_key
+    from storage.objectstore import open_object_store
+    from tests.support.scripted_llm import Reply, ScriptedLLM
+    from trajforge.gateway import LLMGateway
+    from trajforge.settings import LLMSettings
+
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    run_smoke_round(settings, queries_per_app=1, rollouts=1)
+    sessions: sessionmaker[Session] = session_factory(engine)
+    store = open_object_store(settings)
+    with sessions() as s:
+        before = {x.uid: (x.status, x.payload["response"]) for x in s.scalars(select(Sample))}
+        s.query(Sample).delete()
+        s.query(Exclusion).filter(Exclusion.stage == "csrs").delete()
+        s.commit()
+    with ScriptedLLM(default=Reply(content="garbage, not JSON")) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="tiny"))
+        extract_round(sessions, 1, gateway, lambda sha: store.get(blob_key(sha)))
+    assert llm.requests
+    with sessions() as s:
+        after = {x.uid: (x.status, x.payload["response"], x.provenance) for x in s.scalars(select(Sample))}
+    written = [p for _, _, p in after.values() if "writer_error" in p]
+    assert written and all(p["writer_error"].startswith("invalid_json") for p in written)
+    same = [uid for uid in after if uid in before]
+    assert same and all(after[uid][1] == before[uid][1] for uid in same)  # every answer the template's
