@@ -81,7 +81,8 @@ def _advisory(engine: Engine, name: str, what: str) -> Iterator[None]:
             holder = conn.execute(
                 text(
                     "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                    "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :a AND l.objid = :b"
+                    "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :a AND l.objid = :b "
+                    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
                 ),
                 {"a": _NAMESPACE, "b": key},
             ).scalar()

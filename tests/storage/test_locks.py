@@ -8,13 +8,17 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, text
 
+from storage.db import create_db_engine
 from storage.locks import exclusive, holder, loop_lock_name
 from storage.models import DatasetVersion, Episode
+from tests.conftest import PG_ADMIN_URL
 from trajforge.errors import LoopBusy
 
 TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
@@ -33,6 +37,34 @@ def test_a_held_lock_names_its_holder_and_is_free_after(engine: Engine) -> None:
     assert holder(engine, NAME) is None
     with exclusive(engine, NAME, "third evolve"):
         pass
+
+
+@pytest.mark.postgres
+def test_the_holder_named_is_the_one_in_this_database(pg_database: str) -> None:
+    """Advisory locks are per database: a loop of the same dataset on another database of the same
+    server is not this one's holder (a status or refusal once named the other database's pid)."""
+    admin = create_db_engine(PG_ADMIN_URL).execution_options(isolation_level="AUTOCOMMIT")
+    others = [f"trajforge_other_{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    with admin.connect() as conn:
+        for name in others:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engines = [create_db_engine(pg_database)]
+    engines += [
+        create_db_engine(admin.url.set(database=n).render_as_string(hide_password=False)) for n in others
+    ]
+    try:
+        with ExitStack() as held:
+            for i, eng in enumerate(engines):
+                held.enter_context(exclusive(eng, NAME, f"evolve number {i}"))
+            for i, eng in enumerate(engines):  # the same query, asked of each database, names its own
+                assert f"evolve number {i} " in (holder(eng, NAME) or "")
+    finally:
+        for eng in engines:
+            eng.dispose()
+        with admin.connect() as conn:
+            for name in others:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def test_a_killed_holder_frees_the_lock(engine: Engine, db_url: str) -> None:
