@@ -24,7 +24,8 @@ from annotation.results import Parsed, clicked_action, independence, parse_corre
 from storage.db import transaction
 from storage.models import Anchor, AnnotationProject, AnnotationTask, Correction, HumanAnnotation, Step
 from trajforge.actions import Screen
-from trajforge.logs import counts
+from trajforge.errors import AnnotationError
+from trajforge.logs import counts, redact
 from trajforge.settings import AnnotationSettings
 
 
@@ -83,6 +84,7 @@ def pull(
     report = PullReport()
     with sessions() as s:
         projects = list(s.scalars(select(AnnotationProject)))
+    _require_projects(studio, projects, settings)
     for project in projects:
         with transaction(sessions) as s:
             touched = _pull_project(s, studio, project, report)
@@ -98,6 +100,19 @@ def pull(
     return report
 
 
+def _require_projects(studio: Studio, projects: list[AnnotationProject], settings: AnnotationSettings) -> None:
+    """Every project pushed from here must answer before anything changes: a project the server does
+    not know means another instance or organisation, not that its tasks were deleted."""
+    missing = [p for p in projects if not studio.project_exists(p.ls_project_id)]
+    if missing:
+        named = ", ".join(f"{p.ls_project_id} ({p.title})" for p in missing)
+        raise AnnotationError(
+            f"Label Studio at {redact(settings.url)} has no project {named}, which this home pushed to; "
+            "annotate.url or the access token points at another instance or organisation: set them to "
+            "the one the tasks were pushed to and pull again (nothing was changed)"
+        )
+
+
 def _pull_project(s: Session, studio: Studio, project: AnnotationProject, report: PullReport) -> set[int]:
     ours = {
         t.ls_task_id: t
@@ -109,8 +124,7 @@ def _pull_project(s: Session, studio: Studio, project: AnnotationProject, report
             )
         )
     }
-    exists = studio.project_exists(project.ls_project_id)
-    live = {int(t.id): t for t in studio.tasks(project.ls_project_id)} if exists else {}
+    live = {int(t.id): t for t in studio.tasks(project.ls_project_id)}
     touched: set[int] = set()
     for ls_id, task in ours.items():
         if ls_id not in live:  # deleted in Label Studio: what it said no longer stands

@@ -37,9 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO, get_args
@@ -62,14 +60,14 @@ from storage.export_rows import (
     write_hf_parquet,
     write_reward,
 )
+from storage.export_target import export_target
 from storage.export_writer import Writer
-from storage.objectstore import ObjectStore, S3ObjectStore
+from storage.objectstore import ObjectStore
 from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
 from trajforge.actions.space import TRAINERS, written_size
-from trajforge.errors import ConfigError, StorageError
+from trajforge.errors import ConfigError
 from trajforge.families import PROMPT_VERSION, Family, get_family
-from trajforge.procs import partial_name, sweep_partials
 from trajforge.settings import ExportFormat, Settings
 
 FORMATS: tuple[str, ...] = get_args(ExportFormat)
@@ -78,76 +76,6 @@ WEIGHTS = ("repeat", "keep")
 # The trainer each format is written for unless --trainer says otherwise (hf: the images' own size).
 FORMAT_TRAINER = {"sft-sharegpt": "llamafactory", "sft-messages": "swift", "rl-verl": "verl"}
 Render = Callable[..., Rendered | None]  # `render_row` with the export's format, report and family
-
-
-@contextmanager
-def _target(
-    out: str, settings: Settings | None
-) -> Iterator[tuple[Path, Path | None, Callable[[], list[str]]]]:
-    """A local directory to write into, where it ends up (None for s3), and a finisher listing the files.
-
-    A local export is written into a hidden sibling folder and renamed into place once complete,
-    so a failure leaves nothing behind; an s3:// export is written to a temporary folder and
-    uploaded file by file.
-    """
-    if not out.startswith("s3://"):
-        yield from _local_target(Path(out))
-        return
-    bucket, _, prefix = out.removeprefix("s3://").partition("/")
-    if not bucket or settings is None:
-        raise ConfigError(
-            f"export target {out!r}: give s3://BUCKET/PREFIX and the S3 settings (TRAJFORGE_S3_*)"
-        )
-    remote = S3ObjectStore.connect(settings.s3.model_copy(update={"bucket": bucket}))
-    tmp = Path(tempfile.mkdtemp(prefix="trajforge-export-"))
-    try:
-
-        def upload() -> list[str]:
-            names = []
-            for path in sorted(tmp.rglob("*")):
-                if path.is_file():
-                    key = f"{prefix.rstrip('/')}/{path.relative_to(tmp)}".lstrip("/")
-                    remote.put(key, path.read_bytes())
-                    path.unlink()  # bounded disk as well: each file leaves once it is sent
-                    names.append(key)
-            return names
-
-        yield tmp, None, upload
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _local_target(final: Path) -> Iterator[tuple[Path, Path | None, Callable[[], list[str]]]]:
-    if final.exists() and not final.is_dir():
-        raise ConfigError(f"export target {final} is a file; give a folder path")
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        sweep_partials(final)  # what a killed export of this target left
-        tmp = Path(tempfile.mkdtemp(prefix=partial_name(final), dir=final.parent))
-    except OSError as exc:
-        raise StorageError(
-            f"cannot write the export to {final}: {exc.strerror or exc}; give a folder you can write to"
-        ) from exc
-    try:
-        yield (
-            tmp,
-            final.resolve(),
-            lambda: [str(p.relative_to(tmp)) for p in sorted(tmp.rglob("*")) if p.is_file()],
-        )
-        if not final.exists():
-            tmp.rename(final)
-        else:  # an existing folder: the finished files move in (a rename each, same file system)
-            for path in sorted(tmp.rglob("*")):
-                if path.is_file():
-                    dest = final / path.relative_to(tmp)
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    path.replace(dest)
-    except OSError as exc:
-        raise StorageError(
-            f"writing the export to {final} failed: {exc.strerror or exc}; nothing was left there"
-        ) from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def export(
@@ -188,7 +116,7 @@ def export(
     fed_by = _trainer(fmt, trainer)
     man = manifest(sessions, store, name, version)
     report = ExportReport(fmt, out, trainer=fed_by)
-    with _target(out, settings) as (root, final, finish):
+    with export_target(out, settings) as (root, final, finish):
         writer = Writer(root, store, max_side, final, partial(written_size, action_format, trainer=fed_by))
         shaper = FamilyShaper(fam, sessions, writer.size_for) if fam is not None else None
         render = partial(
@@ -204,7 +132,15 @@ def export(
         if fmt == "hf":
             card = dataset_card(man, action_format, sorted(report.rows))
             (root / "README.md").write_text(card, encoding="utf-8")
-        report.files = finish()
+        report.files = finish(
+            {
+                "dataset": name,
+                "version": version,
+                "format": fmt,
+                "action_format": action_format,
+                "family": family,
+            }
+        )
     report.images = len(writer.images | writer.embedded)
     return report
 

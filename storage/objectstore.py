@@ -197,6 +197,9 @@ class S3ObjectStore:
         )
         yield from sorted(o.object_name for o in objects if o.object_name)
 
+    def remove(self, key: str) -> None:
+        self._call("remove", lambda: self.client.remove_object(self.bucket, _check_key(key)))
+
     def presign(self, key: str, expires: timedelta = timedelta(hours=1)) -> str:
         url: str = self._call(
             "presign",

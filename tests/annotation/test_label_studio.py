@@ -259,6 +259,17 @@ def test_push_records_tasks_a_crashed_push_left_in_label_studio(
     in_ls = sum(len(list(studio.tasks(pid))) for pid in projects.values())
     assert recorded == in_ls == 5
 
+    # a server that does not know the project (another instance or organisation) is an error, and
+    # nothing is withdrawn: before, every task counted as deleted and its labels were gone for good
+    with transaction(sessions) as s:
+        for project in s.scalars(select(AnnotationProject)):
+            project.ls_project_id += 100_000
+    with pytest.raises(AnnotationError, match=r"has no project \d+ .*another instance or organisation"):
+        pull(sessions, annotate)
+    with sessions() as s:
+        statuses = set(s.scalars(select(AnnotationTask.status).where(AnnotationTask.duplicate_of.is_(None))))
+    assert statuses == {"pushed"}
+
 
 def test_the_limit_takes_the_most_urgent_first_and_creates_no_empty_project(
     label_studio: LabelStudioServer, tmp_path: Any, monkeypatch: pytest.MonkeyPatch

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from storage.export_target import MARKER
 from storage.exports import ACTION_FORMATS, export
 from storage.objectstore import S3ObjectStore
 from trajforge.actions import Action, Screen, get_codec
@@ -78,7 +79,9 @@ def test_sharegpt_matches_llama_factory_and_actions_reparse(
 
 def test_weights_kept_writes_each_row_once(version, tmp_path: Path) -> None:
     _, sessions, store, rows = version
-    report = export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path), "canonical", weights="keep")
+    report = export(
+        sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "kept"), "canonical", weights="keep"
+    )
     assert report.repeated == 0 and sum(report.rows.values()) == len(rows)
     with pytest.raises(ConfigError, match="unknown --weights 'double'; known: repeat, keep"):
         export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "x"), weights="double")
@@ -135,7 +138,7 @@ def test_verl_rows_carry_the_ground_truth_of_the_source_step(version, tmp_path: 
     tmp_path = tmp_path / "verl"
     report = export(sessions, store, "gui", 1, "rl-verl", str(tmp_path), "agentcpm")
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == ["reward.py", "reward_lib", "train.parquet", "val.parquet"]  # a file a split, the reward
+    assert files == [MARKER, "reward.py", "reward_lib", "train.parquet", "val.parquet"]  # a split a file
     table = hf.load_dataset("parquet", data_files=str(tmp_path / "train.parquet"), split="train")
     assert len(table) == report.rows["train"] and report.skipped["no_action_ground_truth"] > 0
     assert {"data_source", "prompt", "images", "ability", "reward_model", "extra_info"} <= set(
@@ -165,6 +168,7 @@ def test_verl_rows_carry_the_ground_truth_of_the_source_step(version, tmp_path: 
 
 def test_hf_export_loads_with_datasets_and_has_a_card(version, tmp_path: Path) -> None:
     _, sessions, store, rows = version
+    tmp_path = tmp_path / "hf"
     export(sessions, store, "gui", 1, "hf", str(tmp_path))
     loaded = hf.load_dataset(
         "parquet",
