@@ -64,11 +64,18 @@ class ExtractionReport:
     kept: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     undecided: Counter[str] = field(default_factory=Counter)  # episodes left for a human, by reason
+    # samples the model was asked for but did not write (the template answer stands), by reason
+    template_kept: Counter[str] = field(default_factory=Counter)
 
     def render(self) -> str:
         kept = ", ".join(f"{k}={v}" for k, v in sorted(self.kept.items()))
         dropped = counts(self.dropped)
         line = f"samples kept: {kept}\nsamples dropped: {dropped}"
+        if self.template_kept:
+            line += (
+                f"\nmodel answers missing, template answers kept: {counts(self.template_kept)} "
+                "(failed requests are retried by the next run)"
+            )
         if self.undecided:
             line += f"\nepisodes without an outcome, queued for human review: {counts(self.undecided)}"
         return line
@@ -274,6 +281,9 @@ def extract_round(
     if gateway is not None and frames is not None:  # one event loop for every model call
         every = [d for _, drafts in batches for d in drafts]
         asyncio.run(closing(gateway, write_with_model(every, gateway, frames, settings.csrs_model_share)))
+        report.template_kept = Counter(
+            d.provenance["writer_error"] for d in every if d.provenance.get("writer_error")
+        )
     superseded = revise_outcomes(sessions, round_id, outcomes)
     for bucket, tally in store_drafts(sessions, round_id, batches, "csrs").items():
         getattr(report, bucket).update(tally)

@@ -14,6 +14,7 @@ from typing import Any
 from critics.llm import TEMPLATES
 from storage.samples import CATEGORIES
 from trajforge.domain import EMPTY_ANSWER, blank_answer
+from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.sample import SampleDraft
 
@@ -54,7 +55,12 @@ async def write_with_model(
         if after and after not in images and any(d.category in SHOWN_AFTER for d in group):
             images.append(after)
         content = [text_part(step_prompt(group))] + [image_part(frames(sha)) for sha in images]
-        result = await gateway.chat([{"role": "user", "content": content}], stage=STAGE, json_mode=True)
+        try:
+            result = await gateway.chat([{"role": "user", "content": content}], stage=STAGE, json_mode=True)
+        except LLMError as exc:  # recorded by the gateway; a rerun retries only this request
+            for draft in group:  # the template answers stand, and say why
+                draft.provenance = {**draft.provenance, "model": model, "writer_error": exc.reason}
+            return
         answers = result.data if isinstance(result.data, dict) else {}
         for draft in group:
             answer = answers.get(draft.category)

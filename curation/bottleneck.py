@@ -22,12 +22,13 @@ from curation.guidance import TEMPLATES
 from trajforge.actions import Action, Screen, get_codec
 from trajforge.actions.compare import mismatch
 from trajforge.domain import Query, StepView, describe
-from trajforge.errors import ParseError
+from trajforge.errors import LLMError, ParseError
 from trajforge.gateway import LLMGateway, image_part, text_part
 
 BOTTLENECK = "reasoning_bottleneck"
 SOLVED = "solved_without_subgoal"  # a_high is right: no reasoning needed
 BEYOND = "wrong_with_subgoal"  # a_low is wrong too: perception or execution, not reasoning
+UNMEASURED = "bottleneck_not_measured"  # a model call failed (its reason is kept as the outcome)
 VERDICTS = (BOTTLENECK, SOLVED, BEYOND)
 
 
@@ -76,8 +77,11 @@ async def measure(
         reply = await gateway.chat([{"role": "user", "content": content}], stage=stage, json_mode=True)
         return prediction_mismatch(reply.text, action, view, tolerance) or "match"
 
-    high = await predict(None)
-    if high == "match":
-        return Bottleneck(SOLVED, high, None)
-    low = await predict(describe(action, view))
+    try:
+        high = await predict(None)
+        if high == "match":
+            return Bottleneck(SOLVED, high, None)
+        low = await predict(describe(action, view))
+    except LLMError as exc:  # recorded by the gateway: no verdict rather than a wrong one
+        return Bottleneck(UNMEASURED, exc.reason, None)
     return Bottleneck(BOTTLENECK if low == "match" else BEYOND, high, low)

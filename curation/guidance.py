@@ -36,6 +36,7 @@ from trajforge.actions import Action, Screen
 from trajforge.actions.compare import target_bbox
 from trajforge.domain import Query, StepView, describe, screen_text
 from trajforge.draw import mark_point
+from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
 
@@ -145,9 +146,12 @@ async def describe_with_model(
             mark_point, frames(view.before), action, Screen(view.width, view.height)
         )
         content = [text_part(prompt), image_part(before), image_part(frames(view.after))]
-        result = await gateway.chat(
-            [{"role": "user", "content": content}], stage="guidance.describe", json_mode=True
-        )
+        try:
+            result = await gateway.chat(
+                [{"role": "user", "content": content}], stage="guidance.describe", json_mode=True
+            )
+        except LLMError as exc:  # recorded by the gateway; this step is dropped with its reason
+            return Described(i, words, str(exc)[:200], False, exc.reason)
         data = result.data if isinstance(result.data, dict) else {}
         outcome = str(data.get("outcome", "")).strip()
         if result.json_error or not outcome:
@@ -202,7 +206,11 @@ async def write_guidance(
             report.failed["no_usable_steps"] += 1
             return None
         if gateway is not None:
-            text = await summarise_with_model(query, steps, gateway)
+            try:
+                text = await summarise_with_model(query, steps, gateway)
+            except LLMError as exc:  # recorded by the gateway; a rerun retries only this request
+                report.failed[exc.reason] += 1
+                return None
         else:
             text = summarise_offline(query, steps)
         if not text:

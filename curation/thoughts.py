@@ -30,6 +30,7 @@ from curation.guidance import TEMPLATES
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch, target_bbox
 from trajforge.domain import Query, StepView, describe, screen_text
+from trajforge.errors import LLM_FAULTS, LLMError
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
 from trajforge.sample import SampleDraft
@@ -130,14 +131,20 @@ async def think_with_model(
         instruction=step.query.instruction, history=step.history, style=STYLES.get(style, style), hint=hint
     )
     stage = "thought.hinted" if hint else "thought.write"
-    written = await gateway.chat([{"role": "user", "content": [text_part(prompt), image]}], stage=stage)
+    try:
+        written = await gateway.chat([{"role": "user", "content": [text_part(prompt), image]}], stage=stage)
+    except LLMError as exc:  # recorded by the gateway; the attempt counts under its reason
+        return "", exc.reason
     thought = written.text.strip()
     if not thought:
         return "", "llm_empty_response"
     ask = TEMPLATES.get_template("predict.j2").render(thought=thought)
-    predicted = await gateway.chat(
-        [{"role": "user", "content": [text_part(ask), image]}], stage="thought.predict", json_mode=True
-    )
+    try:
+        predicted = await gateway.chat(
+            [{"role": "user", "content": [text_part(ask), image]}], stage="thought.predict", json_mode=True
+        )
+    except LLMError as exc:
+        return thought, exc.reason
     return thought, prediction_mismatch(predicted.text, step.action, step.view, tolerance)
 
 
@@ -182,9 +189,11 @@ async def synthesise(
                 chosen = (phase, style, thought)
                 break
         draft = _draft(step, chosen, tries, gateway, measured)
-        if chosen is None:
-            draft.reason = THOUGHT_ACTION_MISMATCH
-            report.dropped[THOUGHT_ACTION_MISMATCH] += 1
+        if chosen is None:  # every try failed; when each ended on the same model fault, that is why
+            results = {t["result"] for t in tries}
+            fault = results.pop() if len(results) == 1 else None
+            draft.reason = fault if fault in LLM_FAULTS else THOUGHT_ACTION_MISMATCH
+            report.dropped[draft.reason] += 1
         else:
             report.kept[chosen[0] if gateway is not None else "template"] += 1
         return draft

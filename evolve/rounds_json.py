@@ -41,10 +41,11 @@ from critics.outcomes import deciding_anchor
 from evolve.revisits import revisited
 from rollout.records import MODEL_FAULTS
 from storage.anchors import anchors_by_episode
-from storage.llm_cache import stage_usage
+from storage.llm_cache import failures_by_stage, stage_usage
 from storage.models import Episode, Exclusion, Judgment, Policy, Round, Sample
 from storage.models import Query as QueryRow
 from storage.samples import OUTCOME_STAGE
+from trajforge.gateway import StageUsage
 from trajforge.metrics import ChannelStats
 from trajforge.verdicts import SILENT
 
@@ -197,12 +198,18 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
 
 
 def model_usage(s: Session, round_id: int) -> dict[str, Any]:
-    """The round's paid model calls (`llm_call`), per stage and in all: calls, retries, tokens, cost."""
+    """The round's paid model calls (`llm_call`), per stage and in all: calls, retries, tokens, cost,
+    and the requests still failing (`llm_failure`), with their reasons."""
     stages = {stage: dataclasses.asdict(u) for stage, u in stage_usage(s, round_id).items()}
-    for u in stages.values():
+    failures = failures_by_stage(s, round_id)
+    for stage in failures.keys() - stages.keys():
+        stages[stage] = dataclasses.asdict(StageUsage())
+    for stage, u in stages.items():
         del u["cached"]  # the ledger holds paid calls only
         u["cost_usd"] = round(u["cost_usd"], 6)
-    keys = ("calls", "retries", "prompt_tokens", "completion_tokens", "cost_usd")
+        u["failed"] = sum(failures.get(stage, {}).values())
+        u["failures"] = dict(sorted(failures.get(stage, {}).items()))
+    keys = ("calls", "failed", "retries", "prompt_tokens", "completion_tokens", "cost_usd")
     return {"stages": stages, **{k: round(sum(u[k] for u in stages.values()), 6) for k in keys}}
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
-from storage.models import LLMCall
-from trajforge.gateway import CachedCall, StageUsage
+from storage.models import LLMCall, LLMFailure
+from trajforge.gateway import CachedCall, FailedCall, StageUsage
+from trajforge.logs import redact
 
 
 class SqlResponseCache:
@@ -39,6 +41,26 @@ class SqlResponseCache:
     def put(self, call: CachedCall) -> None:
         with transaction(self.sessions) as session:
             insert_ignore(session, LLMCall, [asdict(call)], ["request_hash"])
+            session.execute(delete(LLMFailure).where(LLMFailure.request_hash == call.request_hash))
+
+    def fail(self, call: FailedCall) -> None:
+        fields = {**asdict(call), "detail": redact(call.detail)[:4000], "reason": call.reason[:64]}
+        with transaction(self.sessions) as session:
+            session.execute(delete(LLMFailure).where(LLMFailure.request_hash == call.request_hash))
+            session.add(LLMFailure(**fields))
+
+
+def failures_by_stage(session: Session, round_id: int | None = None) -> dict[str, Counter[str]]:
+    """Requests still failing, per stage and reason (optionally for one round)."""
+    stmt = select(LLMFailure.stage, LLMFailure.reason, func.count()).group_by(
+        LLMFailure.stage, LLMFailure.reason
+    )
+    if round_id is not None:
+        stmt = stmt.where(LLMFailure.round_id == round_id)
+    out: dict[str, Counter[str]] = {}
+    for stage, reason, n in session.execute(stmt):
+        out.setdefault(stage, Counter())[reason] = n
+    return out
 
 
 def usage_by_stage(sessions: sessionmaker[Session], round_id: int | None = None) -> dict[str, StageUsage]:

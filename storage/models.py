@@ -1,16 +1,14 @@
 """SQLAlchemy 2 models of the data spine (DESIGN.md "Relational model").
 
-One `Base` with a naming convention; shared `id` and `created` columns; natural
-unique keys on every table so reruns insert nothing twice.
+One `Base` (`storage.base`); natural unique keys on every table so reruns insert nothing twice.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
     DateTime,
@@ -18,36 +16,16 @@ from sqlalchemy import (
     ForeignKey,
     Integer,
     LargeBinary,
-    MetaData,
     String,
     Text,
     UniqueConstraint,
-    func,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
+from storage.base import NAMING_CONVENTION, Base, Id, Json
 from trajforge.domain import Query as DomainQuery
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-Json = JSON().with_variant(JSONB(), "postgresql")
-# BigInteger ids on Postgres; SQLite only autoincrements INTEGER PRIMARY KEY.
-Id = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: Json, list[Any]: Json}
-
-    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    created: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+__all__ = ["NAMING_CONVENTION", "Base", "Id", "Json"]  # and the tables below
 
 
 class App(Base):
@@ -330,6 +308,21 @@ class LLMCall(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     latency_ms: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class LLMFailure(Base):
+    """A model request that failed after its retries: its stage, reason and the error's text (secrets
+    masked). A later success of the same request removes it, so what is here is still failing."""
+
+    __tablename__ = "llm_failure"
+    request_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    stage: Mapped[str] = mapped_column(String(64), index=True)
+    round_id: Mapped[int | None] = mapped_column(ForeignKey("round.id"), index=True)
+    model: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(64))  # server_error, timeout, rate_limited, refused, …
+    status: Mapped[int | None] = mapped_column(Integer)  # the HTTP status, where there was one
+    detail: Mapped[str] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer)
 
 
 class AnnotationProject(Base):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, record_exclusions, transaction
@@ -48,6 +50,7 @@ def store_drafts(
                 else:
                     tally["kept"][d.category] += 1
             insert_ignore(s, Sample, rows, ["uid"])
+            _replace_template_answers(s, rows)
             record_exclusions(
                 s,
                 round_id,
@@ -60,6 +63,19 @@ def store_drafts(
                 ),
             )
     return tally
+
+
+def _replace_template_answers(s: Session, rows: list[dict[str, Any]]) -> None:
+    """A sample stored with its template answer (written offline, or its model request failed)
+    takes the model's answer once a run gets one; a model-written sample is never rewritten."""
+    written = {r["uid"]: r for r in rows if "prompt_hash" in r["provenance"]}
+    if not written:
+        return
+    for sample in s.scalars(select(Sample).where(Sample.uid.in_(written))):
+        if "prompt_hash" not in (sample.provenance or {}):
+            new = written[sample.uid]
+            sample.payload, sample.provenance = new["payload"], new["provenance"]
+            sample.status, sample.reason = new["status"], new["reason"]
 
 
 CATEGORIES = (

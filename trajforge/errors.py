@@ -74,13 +74,15 @@ class LLMError(TrajforgeError):
 
     Attributes:
         status: the last HTTP status the endpoint answered (None: no answer, e.g. a timeout).
+        attempts: how many times the request was sent.
     """
 
     reason = "llm_error"
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, attempts: int = 1) -> None:
         super().__init__(message)
         self.status = status
+        self.attempts = attempts
 
     def detail(self) -> dict[str, object]:
         """What a per-item failure keeps: the reason, the HTTP status and the message."""
@@ -104,6 +106,9 @@ class LLMTimeout(LLMError):
     """The endpoint kept timing out after every retry."""
 
     reason = "llm_timeout"
+
+
+LLM_FAULTS = frozenset(e.reason for e in (LLMError, LLMRefused, LLMRateLimited, LLMTimeout))
 
 
 class ActionError(TrajforgeError, ValueError):

@@ -19,16 +19,18 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import openai
 
 from trajforge.endpoints import charged_round, fit_images, stage_group
 from trajforge.errors import LLMError, LLMRateLimited, LLMRefused, LLMTimeout
 from trajforge.json_output import parse_json_output
+from trajforge.ledger import CachedCall, FailedCall, ResponseCache
 from trajforge.logs import redact
 from trajforge.settings import LLMSettings
 
+__all__ = ["CachedCall", "FailedCall", "ResponseCache"]  # and the gateway below
 log = logging.getLogger("trajforge.gateway")
 T = TypeVar("T")
 Message = dict[str, Any]
@@ -42,30 +44,6 @@ def image_part(png: bytes, mime: str = "image/png") -> dict[str, Any]:
 
 def text_part(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
-
-
-@dataclass(frozen=True)
-class CachedCall:
-    """A stored response, and what it cost when it was paid for."""
-
-    request_hash: str
-    stage: str
-    model: str
-    response_text: str
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    latency_ms: int
-    attempts: int
-    round_id: int | None = None
-
-
-class ResponseCache(Protocol):
-    def get(self, request_hash: str) -> CachedCall | None: ...
-
-    def put(self, call: CachedCall) -> None:
-        """Store once; a second put of the same hash is ignored."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -86,6 +64,7 @@ class LLMResult:
 @dataclass
 class StageUsage:
     calls: int = 0
+    failed: int = 0  # requests that failed after their retries (recorded in `llm_failure`)
     cached: int = 0
     retries: int = 0
     prompt_tokens: int = 0
@@ -261,7 +240,17 @@ class LLMGateway:
         async with route.semaphore:
             await self._limiter.wait()
             started = time.monotonic()
-            response, attempts = await self._with_retries(params, stage, route)
+            try:
+                response, attempts = await self._with_retries(params, stage, route)
+            except LLMError as exc:
+                usage.failed += 1
+                if self.cache is not None:
+                    self.cache.fail(
+                        FailedCall(
+                            key, stage, model, exc.reason, exc.status, str(exc), exc.attempts, round_id
+                        )
+                    )
+                raise
         latency_ms = int((time.monotonic() - started) * 1000)
         text = response.choices[0].message.content or ""
         prompt = response.usage.prompt_tokens if response.usage else 0
@@ -320,6 +309,7 @@ class LLMGateway:
                         f"{stage}: endpoint refused the request ({exc.status_code}): {exc.message}; "
                         "the same request fails again (not retried): change the request or the endpoint",
                         status=exc.status_code,
+                        attempts=attempt,
                     ) from exc
                 error, retry_after, final, status = exc, None, LLMError, exc.status_code
             except openai.APIConnectionError as exc:
@@ -333,6 +323,7 @@ class LLMGateway:
                     f"{stage}: {type(error).__name__} after {attempt} attempts against "
                     f"{redact(str(route.settings.base_url))}: {error}",
                     status=status,
+                    attempts=attempt,
                 ) from error
             delay = retry_after if retry_after is not None else self._backoff(attempt)
             log.warning("%s: %s, retry %d in %.2fs", stage, type(error).__name__, attempt, delay)

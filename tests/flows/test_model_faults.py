@@ -7,6 +7,7 @@ Every case runs the console script against a faulty local OpenAI-compatible serv
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -132,3 +133,65 @@ def test_rollout_keeps_the_http_detail_and_a_rerun_plays_only_the_failed_episode
         assert conn.execute("select count(*) from round").fetchone() == (1,)  # never a new round
         assert conn.execute("select count(*) from episode where reason = 'policy_error'").fetchone() == (0,)
         assert conn.execute("select count(*) from exclusion where reason = 'policy_error'").fetchone() == (0,)
+
+
+class Outage:
+    """Answers 500 to every request until `healthy`, then like `good`."""
+
+    def __init__(self, good: Callable[[Recorded], Reply]) -> None:
+        self.good, self.healthy = good, False
+
+    def __call__(self, rec: Recorded) -> Reply:
+        return self.good(rec) if self.healthy else Reply(status=500)
+
+
+def _csrs_answer(rec: Recorded) -> Reply:
+    """One JSON object per step, answering each `## category` the request asks."""
+    asked = re.findall(r"^## (\w+)$", rec.text, re.M)
+    return Reply(content=json.dumps({c: f"Written by the model: {c}." for c in asked}))
+
+
+def test_critics_extract_keeps_the_template_answers_when_the_endpoint_fails_and_a_rerun_retries_them(
+    tmp_path: Path,
+) -> None:
+    """Before: `critics extract` exited 1 on the first request that failed its retries, writing nothing."""
+    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
+    script = Outage(_csrs_answer)
+    with ScriptedLLM(responder=script) as llm:
+        first = cli("critics", "extract", "--round", "1", env=llm_env(llm.url), cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        assert "model answers missing, template answers kept: llm_error=" in first.stdout
+        with _db(tmp_path) as conn:
+            failures = conn.execute(
+                "select stage, reason, status, attempts, detail from llm_failure"
+            ).fetchall()
+            kept = conn.execute("select count(*) from sample where status = 'kept'").fetchone()[0]
+        assert failures and kept > 0
+        assert {(stage, reason, status, attempts) for stage, reason, status, attempts, _ in failures} == {
+            ("csrs.step", "llm_error", 500, 2)
+        }
+        assert all("500" in detail for *_, detail in failures)
+        script.healthy = True
+        paid = len(llm.requests)
+        again = cli("critics", "extract", "--round", "1", env=llm_env(llm.url), cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert len(llm.requests) - paid == len(failures)  # exactly the requests that failed, once each
+        assert "template answers kept" not in again.stdout
+        third = cli("critics", "extract", "--round", "1", env=llm_env(llm.url), cwd=tmp_path)
+        assert len(llm.requests) - paid == len(failures) and third.returncode == 0  # nothing left to pay for
+    with _db(tmp_path) as conn:
+        assert conn.execute("select count(*) from llm_failure").fetchone() == (0,)
+        written = conn.execute("select count(*) from sample where payload like '%Written by the model%'")
+        assert written.fetchone()[0] > 0
+
+
+def test_curate_with_a_failing_endpoint_finishes_and_counts_each_failure_by_reason(tmp_path: Path) -> None:
+    """Before: a guidance, bottleneck or thought request that failed its retries aborted `curate`."""
+    run_smoke_round(load_settings(), queries_per_app=1, rollouts=2)
+    with ScriptedLLM(responder=Outage(_csrs_answer)) as llm:
+        done = cli("curate", "--round", "1", env=llm_env(llm.url), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "llm_error=" in done.stdout and "Traceback" not in done.stderr
+    with _db(tmp_path) as conn:
+        stages = dict(conn.execute("select stage, count(*) from llm_failure group by stage").fetchall())
+    assert stages and all(s.split(".")[0] in ("guidance", "bottleneck", "thought") for s in stages), stages

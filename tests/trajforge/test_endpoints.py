@@ -14,7 +14,7 @@ from critics.llm import LLMStepCritic
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from trajforge.domain import Query, StepView
 from trajforge.endpoints import charge_round, fit_images, fit_views, stage_group
-from trajforge.gateway import CachedCall, LLMGateway, closing, image_part, text_part
+from trajforge.gateway import CachedCall, FailedCall, LLMGateway, closing, image_part, text_part
 from trajforge.settings import EndpointSettings, LLMSettings
 
 
@@ -35,6 +35,9 @@ class _Ledger:
 
     def put(self, call: CachedCall) -> None:
         self.calls.append(call)
+
+    def fail(self, call: FailedCall) -> None:
+        pass
 
 
 def test_stage_groups_and_merged_settings() -> None:
