@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from sqlalchemy import select
 
 from evolve.spine import open_spine
-from storage.locks import exclusive, loop_lock_name
+from storage.locks import LOOP_LOCK, exclusive
 from storage.models import Round
 from trajforge.errors import ConfigError
 from trajforge.settings import Settings
@@ -46,11 +46,12 @@ def loop_round(row: Round) -> bool:
 
 @contextmanager
 def loop_lock(settings: Settings, what: str) -> Iterator[None]:
-    """Hold the dataset's loop for the block: one `evolve` (CLI or scheduled run) at a time.
+    """Hold the home's loop for the block: one `evolve` (CLI or scheduled run) at a time, whatever
+    dataset it publishes.
 
     Raises:
         LoopBusy: another run holds it; the message names it (command, pid, host, start).
     """
     engine = open_spine(settings).sessions.kw["bind"]
-    with exclusive(engine, loop_lock_name(settings.evolve.dataset), what):
+    with exclusive(engine, LOOP_LOCK, what):
         yield

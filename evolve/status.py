@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from evolve.spine import open_pool, open_spine
 from rollout.pool import DeviceState
-from storage.locks import holder, loop_lock_name
+from storage.locks import LOOP_LOCK, holder
 from storage.models import Episode, Exclusion, Round
 from trajforge.logs import counts
 from trajforge.settings import Settings
@@ -32,7 +32,7 @@ class LoopStatus:
         leased = sum(len(d.holders) for d in self.devices)
         slots = sum(d.capacity for d in self.devices)
         out = [
-            f"loop of dataset {self.dataset}: "
+            f"loop (dataset {self.dataset}): "
             + (f"running in {self.running_by}" if self.running_by else "no run in progress"),
             *(
                 f"round {n}: {status} ({episodes} episodes stored so far)"
@@ -54,7 +54,7 @@ class LoopStatus:
 def loop_status(settings: Settings) -> LoopStatus:
     spine = open_spine(settings)
     engine = spine.sessions.kw["bind"]
-    status = LoopStatus(settings.evolve.dataset, holder(engine, loop_lock_name(settings.evolve.dataset)))
+    status = LoopStatus(settings.evolve.dataset, holder(engine, LOOP_LOCK))
     with spine.sessions() as s:
         rounds = s.scalars(select(Round).order_by(Round.number)).all()
         stored = dict(

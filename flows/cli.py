@@ -18,7 +18,7 @@ from flows.cli_ops import check_cmd, devices_app, serve_cmd, status_cmd
 from flows.prefect_env import prefect_call, prefect_env
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.errors import ActionError, TrajforgeError
-from trajforge.logs import configure_logging, redact_url
+from trajforge.logs import RedactingStream, configure_logging, redact, redact_url
 from trajforge.settings import Settings
 
 app = typer.Typer(
@@ -226,9 +226,9 @@ def show_config(config: ConfigOpt = None) -> None:
     for name, section in dump.items():
         if isinstance(section, dict):
             for key, value in section.items():
-                typer.echo(f"{name}.{key} = {value}")
+                typer.echo(redact(f"{name}.{key} = {value}"))
         else:
-            typer.echo(f"{name} = {section}")
+            typer.echo(redact(f"{name} = {section}"))
     create_db_engine(settings.db_url).dispose()  # a ConfigError names the problem and the fix
 
 
@@ -355,16 +355,18 @@ def main() -> None:
     """Console-script entry point: a TrajforgeError, or a database that cannot be used, is one line."""
     from sqlalchemy.exc import DatabaseError, OperationalError
 
+    sys.stdout = RedactingStream(sys.stdout)
+    sys.stderr = RedactingStream(sys.stderr)
     try:
         app()  # standalone: usage errors print themselves and exit 2
     except TrajforgeError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(redact(f"error: {exc}"), err=True)
         sys.exit(1)
     except DatabaseError as exc:
         if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:
             raise  # an IntegrityError and the like is a bug: keep its traceback
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-        typer.echo(f"error: the database failed: {reason}; run `trajforge check`", err=True)
+        typer.echo(redact(f"error: the database failed: {reason}; run `trajforge check`"), err=True)
         sys.exit(1)
 
 

@@ -41,6 +41,11 @@ def create_db_engine(
             f"database URL {redact_url(url)!r} is malformed; set TRAJFORGE_DB_URL like "
             "postgresql+psycopg://user:pw@host:5432/db or sqlite:///path/to.db"
         ) from exc
+    if parsed.host and "@" in parsed.host:  # `user:p@ss@host`: the password's tail parsed as the host
+        raise ConfigError(
+            f"database URL {redact_url(url)!r}: the password holds an unencoded '@'; write it as %40 "
+            "(and any other reserved character percent-encoded) in TRAJFORGE_DB_URL or db.url"
+        )
     if parsed.get_backend_name() not in _DIALECTS:
         raise ConfigError(
             f"database URL {redact_url(url)!r}: {parsed.get_backend_name()!r} is not supported; "

@@ -47,7 +47,7 @@ def _key(name: str) -> int:
 def _busy(name: str, holder: str) -> LoopBusy:
     return LoopBusy(
         f"{name} is held by {holder}; wait for it to finish (or stop it), then run again: "
-        "one evolve at a time per dataset",
+        "one evolve at a time per home (its database)",
         holder,
     )
 
@@ -146,5 +146,5 @@ def holder(engine: Engine, name: str) -> str | None:
         return exc.holder
 
 
-def loop_lock_name(dataset: str) -> str:
-    return f"evolve of dataset {dataset}"
+# One loop per home, whatever dataset it publishes: rounds, devices and policies belong to the home.
+LOOP_LOCK = "the evolve loop of this home"

@@ -56,6 +56,7 @@ from storage.objectstore import ObjectStore
 from storage.rounds import numbers, ready_rounds, sampling_by_round
 from storage.shards import PublishConfig, chunks, selected_rows, shard_bytes, write_shards
 from trajforge.errors import DatasetError, ObjectNotFound, SealedVersion, VersionConflict
+from trajforge.stage_settings import dataset_name_problem
 
 
 @dataclass
@@ -135,6 +136,8 @@ def publish(
         DatasetError: a check failed; the message names the fix.
         VersionConflict: another publisher sealed or claimed that version number first.
     """
+    if problem := dataset_name_problem(name):
+        raise DatasetError(problem)
     config = config or PublishConfig()
     rounds = ready_rounds(sessions, config.rounds)
     with tempfile.TemporaryDirectory(prefix="trajforge-publish-") as tmp:

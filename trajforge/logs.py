@@ -5,16 +5,41 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
+from urllib.parse import unquote
 
-# The password runs to the last @ before the host (one written with an unencoded @ still ends there).
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^/\s]*)@", re.I)
+# The password runs to the last @ before the host (one written with an unencoded @ still ends there);
+# the scheme may be mistyped (`postgresql+psycopg//`, `https:/`).
+_URL_PASSWORD = re.compile(
+    r"(?P<scheme>[a-z][a-z0-9+.-]*(?::/{0,2}|//))(?P<user>[^:/@\s]*):(?P<pw>[^/\s]*)@", re.I
+)
 # libpq and SQLAlchemy also take a password as a query parameter: ...?password=...
 _QUERY_PASSWORD = re.compile(r"(?i)([?&](?:password|passwd|pwd|sslpassword)=)[^&#\s]*")
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
 _AUTH_HEADER = re.compile(
-    r"(?i)(['\"]?(?:authorization|api[-_]key|x-api-key|secret[-_]key|access[-_]key)['\"]?\s*[:=]\s*['\"]?)(?:bearer\s+)?[^'\",\s}]+"
+    r"(?i)(['\"]?(?:authorization|api[-_]key|x-api-key|secret[-_]key|access[-_]key)['\"]?\s*[:=]\s*['\"]?)"
+    r"(?:(?:bearer|token|basic|digest)\s+)?[^'\",\s}]+"
 )
+
+
+_SECRETS: set[str] = set()  # values the settings hold as secrets, masked wherever they appear
+_PLACEHOLDERS = {"EMPTY", "none", "null"}
+_USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*:?/{0,2}[^:/@\s]*:(?P<pw>.*)@[^@]*$", re.I | re.S)
+
+
+def remember_secret(value: str | None) -> None:
+    """Mask `value` (a password, key or token, and its URL-decoded form) wherever `redact` sees it
+    from now on: in a library's error text too, where no pattern would find it."""
+    for form in {value, unquote(value)} if value else ():
+        if len(form) >= 4 and form not in _PLACEHOLDERS:
+            _SECRETS.add(form)
+
+
+def remember_url_secret(url: str | None) -> None:
+    """Remember the password of a URL (`scheme://user:password@host`), written however it is."""
+    match = _USERINFO.match(url or "")
+    if match:
+        remember_secret(match["pw"])
 
 
 def redact_url(url: str) -> str:
@@ -24,11 +49,29 @@ def redact_url(url: str) -> str:
 
 
 def redact(text: str) -> str:
-    """Mask every password, bearer token and auth header value found in free text."""
+    """Mask every password, bearer token and auth header value found in free text, and every
+    secret the settings hold (`remember_secret`)."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "***")
     text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
     text = _QUERY_PASSWORD.sub(r"\1***", text)
     text = _AUTH_HEADER.sub(r"\1***", text)
     return _BEARER.sub(r"\1***", text)
+
+
+class RedactingStream:
+    """A text stream that writes everything through `redact`: the CLI's stdout and stderr, so no
+    printed line (a library's error text included) shows a secret."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, buffer…
+        return getattr(self._stream, name)
 
 
 def _redact_record(record: logging.LogRecord) -> None:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trajforge.errors import ConfigError
+from trajforge.logs import remember_secret, remember_url_secret
 from trajforge.model_settings import PolicySettings, TrainerSettings
 from trajforge.stage_settings import (
     AnnotationSettings,
@@ -280,7 +281,20 @@ def load_settings(config_file: Path | None = None) -> Settings:
     store: StoreSettings = parts["store"]  # type: ignore[assignment]
     if store.path is not None and not store.path.is_absolute():
         parts["store"] = store.model_copy(update={"path": Path.cwd() / store.path})
-    return Settings(home=root, apps=apps, **parts)  # every section, so none is validated and then lost
+    settings = Settings(home=root, apps=apps, **parts)  # every section, so none is validated and lost
+    _remember_secrets(settings)
+    return settings
+
+
+def _remember_secrets(settings: Settings) -> None:
+    """Every secret the settings hold is masked in whatever is printed or logged from now on."""
+    remember_url_secret(settings.db_url)
+    remember_secret(settings.s3.secret_key.get_secret_value())
+    remember_secret(settings.annotate.api_key.get_secret_value() if settings.annotate.api_key else None)
+    for url in (settings.annotate.url, *(settings.llm.for_group(g).base_url for g in STAGE_GROUPS)):
+        remember_url_secret(str(url) if url else None)
+    for group in STAGE_GROUPS:
+        remember_secret(settings.llm.for_group(group).api_key.get_secret_value())
 
 
 def _app_refs(value: Any, config_file: Path | None) -> list[str]:

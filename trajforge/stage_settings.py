@@ -6,6 +6,7 @@ Each is a pydantic-settings class with its own `TRAJFORGE_<AREA>_` prefix and it
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -16,6 +17,18 @@ from trajforge.world.model import FaultConfig
 
 ExportFormat = Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"]  # the one list of export formats
 FeaturizerName = Literal["thumb", "phash", "resnet"]  # screenshot features for trajectory dedup
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def dataset_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a dataset (None: it can). A dataset name becomes a folder and an object
+    key prefix, so it is a plain name: no path, no `..`, nothing that leaves the home."""
+    if _PLAIN_NAME.fullmatch(name) and ".." not in name:
+        return None
+    return (
+        f"dataset name {name!r} is not a plain name; use letters, digits, '.', '_' and '-' "
+        "(starting with a letter or digit, at most 128), e.g. 'trajforge' or 'web-v2'"
+    )
 
 
 class CurationSettings(BaseSettings):
@@ -312,8 +325,17 @@ class EvolveSettings(BaseSettings):
         return dict(self.tier_mix[min(number, len(self.tier_mix)) - 1]) if self.tier_mix else None
 
     dataset: str = Field(
-        "trajforge", min_length=1, max_length=128, description="Dataset each round publishes."
+        "trajforge", min_length=1, max_length=128, description="Dataset each round publishes (a plain name)."
     )
+
+    @field_validator("dataset")
+    @classmethod
+    def _plain_dataset(cls, value: str) -> str:
+        problem = dataset_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     filtering: bool = Field(
         True,
         description="false publishes every sample, dropped ones too (no critic, verifier or dedup "

@@ -144,6 +144,14 @@ BAD_DB_URLS = {
         "postgresql+psycopg://u:hunter2@127.0.0.1:1/db",
         "cannot connect to database postgresql+psycopg://u:***@",
     ),
+    "scheme_typo": (
+        "postgresql+psycopg//u:hunter2@127.0.0.1/db",
+        "postgresql+psycopg//u:***@127.0.0.1/db' is",
+    ),
+    "unencoded_at": (
+        "postgresql+psycopg://u:hunt@er2@127.0.0.1/db",
+        "holds an unencoded '@'; write it as %40",
+    ),
 }
 
 
@@ -152,7 +160,7 @@ def test_evolve_with_a_database_it_cannot_use_is_one_line(tmp_path: Path, case: 
     url, expected = BAD_DB_URLS[case]
     done = cli("evolve", "--rounds", "1", env={"TRAJFORGE_DB_URL": url}, cwd=tmp_path)
     line = one_line_error(done, expected)
-    assert "hunter2" not in line and done.stdout == ""  # no round line, no password
+    assert "hunter2" not in line and "er2" not in line and done.stdout == ""  # no round line, no password
 
 
 def test_evolve_with_an_unreachable_object_store_is_one_line(tmp_path: Path) -> None:
@@ -162,14 +170,32 @@ def test_evolve_with_an_unreachable_object_store_is_one_line(tmp_path: Path) -> 
     assert "already done" not in done.stdout and "round 1/1" not in done.stdout
 
 
-@pytest.mark.parametrize("case", ["garbage", "unsupported", "bad_port"])
+@pytest.mark.parametrize("case", ["garbage", "unsupported", "bad_port", "scheme_typo", "unencoded_at"])
 def test_config_with_a_database_url_it_cannot_use_exits_1(tmp_path: Path, case: str) -> None:
     url, expected = BAD_DB_URLS[case]
     cfg = tmp_path / "run.yaml"
     cfg.write_text(f"db:\n  url: '{url}'\n")
     done = cli("config", "--config", str(cfg), cwd=tmp_path)
     one_line_error(done, expected)
-    assert "db.url = " in done.stdout
+    assert "db.url = " in done.stdout and "hunter2" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", ["/tmp/elsewhere", "../up", "a/b", ".hidden"])
+def test_a_dataset_name_that_is_not_a_plain_name_is_refused_before_anything_is_written(
+    tmp_path: Path, name: str
+) -> None:
+    """Before: an absolute name wrote the training export outside the home; `../` left a draft."""
+    done = cli("evolve", "--rounds", "1", env={"TRAJFORGE_EVOLVE_DATASET": name}, cwd=tmp_path)
+    one_line_error(done, "is not a plain name")
+    assert not (tmp_path / ".trajforge").exists() and done.stdout == ""
+
+
+def test_publish_refuses_a_dataset_name_that_is_a_path(published: Path, tmp_path: Path) -> None:
+    one_line_error(
+        cli("datasets", "publish", "--dataset", "../x", cwd=tmp_path), "'../x' is not a plain name"
+    )
+    with sqlite3.connect(published) as conn:
+        assert conn.execute("select count(*) from dataset_version").fetchone() == (1,)  # v1 only, no draft
 
 
 def test_evolve_does_not_take_a_rollout_round_as_its_own(tmp_path: Path) -> None:

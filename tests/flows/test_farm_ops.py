@@ -13,7 +13,7 @@ import pytest
 import yaml
 from sqlalchemy import Engine, func, select
 
-from storage.locks import exclusive, loop_lock_name
+from storage.locks import LOOP_LOCK, exclusive
 from storage.models import Episode, Exclusion, Round
 
 TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
@@ -68,10 +68,10 @@ def test_a_drill_that_retires_the_farm_is_incomplete_then_healed(
 
 def test_status_names_the_running_loop_and_the_pool(tmp_path: Path, db_url: str, engine: Engine) -> None:
     config = _config(tmp_path / "c.yaml", db_url)
-    with exclusive(engine, loop_lock_name("trajforge"), "trajforge evolve"):
+    with exclusive(engine, LOOP_LOCK, "trajforge evolve"):
         shown = _cli("status", "--config", str(config))
     assert shown.returncode == 0, shown.stderr
-    assert f"loop of dataset trajforge: running in trajforge evolve (pid {os.getpid()}" in shown.stdout
+    assert f"loop (dataset trajforge): running in trajforge evolve (pid {os.getpid()}" in shown.stdout
     assert "devices: 0 (none registered)" in shown.stdout
     unknown = _cli("devices", "reset", "sim-7", "--config", str(config))
     assert unknown.returncode == 1 and "no device named sim-7" in unknown.stderr

@@ -16,13 +16,13 @@ import pytest
 from sqlalchemy import Engine, func, select, text
 
 from storage.db import create_db_engine
-from storage.locks import exclusive, holder, loop_lock_name
+from storage.locks import LOOP_LOCK, exclusive, holder
 from storage.models import DatasetVersion, Episode
 from tests.conftest import PG_ADMIN_URL
 from trajforge.errors import LoopBusy
 
 TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
-NAME = loop_lock_name("trajforge")
+NAME = LOOP_LOCK
 
 
 def test_a_held_lock_names_its_holder_and_is_free_after(engine: Engine) -> None:
@@ -31,9 +31,9 @@ def test_a_held_lock_names_its_holder_and_is_free_after(engine: Engine) -> None:
         with pytest.raises(LoopBusy) as caught, exclusive(engine, NAME, "second evolve"):
             pass
         assert f"first evolve (pid {os.getpid()}" in str(caught.value)
-        assert "one evolve at a time per dataset" in str(caught.value)
-        with exclusive(engine, loop_lock_name("another-dataset"), "other"):
-            pass  # another dataset's loop is not this one's
+        assert "one evolve at a time per home (its database)" in str(caught.value)
+        with exclusive(engine, "another lock", "other"):
+            pass  # another lock is not this one
     assert holder(engine, NAME) is None
     with exclusive(engine, NAME, "third evolve"):
         pass
@@ -91,12 +91,14 @@ def test_a_killed_holder_frees_the_lock(engine: Engine, db_url: str) -> None:
 
 
 def test_a_second_evolve_refuses_in_one_line_and_writes_nothing(evolve_config: Path, engine: Engine) -> None:
+    """One loop per home: an evolve publishing another dataset is refused too (it once ran beside)."""
     with exclusive(engine, NAME, "trajforge evolve"):
         done = subprocess.run(
             [TRAJFORGE, "evolve", "--rounds", "1", "--config", str(evolve_config)],
             capture_output=True,
             text=True,
             timeout=300,
+            env={**os.environ, "TRAJFORGE_EVOLVE_DATASET": "another-dataset"},
         )
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()

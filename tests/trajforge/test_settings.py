@@ -118,10 +118,26 @@ def test_secret_values_not_echoed_in_errors(tmp_path: Path) -> None:
         ("postgresql://u:p@ss@h:5432/db", "postgresql://u:***@h:5432/db"),
         ("postgresql://u:p%40ss@h/db", "postgresql://u:***@h/db"),
         ("cannot reach postgresql://u:pw@h/db: refused", "cannot reach postgresql://u:***@h/db: refused"),
+        ("postgresql+psycopg//u:SECRET@127.0.0.1/db", "postgresql+psycopg//u:***@127.0.0.1/db"),  # typo
+        ("https:/me:pw@h/x", "https:/me:***@h/x"),
+        ("Authorization: Token X1234", "Authorization: ***"),
+        ("authorization=Basic dXNlcjpwdw==", "authorization=***"),
     ],
 )
 def test_redact(text: str, expected: str) -> None:
     assert redact(text) == expected
+
+
+def test_every_secret_the_settings_hold_is_masked_wherever_it_appears(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A library's error text quotes a key or a password without any pattern around it."""
+    monkeypatch.setenv("TRAJFORGE_LLM_API_KEY", "sk-only-here-41")
+    monkeypatch.setenv("TRAJFORGE_ANNOTATE_URL", "http://ann:ls-pass-42@127.0.0.1:9")
+    monkeypatch.setenv("TRAJFORGE_DB_URL", "postgresql+psycopg://u:p%40ss-43@127.0.0.1/db")
+    load_settings()
+    said = "401: key sk-only-here-41 refused; login ls-pass-42 failed; password p@ss-43 rejected"
+    assert redact(said) == "401: key *** refused; login *** failed; password *** rejected"
 
 
 def test_redact_url_and_log_filter(caplog: pytest.LogCaptureFixture) -> None:
