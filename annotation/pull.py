@@ -100,7 +100,9 @@ def pull(
     return report
 
 
-def _require_projects(studio: Studio, projects: list[AnnotationProject], settings: AnnotationSettings) -> None:
+def _require_projects(
+    studio: Studio, projects: list[AnnotationProject], settings: AnnotationSettings
+) -> None:
     """Every project pushed from here must answer before anything changes: a project the server does
     not know means another instance or organisation, not that its tasks were deleted."""
     missing = [p for p in projects if not studio.project_exists(p.ls_project_id)]
