@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trajforge.errors import ConfigError, ParseError
+
+if sys.version_info >= (3, 11):  # noqa: UP036 (the exported reward library runs on 3.10 too)
+    from enum import StrEnum
+else:  # Python 3.10, verl's floor: an rl-verl export's reward library runs this module there
+    from enum import Enum
+
+    class StrEnum(str, Enum):  # noqa: UP042
+        """enum.StrEnum of Python 3.11: members are their values, in str() and in f-strings."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return format(str(self.value), spec)
+
 
 Direction = Literal["up", "down", "left", "right"]
 Key = Literal["back", "home", "enter", "menu"]
