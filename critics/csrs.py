@@ -281,12 +281,22 @@ def extract_round(
     if gateway is not None and frames is not None:  # one event loop for every model call
         every = [d for _, drafts in batches for d in drafts]
         asyncio.run(closing(gateway, write_with_model(every, gateway, frames, settings.csrs_model_share)))
-        report.template_kept = Counter(
-            d.provenance["writer_error"] for d in every if d.provenance.get("writer_error")
-        )
+        report.template_kept = Counter(filter(None, (d.provenance.get("writer_error") for d in every)))
     superseded = revise_outcomes(sessions, round_id, outcomes)
     for bucket, tally in store_drafts(sessions, round_id, batches, "csrs").items():
         getattr(report, bucket).update(tally)
+    _record_undecided(sessions, round_id, undecided)
+    report.undecided = Counter(reason for _, reason, _ in undecided)
+    if superseded:
+        report.dropped[SUPERSEDED] = superseded
+    mark_stage(sessions, round_id, EXTRACTED)
+    return report
+
+
+def _record_undecided(
+    sessions: sessionmaker[Session], round_id: int, undecided: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    """The round's episodes without an outcome, as exclusions of the outcome stage (and no others)."""
     with transaction(sessions) as s:
         s.execute(
             delete(Exclusion).where(
@@ -296,11 +306,6 @@ def extract_round(
             )
         )
         record_exclusions(s, round_id, OUTCOME_STAGE, "episode", undecided)
-    report.undecided = Counter(reason for _, reason, _ in undecided)
-    if superseded:
-        report.dropped[SUPERSEDED] = superseded
-    mark_stage(sessions, round_id, EXTRACTED)
-    return report
 
 
 def revise_outcomes(

@@ -163,14 +163,19 @@ async def describe_with_model(
     return list(await asyncio.gather(*(one(i, v) for i, v in enumerate(views))))
 
 
-async def summarise_with_model(query: Query, steps: list[Described], gateway: LLMGateway) -> str:
+async def summarise_with_model(query: Query, steps: list[Described], gateway: LLMGateway) -> tuple[str, str]:
+    """The guidance text, or "" and why (a failed request is recorded by the gateway and retried by
+    the next run)."""
     prompt = TEMPLATES.get_template("guidance_summarise.j2").render(
         instruction=query.instruction, steps=[s.outcome for s in steps if s.kept]
     )
-    result = await gateway.chat(
-        [{"role": "user", "content": [text_part(prompt)]}], stage="guidance.summarise"
-    )
-    return result.text.strip()
+    try:
+        result = await gateway.chat(
+            [{"role": "user", "content": [text_part(prompt)]}], stage="guidance.summarise"
+        )
+    except LLMError as exc:
+        return "", exc.reason
+    return result.text.strip(), ""
 
 
 async def write_guidance(
@@ -206,15 +211,11 @@ async def write_guidance(
             report.failed["no_usable_steps"] += 1
             return None
         if gateway is not None:
-            try:
-                text = await summarise_with_model(query, steps, gateway)
-            except LLMError as exc:  # recorded by the gateway; a rerun retries only this request
-                report.failed[exc.reason] += 1
-                return None
+            text, why = await summarise_with_model(query, steps, gateway)
         else:
-            text = summarise_offline(query, steps)
+            text, why = summarise_offline(query, steps), ""
         if not text:
-            report.failed["llm_empty_response"] += 1
+            report.failed[why or "llm_empty_response"] += 1
             return None
         report.written[source] += 1
         return {

@@ -132,15 +132,8 @@ def export(
         if fmt == "hf":
             card = dataset_card(man, action_format, sorted(report.rows))
             (root / "README.md").write_text(card, encoding="utf-8")
-        report.files = finish(
-            {
-                "dataset": name,
-                "version": version,
-                "format": fmt,
-                "action_format": action_format,
-                "family": family,
-            }
-        )
+        marker = {"dataset": name, "version": version, "format": fmt, "action_format": action_format}
+        report.files = finish({**marker, "family": family})
     report.images = len(writer.images | writer.embedded)
     return report
 

@@ -126,11 +126,8 @@ def publish(
 ) -> PublishReport:
     """Publish the next version of dataset `name` from the kept samples (see the module docstring).
 
-    Every check runs before the version number is claimed: the rounds exist and are judged and
-    curated, there are rows, and every screenshot the rows name is in the store. Shards are
-    staged on local disk meanwhile, so a refusal writes nothing. A shard already in the store
-    is re-hashed; one that no longer matches its key (truncated, overwritten) is rewritten from
-    the freshly built bytes, which are exactly what its key names.
+    Every check (`name` a plain name first) runs before the version number is claimed. A stored
+    shard that no longer matches its key (truncated, overwritten) is rewritten from fresh bytes.
 
     Raises:
         DatasetError: a check failed; the message names the fix.

@@ -45,7 +45,7 @@ def test_model_descriptions_drop_steps_that_missed_their_intent(replayed) -> Non
 
         async def go():
             steps = await describe_with_model(query, views, True, gateway, frame_reader(store))
-            return steps, await summarise_with_model(query, steps, gateway)
+            return steps, (await summarise_with_model(query, steps, gateway))[0]
 
         steps, text = asyncio.run(go())
         describes = [r for r in llm.requests if "describe what one action" in r.text]

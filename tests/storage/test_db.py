@@ -17,7 +17,7 @@ from trajforge.errors import ConfigError, StorageError
 
 def test_upgrade_is_idempotent_and_matches_models(engine: Engine) -> None:
     upgrade(engine)  # second time: nothing to do
-    assert current_revision(engine) == "0012"
+    assert current_revision(engine) == "0013"
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
         tables = set(inspect(conn).get_table_names())
