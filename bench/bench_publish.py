@@ -6,14 +6,18 @@ bulk-inserted, then `publish` runs in a child process under `/usr/bin/time -v` f
 wall time and peak memory. 5% of the samples (one round's) are then rewritten, as a
 re-curated round would be, and the next version is published: the baseline is the
 first version, and the figure that matters is how many shards it re-uses. Exports run
-on a smaller version (`--export-rows`) into a temporary directory.
+on a smaller version (`--export-rows`, `--images` distinct screenshots) into a temporary
+directory. The rl-verl export embeds each row's screenshot, resized for verl: it is timed with
+the encoded-image cache (each distinct image resized and encoded once), without it (the
+baseline: once per row), and with `--trainer none` (no resize at all).
 
-Usage: python -m bench.bench_publish [--rows 1000000 --export-rows 20000]
+Usage: python -m bench.bench_publish [--rows 1000000 --export-rows 20000 --images 64]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -24,11 +28,14 @@ import time
 from functools import partial
 from pathlib import Path
 
+from PIL import Image, ImageDraw
 from sqlalchemy import update
 
 from bench.common import scratch_postgres, table, timed
 from rollout.sim.render import FrameRenderer
+from storage import export_writer
 from storage.db import create_db_engine, insert_ignore, session_factory, transaction, upgrade
+from storage.export_writer import CACHE_BYTES
 from storage.exports import FORMATS, export
 from storage.models import Policy, Round, Sample
 from storage.objectstore import LocalObjectStore, put_blob
@@ -52,15 +59,27 @@ CATEGORIES = (
 PER_ROUND = 50_000
 
 
-def seed(url: str, store_root: Path, rows: int) -> None:
+def _screenshots(store: LocalObjectStore, n: int) -> list[str]:
+    """`n` distinct screenshots (the home screen, numbered) in the store."""
+    device = SimDevice([load_app(name) for name in builtin_app_names()])
+    device.reset()
+    png, _ = FrameRenderer().frame(device)
+    base = Image.open(io.BytesIO(png)).convert("RGB")
+    shas = []
+    for i in range(n):
+        img = base.copy()
+        ImageDraw.Draw(img).text((40, 40), f"screen {i}", fill=(0, 0, 0))
+        buf = io.BytesIO()
+        img.save(buf, format="PNG", compress_level=1)
+        shas.append(put_blob(store, buf.getvalue())[0])
+    return shas
+
+
+def seed(url: str, store_root: Path, rows: int, images: int = 1) -> None:
     engine = create_db_engine(url)
     upgrade(engine)
     sessions = session_factory(engine)
-    store = LocalObjectStore(store_root)
-    device = SimDevice([load_app(n) for n in builtin_app_names()])
-    device.reset()
-    png, _ = FrameRenderer().frame(device)
-    sha, _ = put_blob(store, png)
+    shas = _screenshots(LocalObjectStore(store_root), images)
     with transaction(sessions) as s:
         policy = Policy(name="synthetic", version=0)
         s.add(policy)
@@ -84,7 +103,7 @@ def seed(url: str, store_root: Path, rows: int) -> None:
                 "step_index": i % 12,
                 "category": category,
                 "payload": {
-                    "images": [sha],
+                    "images": [shas[(i // 10) % len(shas)]],
                     "prompt": f"Task: order item {i % 977} from shop {i % 31}\nHistory: Tap 'Home'",
                     "response": json.dumps(action),
                     "action": action,
@@ -166,37 +185,60 @@ def _publishes(n: int) -> None:
     )
 
 
-def _exports(n: int) -> None:
-    """Every export format on one published version of `n` samples."""
+def _exports(n: int, images: int) -> None:
+    """Every export format on one published version of `n` samples over `images` screenshots, then
+    rl-verl without the encoded-image cache (the baseline) and with `--trainer none`."""
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/export.db"
         store = LocalObjectStore(Path(tmp) / "objects")
-        seed(url, Path(tmp) / "objects", n)
+        seed(url, Path(tmp) / "objects", n, images)
         sessions = session_factory(create_db_engine(url))
         publish(sessions, store, "bench", PublishConfig())
-        out_rows = []
-        for fmt in FORMATS:
+        runs = [(fmt, fmt) for fmt in FORMATS]
+        runs += [("rl-verl", "rl-verl, no image cache (baseline)"), ("rl-verl", "rl-verl --trainer none")]
+        out_rows, seconds_of = [], {}
+        for fmt, label in runs:
+            export_writer.CACHE_BYTES = 0 if "baseline" in label else CACHE_BYTES
+            trainer = "none" if "none" in label else "auto"
             report, seconds = timed(
-                partial(export, sessions, store, "bench", 1, fmt, os.path.join(tmp, fmt), "qwen")
+                partial(
+                    export,
+                    sessions,
+                    store,
+                    "bench",
+                    1,
+                    fmt,
+                    os.path.join(tmp, label),
+                    "qwen",
+                    trainer=trainer,
+                )
             )
+            seconds_of[label] = seconds
             done = sum(report.rows.values())
-            out_rows.append([fmt, f"{done:,}", f"{seconds:.2f}", f"{done / seconds:,.0f}"])
-    print(
-        table(f"export throughput ({n:,} samples, qwen actions)", ["format", "rows", "s", "rows/s"], out_rows)
-    )
+            out_rows.append(
+                [label, f"{done:,}", f"{report.images:,}", f"{seconds:.2f}", f"{done / seconds:,.0f}"]
+            )
+        export_writer.CACHE_BYTES = CACHE_BYTES
+    title = f"export throughput ({n:,} samples, {images} screenshots, qwen actions)"
+    print(table(title, ["format", "rows", "images", "s", "rows/s"], out_rows))
+    baseline = seconds_of["rl-verl, no image cache (baseline)"]
+    print(f"rl-verl: {baseline / seconds_of['rl-verl']:.1f}x faster with each image encoded once")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--export-rows", type=int, default=20_000)
+    parser.add_argument("--images", type=int, default=64, help="Distinct screenshots of the export version.")
+    parser.add_argument("--skip-publish", action="store_true", help="Only the export figures.")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         publish_child(*args.child)
         return
-    _publishes(args.rows)
-    _exports(args.export_rows)
+    if not args.skip_publish:
+        _publishes(args.rows)
+    _exports(args.export_rows, args.images)
 
 
 if __name__ == "__main__":

@@ -55,9 +55,9 @@ def _write_marker(root: Path, fields: dict[str, Any]) -> list[str]:
 
 
 @contextmanager
-def export_target(out: str, settings: Settings | None) -> Iterator[tuple[Path, Path | None, Finish]]:
-    """A local directory to write into, where it ends up (None for s3), and a finisher that writes the
-    marker and lists the files (see the module docstring)."""
+def export_target(out: str, settings: Settings | None) -> Iterator[tuple[Path, Finish]]:
+    """A local directory to write into, and a finisher that writes the marker and lists the files (see
+    the module docstring)."""
     if out.startswith("s3://"):
         with _s3_target(out, settings) as target:
             yield target
@@ -67,7 +67,7 @@ def export_target(out: str, settings: Settings | None) -> Iterator[tuple[Path, P
 
 
 @contextmanager
-def _local_target(final: Path) -> Iterator[tuple[Path, Path | None, Finish]]:
+def _local_target(final: Path) -> Iterator[tuple[Path, Finish]]:
     if final.exists() and not final.is_dir():
         raise ConfigError(f"export target {final} is a file; give a folder path")
     if final.is_dir() and (foreign := _not_exported(final)):
@@ -81,7 +81,7 @@ def _local_target(final: Path) -> Iterator[tuple[Path, Path | None, Finish]]:
             f"cannot write the export to {final}: {exc.strerror or exc}; give a folder you can write to"
         ) from exc
     try:
-        yield tmp, final.resolve(), lambda fields: _write_marker(tmp, fields)
+        yield tmp, lambda fields: _write_marker(tmp, fields)
         _swap_in(tmp, final)
     except OSError as exc:
         raise StorageError(
@@ -109,7 +109,7 @@ def _swap_in(tmp: Path, final: Path) -> None:
 
 
 @contextmanager
-def _s3_target(out: str, settings: Settings | None) -> Iterator[tuple[Path, Path | None, Finish]]:
+def _s3_target(out: str, settings: Settings | None) -> Iterator[tuple[Path, Finish]]:
     bucket, _, prefix = out.removeprefix("s3://").partition("/")
     if not bucket or settings is None:
         raise ConfigError(
@@ -133,6 +133,6 @@ def _s3_target(out: str, settings: Settings | None) -> Iterator[tuple[Path, Path
                 remote.remove(key)
             return [f"{base}{name}" for name in files]
 
-        yield tmp, None, upload
+        yield tmp, upload
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

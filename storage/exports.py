@@ -27,9 +27,9 @@ format cannot state is skipped with a counted reason; one it states differently 
 same effect (a direction swipe drawn as two points) is counted as converted. Every row starts
 with the system prompt stating the format's action space. SFT rows are repeated `round(weight)`
 times (`weights="repeat"`), because LLaMA-Factory and ms-swift drop a per-row weight; image
-paths are absolute for a local export, so the files load from any working directory. Rows
+paths are relative to the export folder, so it can be moved (`storage.export_writer`). Rows
 stream shard by shard, so memory is bounded by the shard size. `out` is a directory or
-`s3://bucket/prefix` (written locally, then uploaded file by file, with relative image paths).
+`s3://bucket/prefix` (written locally, then uploaded file by file).
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ def export(
     fed_by = _trainer(fmt, trainer)
     man = manifest(sessions, store, name, version)
     report = ExportReport(fmt, out, trainer=fed_by)
-    with export_target(out, settings) as (root, final, finish):
-        writer = Writer(root, store, max_side, final, partial(written_size, action_format, trainer=fed_by))
+    with export_target(out, settings) as (root, finish):
+        writer = Writer(root, store, max_side, partial(written_size, action_format, trainer=fed_by))
         shaper = FamilyShaper(fam, sessions, writer.size_for) if fam is not None else None
         render = partial(
             render_row, action_format=action_format, report=report, thoughts=thoughts, shaper=shaper

@@ -42,7 +42,10 @@ def test_sharegpt_matches_llama_factory_and_actions_reparse(
     assert info["gui_v1_train"]["columns"] == {"messages": "messages", "images": "images"}
     assert info["gui_v1_train"]["tags"]["system_tag"] == "system"
     codec = get_codec(action_format)
-    monkeypatch.chdir(tmp_path.parent)  # image paths must not depend on the working directory
+    moved = tmp_path / "moved"
+    out.rename(moved)  # an export can be moved: its image paths are relative to its folder
+    out = moved
+    monkeypatch.chdir(tmp_path.parent)  # LLaMA-Factory resolves them against dataset_dir, not the cwd
     seen, copies = 0, Counter[str]()
     for entry in info.values():
         for line in (out / entry["file_name"]).read_text().splitlines():
@@ -56,8 +59,8 @@ def test_sharegpt_matches_llama_factory_and_actions_reparse(
             assert (contract in system["content"]) == (action is not None)
             assert user["content"].count("<image>") == len(record["images"]) >= 1
             for path in record["images"]:
-                assert Path(path).is_absolute()
-                with Image.open(path) as img:
+                assert not Path(path).is_absolute()
+                with Image.open(out / path) as img:
                     # downscaled from 1080x2400; qwen's written at the 28-pixel grid LLaMA-Factory feeds
                     assert img.size == ((252, 532) if action_format == "qwen" else (243, 540))
             if action is not None:
@@ -103,7 +106,7 @@ def test_messages_are_swift_standard_and_every_answer_stays_a_string(version, tm
             knowledge = _action(rows[record["meta"]["uid"]]) is None
             assert system["role"] == "system" and ("JSON" in system["content"]) != knowledge
             assert user["content"].count("<image>") == len(record["images"]) >= 1
-            assert all(Path(p).is_file() for p in record["images"])
+            assert all(not Path(p).is_absolute() and (out / p).is_file() for p in record["images"])
             assert [m["content"] for m in back["messages"]] == [m["content"] for m in record["messages"]]
             assert all(isinstance(m["content"], str) for m in back["messages"])
 

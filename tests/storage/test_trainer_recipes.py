@@ -196,9 +196,9 @@ def _tiny_model(python: str, out: Path) -> str:
     return str(out)
 
 
-def _train(command: list[str], cwd: Path) -> str:
+def _train(command: list[str], cwd: Path, **extra_env: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env |= {"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "WANDB_DISABLED": "true"}
+    env |= {"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "WANDB_DISABLED": "true", **extra_env}
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=cwd, check=False)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-4000:]
@@ -263,7 +263,12 @@ def test_the_swift_recipe_trains_two_cpu_steps_on_every_row(version, tmp_path: P
         "--dataset_num_proc": "1",
         "--split_dataset_ratio": "0",
     }
-    log = _train([swift, "sft", *(x for pair in args.items() for x in pair)], tmp_path)
+    # the README's recipe: image paths are relative to the export, rooted by ROOT_IMAGE_DIR
+    log = _train(
+        [swift, "sft", *(x for pair in args.items() for x in pair)],
+        tmp_path,
+        ROOT_IMAGE_DIR=str(tmp_path / "tf1"),
+    )
     assert re.search(rf"num_rows: {report.rows['train']}\b", log), log[-3000:]
     assert "errors in the template" not in log  # swift's silent row swap never happened
     assert "'global_step/max_steps': '2/2'" in log

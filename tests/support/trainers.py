@@ -147,6 +147,10 @@ def _taps(out: Path, fmt: str, targets: dict[str, list[float]]) -> list[tuple[st
                 record = json.loads(line)
                 if record["meta"]["uid"] in targets:
                     found.append(
-                        (record["images"][-1], record["messages"][-1]["content"], record["meta"]["uid"])
+                        (
+                            str(out / record["images"][-1]),
+                            record["messages"][-1]["content"],
+                            record["meta"]["uid"],
+                        )
                     )
     return [(path, answer, targets[uid]) for path, answer, uid in found]
