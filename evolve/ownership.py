@@ -6,25 +6,55 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import select
+from sqlalchemy import Select, func, select
 
 from evolve.spine import open_spine
+from storage.keys import blob_key
 from storage.locks import LOOP_LOCK, exclusive
-from storage.models import Round
-from trajforge.errors import ConfigError
+from storage.models import DatasetVersion, Round, Step
+from trajforge.errors import ConfigError, StorageError
 from trajforge.settings import Settings
 
 
 def check_loop_rounds(settings: Settings) -> None:
-    """Before the loop runs: every stored round is one of the loop's.
+    """Before the loop runs: every stored round is one of the loop's, and the object store still holds
+    what the database says it wrote (the latest sealed manifests, the first and last screenshots).
 
     Raises:
         ConfigError: names the first round another command made.
+        StorageError: the store lost data the database expects (emptied, or another bucket).
     """
-    with open_spine(settings).sessions() as s:
+    spine = open_spine(settings)
+    with spine.sessions() as s:
         for row in s.scalars(select(Round).order_by(Round.number)):
             if not loop_round(row):
                 raise foreign_round(row)
+        expected = [key for key in s.scalars(_latest_manifests()) if key]
+        first, last = s.scalar(select(func.min(Step.id))), s.scalar(select(func.max(Step.id)))
+        expected += [
+            blob_key(sha) for sha in s.scalars(select(Step.screenshot).where(Step.id.in_([first, last])))
+        ]
+    lost = [key for key in expected if not spine.store.exists(key)]
+    if lost:
+        raise StorageError(
+            f"the object store has lost data the database expects ({', '.join(lost[:2])}"
+            f"{f' and {len(lost) - 2} more' if len(lost) > 2 else ''} missing): it was emptied, or "
+            "the store settings name another bucket or folder; restore it, or point TRAJFORGE_S3_* / "
+            "store.path back at the right one, or start a new home (a fresh TRAJFORGE_HOME and database)"
+        )
+
+
+def _latest_manifests() -> Select[tuple[str | None]]:
+    """The manifest key of each dataset's latest sealed version."""
+    latest = (
+        select(DatasetVersion.dataset_id, func.max(DatasetVersion.version).label("v"))
+        .where(DatasetVersion.status == "sealed")
+        .group_by(DatasetVersion.dataset_id)
+        .subquery()
+    )
+    return select(DatasetVersion.manifest_key).join(
+        latest, (DatasetVersion.dataset_id == latest.c.dataset_id) & (DatasetVersion.version == latest.c.v)
+    )
 
 
 def foreign_round(row: Round) -> ConfigError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,12 +12,14 @@ import pytest
 from prefect.testing.utilities import prefect_test_harness
 from sqlalchemy import select
 
+from evolve.ownership import check_loop_rounds
 from evolve.report import collect, write_report
 from evolve.spine import open_spine
 from flows import rounds
 from storage.datasets import list_versions
 from storage.models import Episode, Step
 from tests.support.evolve import tiny_config
+from trajforge.errors import StorageError
 from trajforge.settings import Settings, load_settings
 
 pytestmark = pytest.mark.slow
@@ -79,6 +82,11 @@ def test_evolve_rounds_then_rerun_and_report(
     )
     assert f"(n {judged}," in pooled
     assert r2["overall"]["samples"]["kept"] == sum(a["samples"].get("kept", 0) for a in r2["apps"].values())
+
+    check_loop_rounds(settings)  # the store holds what the database expects
+    shutil.rmtree(settings.store_path)  # emptied under the home: once `already done`, then a traceback
+    with pytest.raises(StorageError, match=r"lost data the database expects \(datasets/trajforge/v00002/"):
+        check_loop_rounds(settings)
 
 
 def _episodes(settings: Settings) -> list[tuple]:
