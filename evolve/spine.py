@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -56,11 +57,24 @@ class Spine:
 
     @cached_property
     def suites(self) -> dict[str, Suite]:
-        """The run's suite tasks (`SUITE:TASK` in `apps:`), by app name, each checked against its suite."""
+        """The run's suite tasks (`SUITE:TASK` in `apps:`), by app name, each checked against its suite.
+
+        Raises:
+            ConfigError: an unknown suite or task, or two suite files with the same `name:` (their
+                tasks would share one page per device).
+        """
         out: dict[str, Suite] = {}
+        source: dict[str, str] = {}  # suite name -> the suite part of the first ref naming it
         for ref in self.settings.apps:
             if is_suite_ref(ref):
                 app, suite, _ = resolve(ref)
+                given = ref.rpartition(":")[0]
+                given = str(Path(given).resolve()) if given.endswith((".yaml", ".yml")) else given
+                if source.setdefault(suite.name, given) != given:
+                    raise ConfigError(
+                        f"apps: {source[suite.name]} and {given} are both suite {suite.name!r}; give one of "
+                        "them another `name:` (a suite's tasks share its page on each device)"
+                    )
                 out[app] = suite
         return out
 

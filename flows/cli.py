@@ -275,6 +275,7 @@ def evolve_cmd(
     # here, not a failed flow run's tracebacks and a round line that looks finished.
     spine = open_spine(settings)  # migrates, so it connects
     spine.store  # noqa: B018 (reaching it is the check)
+    spine.apps, spine.suites  # noqa: B018 (every spec loads and every suite task exists, before round 1)
     if not settings.llm.offline:  # each stage group's endpoint serves its model, before anything runs
         from trajforge.probe import probe_endpoints
 

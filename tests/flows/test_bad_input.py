@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from evolve.smoke import run_smoke_round
 from storage.datasets import manifest
@@ -204,3 +205,34 @@ def test_evolve_does_not_take_a_rollout_round_as_its_own(tmp_path: Path) -> None
     refused = cli("evolve", "--rounds", "1", cwd=tmp_path)
     one_line_error(refused, "round 1 was made by trajforge rollout --app takeout, not by the loop")
     assert "already done" not in refused.stdout
+
+
+def _two_counter_suites(tmp_path: Path) -> list[str]:
+    """Two web-suite files, both `name: counter`: their tasks would share one page per device."""
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "webapp"
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        for name in ("suite.yaml", "counter.html"):
+            (tmp_path / folder / name).write_bytes((example / name).read_bytes())
+    return [f"{tmp_path / 'one' / 'suite.yaml'}:count-up", f"{tmp_path / 'two' / 'suite.yaml'}:count-down"]
+
+
+APP_PROBLEMS = {  # apps: entries -> what the one line names
+    "misspelt_task": (["takeout", "miniwob:click-chekboxes"], "did you mean click-checkboxes"),
+    "path_like_task": (["miniwob:../../etc/passwd"], "MiniWoB++ has no task '../../etc/passwd'"),
+    "missing_spec": (["takeout", "./missing.yaml"], "missing.yaml: file not found"),
+    "same_suite_name": (None, "are both suite 'counter'; give one of them another `name:`"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(APP_PROBLEMS))
+def test_apps_are_checked_before_the_first_round(tmp_path: Path, case: str) -> None:
+    """Before: each of these printed 165-183 lines of Prefect retry tracebacks and left round 1 running."""
+    refs, expected = APP_PROBLEMS[case]
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"apps": refs or _two_counter_suites(tmp_path)}))
+    done = cli("evolve", "--rounds", "1", "--config", str(cfg), cwd=tmp_path)
+    one_line_error(done, expected)
+    assert "round 1" not in done.stdout
+    with sqlite3.connect(tmp_path / ".trajforge" / "trajforge.db") as conn:
+        assert conn.execute("select count(*) from round").fetchone() == (0,)
