@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trajforge.errors import SpecError
+from trajforge.errors import SpecError, yaml_problem
 
 WidgetKind = Literal["button", "list", "toggle", "input", "text"]
 ROW_VALUE = "value"  # in a list's label or phrase, {value} is the row's own value
@@ -198,7 +198,7 @@ def load_spec(path: Path) -> AppSpec:
     except DuplicateKey as exc:
         raise SpecError(f"app spec {path}: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise SpecError(f"app spec {path}: not valid YAML ({exc}); fix the syntax") from exc
+        raise SpecError(f"app spec {path}: not valid YAML at {yaml_problem(exc)}; fix the syntax") from exc
     return parse_spec(data, str(path))
 
 

@@ -144,3 +144,12 @@ class DeviceCrashed(DeviceError):
 
 class DeviceHung(DeviceError):
     """The device stopped responding within its timeout."""
+
+
+def yaml_problem(exc: Exception) -> str:
+    """A YAML error in one line: `line L, column C: what` (PyYAML's own text spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{what}" + (f" ({context})" if context else "")

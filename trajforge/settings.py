@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from trajforge.errors import ConfigError
+from trajforge.errors import ConfigError, yaml_problem
 from trajforge.logs import remember_secret, remember_url_secret
 from trajforge.model_settings import PolicySettings, TrainerSettings
 from trajforge.stage_settings import (
@@ -348,7 +348,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise ConfigError(f"config {path}: file not found; pass an existing YAML file") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path}: not valid YAML ({exc}); fix the syntax") from exc
+        raise ConfigError(f"config {path}: not valid YAML at {yaml_problem(exc)}; fix the syntax") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

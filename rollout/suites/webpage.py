@@ -26,7 +26,7 @@ from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.domain import Observation, Query
-from trajforge.errors import ConfigError
+from trajforge.errors import ConfigError, yaml_problem
 from trajforge.world.verify import VerifierResult
 
 _ELEMENTS_JS = """(sel) => {
@@ -120,7 +120,11 @@ class WebSuite(BaseModel):
             suite = cls.model_validate(data)
         except FileNotFoundError as exc:
             raise ConfigError(f"web suite {path}: file not found; pass an existing YAML file") from exc
-        except (yaml.YAMLError, ValidationError) as exc:
+        except yaml.YAMLError as exc:
+            raise ConfigError(
+                f"web suite {path}: not valid YAML at {yaml_problem(exc)}; fix the syntax"
+            ) from exc
+        except ValidationError as exc:
             raise ConfigError(f"web suite {path}: {exc}".splitlines()[0] + f" ({_first_error(exc)})") from exc
         if suite.url.startswith("file://") and not suite.url.startswith("file:///"):  # relative to the file
             suite = suite.model_copy(update={"url": (path.parent / suite.url[7:]).resolve().as_uri()})

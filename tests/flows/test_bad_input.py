@@ -45,8 +45,12 @@ def published(tmp_path: Path) -> Path:
     [
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "not a text file (byte"),
         (None, "is a directory; give the path of a .yaml file in it"),
+        (  # before: PyYAML's own eight lines
+            b"name: bad\nscreens:\n  - id: a\n   title: x\n",
+            "not valid YAML at line 4, column 4: expected <block end>",
+        ),
     ],
-    ids=["binary", "directory"],
+    ids=["binary", "directory", "syntax"],
 )
 def test_a_spec_that_is_not_a_yaml_file(tmp_path: Path, content: bytes | None, expected: str) -> None:
     spec = tmp_path / "my_app.yaml"
