@@ -4,6 +4,10 @@ Prefect starts the server as a child process that writes to our stdout and stder
 that fails to start prints uvicorn's traceback over the one-line error the CLI gives. Prefect
 keeps one server per port and asks for the one with no port; registering ours under that key
 first makes Prefect start this one.
+
+The server must not outlive the command that started it: a `kill -9` of `trajforge evolve` once
+left it running, orphaned. A small watchdog process, started beside it, stops the server when its
+parent dies (the watchdog is reparented) and exits on its own when the server stops.
 """
 
 from __future__ import annotations
@@ -16,11 +20,43 @@ from typing import Any
 
 from prefect.server.api.server import SubprocessASGIServer
 
+# argv: the parent's pid and the server's; polls twice a second
+_WATCHDOG = """
+import os, signal, sys, time
+parent, server = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    time.sleep(0.5)
+    try:
+        os.kill(server, 0)
+    except ProcessLookupError:
+        break  # the server stopped: nothing left to watch
+    if os.getppid() != parent:  # the parent died and this process was reparented
+        os.kill(server, signal.SIGTERM)
+        for _ in range(50):
+            time.sleep(0.1)
+            try:
+                os.kill(server, 0)
+            except ProcessLookupError:
+                sys.exit(0)
+        os.kill(server, signal.SIGKILL)
+        break
+"""
+
 
 class _LoggedServer(SubprocessASGIServer):
     log: Path
 
     def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
+        server = self._start_logged()
+        self.watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(server.pid)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return server
+
+    def _start_logged(self) -> subprocess.Popen[Any]:
         # the child inherits file descriptors 1 and 2: point them at the log while it starts
         sys.stdout.flush()
         sys.stderr.flush()
