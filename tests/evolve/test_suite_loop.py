@@ -66,7 +66,7 @@ def test_miniwob_tasks_beside_a_built_in_app_evolve_and_export(tmp_path: Path) -
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
-    sizes = {image: Image.open(image).size for row in rows for image in row["images"]}  # every path resolves
+    sizes = {image: Image.open(out / image).size for row in rows for image in row["images"]}  # relative paths
     miniwob = [
         r for r in rows if any(_is_miniwob(m["content"]) for m in r["messages"] if m["role"] == "user")
     ]
