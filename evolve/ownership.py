@@ -30,7 +30,7 @@ def check_loop_rounds(settings: Settings) -> None:
             if not loop_round(row):
                 raise foreign_round(row)
         expected = [key for key in s.scalars(_latest_manifests()) if key]
-        first, last = s.scalar(select(func.min(Step.id))), s.scalar(select(func.max(Step.id)))
+        first, last = s.execute(select(func.min(Step.id), func.max(Step.id))).one()
         expected += [
             blob_key(sha) for sha in s.scalars(select(Step.screenshot).where(Step.id.in_([first, last])))
         ]
