@@ -20,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 
 from rollout.suites.webpage import Hooks, PageEnv, WebSuite
+from rollout.web.files import file_uri
 from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
 
@@ -52,11 +53,12 @@ class MiniWobSuite:
     def web(self) -> WebSuite:
         return WebSuite(
             name=self.name,
-            url=(miniwob_html() / "{task}.html").as_uri().replace("%7Btask%7D", "{task}"),
+            url=file_uri(miniwob_html() / "{task}.html"),
             tasks=self.tasks,
             viewport=(500, 320),
             region="#wrap",
             hooks=HOOKS,
+            root=miniwob_html().parent,  # its pages load ../core/
         )
 
     @cached_property

@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.suites import seed_of
-from rollout.web.browser import BrowserThread, chromium_available, png_size
+from rollout.web.browser import ANY_LOCAL_FILE, BrowserThread, chromium_available, png_size
+from rollout.web.files import file_uri, folder_url
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
@@ -112,6 +114,25 @@ class WebSuite(BaseModel):
     region: str | None = Field(None, description="CSS selector of the part of the page that is the screen.")
     hooks: Hooks
     settle_ms: int = Field(0, ge=0, le=5000, description="Wait after each action (animations).")
+    local_files: Literal["folder", "any"] = Field(
+        "folder",
+        description="What a file:// page may read: `folder`, only files under `root` (served from a "
+        "loopback address); `any`, every local file (only for a page you trust).",
+    )
+    root: Path | None = Field(
+        None, description="The folder a file:// page may read; default: the suite file's folder."
+    )
+
+    @property
+    def page_url(self) -> str:
+        """Where the browser opens the page (`{task}` still in it)."""
+        if self.url.startswith("file:") and self.local_files == "folder":
+            return folder_url(self.url, self.root)
+        return self.url
+
+    @property
+    def browser_args(self) -> tuple[str, ...]:
+        return (ANY_LOCAL_FILE,) if self.url.startswith("file:") and self.local_files == "any" else ()
 
     @classmethod
     def from_yaml(cls, path: Path) -> WebSuite:
@@ -127,7 +148,9 @@ class WebSuite(BaseModel):
         except ValidationError as exc:
             raise ConfigError(f"web suite {path}: {exc}".splitlines()[0] + f" ({_first_error(exc)})") from exc
         if suite.url.startswith("file://") and not suite.url.startswith("file:///"):  # relative to the file
-            suite = suite.model_copy(update={"url": (path.parent / suite.url[7:]).resolve().as_uri()})
+            suite = suite.model_copy(update={"url": file_uri(path.parent / suite.url[7:])})
+        if suite.url.startswith("file:"):
+            suite = suite.model_copy(update={"root": (path.parent / (suite.root or ".")).resolve()})
         return suite
 
     def check_task(self, task: str) -> None:
@@ -161,7 +184,10 @@ class PageEnv:
         need_chromium(suite.name)
         self.suite, self.store = suite, store
         width, height = suite.viewport
-        self._browser = BrowserThread(lambda pw: {"viewport": {"width": width, "height": height}}, timeout_ms)
+        self._browser = BrowserThread(
+            lambda pw: {"viewport": {"width": width, "height": height}}, timeout_ms, suite.browser_args
+        )
+        self._page_url = suite.page_url
         self._call = self._browser.call
         self._page = self._browser.page
         self._url: str | None = None
@@ -207,7 +233,7 @@ class PageEnv:
 
     # --- inside the browser thread ------------------------------------------------------------
     def _start(self, task: str, seed: int) -> None:
-        url = self.suite.url.replace("{task}", task)
+        url = self._page_url.replace("{task}", task)
         if url != self._url:
             self._page.goto(url)
             self._url = url

@@ -12,7 +12,7 @@ import logging
 import os
 import struct
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,8 +34,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--disable-background-networking",
     "--disable-component-update",
-    "--allow-file-access-from-files",  # file:// task pages (MiniWoB++) load their scripts
 ]
+# Lets a file:// page read any local file: only for a web suite that asks (`local_files: any`).
+ANY_LOCAL_FILE = "--allow-file-access-from-files"
 
 
 def chromium_env() -> dict[str, str | float | bool]:
@@ -75,9 +76,12 @@ def png_size(png: bytes) -> tuple[int, int]:
 
 class BrowserThread:
     """A browser with one page; `context` takes Playwright's `new_context` options (a device
-    profile, a viewport). `close()` ends it."""
+    profile, a viewport), `args` Chromium flags beyond `CHROMIUM_ARGS`. `close()` ends it."""
 
-    def __init__(self, context: Callable[[Any], dict[str, Any]], timeout_ms: int = 15_000) -> None:
+    def __init__(
+        self, context: Callable[[Any], dict[str, Any]], timeout_ms: int = 15_000, args: Sequence[str] = ()
+    ) -> None:
+        self._args = [*CHROMIUM_ARGS, *args]
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webenv")
         self._context_options = context
         self.timeout_ms = timeout_ms
@@ -97,7 +101,7 @@ class BrowserThread:
 
         self.pw = sync_playwright().start()
         self.browser = self.pw.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, env=chromium_env()
+            executable_path=CHROMIUM, args=self._args, headless=True, env=chromium_env()
         )
         self.context = self.browser.new_context(**self._context_options(self.pw))
         self.page = self.context.new_page()

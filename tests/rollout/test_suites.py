@@ -3,6 +3,7 @@ and a declarative web suite of our own (docs/examples/webapp)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,3 +146,57 @@ def test_a_web_suite_file_with_a_mistake_names_it(tmp_path: Path) -> None:
     bad.write_text("name: shop\nurl: http://127.0.0.1/\nhooks: {reset: '() => 0'}\n")
     with pytest.raises(ConfigError, match=r"web suite .*suite.yaml.*hooks.instruction: Field required"):
         WebSuite.from_yaml(bad)
+
+
+_READS = """async () => {
+  const read = (u) => new Promise((done) => {
+    const x = new XMLHttpRequest();
+    x.onload = () => done(x.status === 200 || x.status === 0 ? x.responseText.trim() : `status ${x.status}`);
+    x.onerror = () => done('refused');
+    try { x.open('GET', u); x.send(); } catch (e) { done('refused'); }
+  });
+  window.got = {own: await read('data/own.txt'), outside: await read('SECRET'), linked: await read('linked.txt')};
+}"""
+
+
+def _file_suite(tmp_path: Path, local_files: str) -> WebSuite:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the secret")
+    folder = tmp_path / "suite"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "own.txt").write_text("own data")
+    (folder / "linked.txt").symlink_to(secret)
+    (folder / "page.html").write_text("<html><body><button id=b>ok</button></body></html>")
+    spec = folder / "suite.yaml"
+    spec.write_text(
+        "name: reader\nurl: file://{task}.html\ntasks: [page]\n"
+        f"local_files: {local_files}\n"
+        "hooks:\n"
+        f"  reset: {_READS.replace('SECRET', secret.as_uri())!r}\n"
+        "  instruction: '() => JSON.stringify(window.got)'\n"
+        "  done: '() => false'\n  reward: '() => 0'\n"
+    )
+    return WebSuite.from_yaml(spec)
+
+
+def test_a_suite_page_reads_only_its_own_folder(tmp_path: Path) -> None:
+    _need_chromium()
+    env = _file_suite(tmp_path, "folder").environment(None)
+    try:
+        instruction, _ = env.describe("page", 1)
+    finally:
+        env.close()
+    got = json.loads(instruction)
+    assert got["own"] == "own data"
+    assert got["outside"] == "refused"  # an http page cannot read file:// URLs
+    assert got["linked"] == "status 404"  # nor a file outside its folder through a link
+
+
+def test_a_suite_that_says_so_may_read_any_local_file(tmp_path: Path) -> None:
+    _need_chromium()
+    env = _file_suite(tmp_path, "any").environment(None)
+    try:
+        instruction, _ = env.describe("page", 1)
+    finally:
+        env.close()
+    assert json.loads(instruction) == {"own": "own data", "outside": "the secret", "linked": "the secret"}
