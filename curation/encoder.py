@@ -48,6 +48,7 @@ from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
 from trajforge.features import SIDECAR, AppBar, pooled, screen_and_bar, standardised
 from trajforge.stage_settings import CurationSettings
+from trajforge.stopping import check_stop
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,7 @@ def _fit(
     losses: list[float] = []
     start = time.perf_counter()
     for step in range(spec.steps):
+        check_stop()
         # warm up, then a cosine decay over whichever budget (steps or minutes) runs out first
         done = max(step / spec.steps, (time.perf_counter() - start) / (spec.minutes * 60))
         if done >= 1:

@@ -20,6 +20,7 @@ from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.errors import ActionError, TrajforgeError
 from trajforge.logs import RedactingStream, configure_logging, redact, redact_url
 from trajforge.settings import Settings
+from trajforge.stopping import Stopped, call_stoppable, stop_on_signals
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -281,8 +282,16 @@ def evolve_cmd(
 
         probe_endpoints(settings.llm)
     check_loop_rounds(settings)
-    with loop_lock(settings, "trajforge evolve"):
-        _evolve_rounds(settings, target, report_dir, verbose)
+    with loop_lock(settings, "trajforge evolve"), stop_on_signals():
+        try:
+            _evolve_rounds(settings, target, report_dir, verbose)
+        except Stopped as stop:
+            typer.echo(
+                f"stopped by {stop.by} at a step boundary: what was stored is kept; "
+                "rerun `trajforge evolve` to resume",
+                err=True,
+            )
+            raise typer.Exit(stop.exit_code) from None
 
 
 def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, verbose: bool) -> None:
@@ -304,7 +313,7 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
     for number in range(1, target + 1):
         started = time.monotonic()
         typer.echo(f"round {number}/{target}: running…")
-        result = prefect_call(evolve_round_flow, settings, number)
+        result = call_stoppable(prefect_call, evolve_round_flow, settings, number)
         per_app = ", ".join(f"{a} {w}/{n}" for a, (w, n) in result["per_app"].items())
         state = "already done" if result.get("skipped") else f"{time.monotonic() - started:.0f}s"
         typer.echo(

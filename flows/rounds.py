@@ -10,6 +10,8 @@ rollout and featurisation fan-out runs on the configured task runner: threads, o
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from prefect import flow, task, unmapped
@@ -23,14 +25,27 @@ from evolve.spine import open_spine
 from evolve.stages import ROUND, check_order
 from evolve.trainer import train_next
 from trajforge.settings import Settings
+from trajforge.stopping import check_stop
 
 DEVICES = "trajforge-devices"  # tag of tasks that lease devices
 MODEL_CALLS = "trajforge-model-calls"  # tag of tasks that may call model endpoints
 
 
-def io_task(name: str, *tags: str) -> Any:
-    """A task around one step: retried on failure (every step is safe to rerun), never cached."""
-    return task(name=name, tags=list(tags), retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def io_task(name: str, *tags: str) -> Callable[[Callable[..., Any]], Any]:
+    """A task around one step: retried on failure (every step is safe to rerun), never cached; its
+    start is a step boundary where a requested stop (`trajforge.stopping`) ends the run."""
+
+    def wrap(fn: Callable[..., Any]) -> Any:
+        @functools.wraps(fn)
+        def at_boundary(*args: Any, **kwargs: Any) -> Any:
+            check_stop()
+            return fn(*args, **kwargs)
+
+        return task(name=name, tags=list(tags), retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)(
+            at_boundary
+        )
+
+    return wrap
 
 
 def task_runner(settings: Settings) -> TaskRunner[Any]:

@@ -36,6 +36,7 @@ from trajforge.domain import Observation, Query
 from trajforge.episode import Attempt, Episode, Step
 from trajforge.errors import DeviceCrashed, DeviceError, DeviceHung, LLMError, ParseError
 from trajforge.logs import counts
+from trajforge.stopping import check_stop
 
 T = TypeVar("T")
 
@@ -287,6 +288,7 @@ class EpisodeRunner:
         obs = await self._device(env.reset, query)
         play = Play()
         for index in range(self.config.max_steps):
+            check_stop()  # a stop ends the episode unstored; the rerun plays it again
             obs = await self._step(policy, env, obs, index, play)
             if time.monotonic() - beat > self.pool.ttl.total_seconds() / 4:  # not a write per step
                 beat = time.monotonic()

@@ -29,6 +29,7 @@ from trajforge.json_output import parse_json_output
 from trajforge.ledger import CachedCall, FailedCall, ResponseCache
 from trajforge.logs import redact
 from trajforge.settings import LLMSettings
+from trajforge.stopping import check_stop
 
 __all__ = ["CachedCall", "FailedCall", "ResponseCache"]  # and the gateway below
 log = logging.getLogger("trajforge.gateway")
@@ -289,6 +290,7 @@ class LLMGateway:
         status: int | None
         while True:
             attempt += 1
+            check_stop()  # a model request is a step boundary
             try:
                 response = await route.client.chat.completions.create(**params)
                 if getattr(response, "choices", None):

@@ -127,3 +127,34 @@ def test_killed_anywhere_the_rerun_ends_where_an_uninterrupted_run_does(
     assert _comparable(_snapshot(watch)) == reference
     again = _finish(_evolve(config))  # a finished run is a no-op
     assert again.count("already done") == 2 and _comparable(_snapshot(watch)) == reference
+
+
+def test_sigterm_stops_at_a_step_boundary_with_one_line_and_the_rerun_ends_as_uninterrupted(
+    tmp_path: Path, reference: dict
+) -> None:
+    """SIGTERM (to `evolve` alone, as a service manager sends it) while rolling out and while
+    judging: each run ends within seconds, exit 143, with one line; the rerun matches the reference."""
+    db = f"sqlite:///{tmp_path / 'stop.sqlite'}"
+    config = tiny_config(tmp_path / "run" / "evolve.yaml", db)
+    watch = create_db_engine(db)
+    for where, stmt, at_least in KILL_POINTS[:2]:
+        proc = _evolve(config)
+        deadline = time.monotonic() + 300
+        while _count(watch, stmt) < at_least and proc.poll() is None:
+            assert time.monotonic() < deadline, f"never reached: {where}"
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the run ended before the stop point: {where}"
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        out = proc.communicate(timeout=120)[0].decode()
+        took = time.monotonic() - sent
+        assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+        assert took < 30, f"{where}: {took:.0f}s after SIGTERM"
+        after = out.split("round 1/2: running…\n", 1)[1].splitlines()
+        assert after == [
+            "stopped by SIGTERM at a step boundary: what was stored is kept; rerun `trajforge evolve` "
+            "to resume"
+        ], out[-3000:]
+    out = _finish(_evolve(config))
+    assert "round 2/2: policy knn@1" in out
+    assert _comparable(_snapshot(watch)) == reference
