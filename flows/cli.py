@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from flows.cli_annotate import annotate_app
-from flows.cli_common import ConfigOpt, cli_settings, cli_spine
+from flows.cli_common import ConfigOpt, cli_settings, cli_spine, progress_bar
 from flows.cli_critics import critics_app
 from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
@@ -154,17 +155,18 @@ def queries_generate(
     check_apps(sessions, [spec])  # a spec named like a stored, different one: refused before any call
     coverage, dedup = load_history(sessions, spec.name)
 
-    async def generate() -> GenerationReport:
+    async def generate(kept: Callable[[int], None]) -> GenerationReport:
         gateway = build_gateway(settings.llm, sessions, "writer")
         try:
             return await agenerate_queries(
-                spec, n, seed, gateway=gateway, coverage=coverage, deduper=dedup, mix=shares
+                spec, n, seed, gateway=gateway, coverage=coverage, deduper=dedup, mix=shares, progress=kept
             )
         finally:
             if gateway is not None:
                 await gateway.aclose()
 
-    report = asyncio.run(generate())
+    with progress_bar(f"{spec.name}: queries kept", n) as advance:
+        report = asyncio.run(generate(advance))
     store_generation(sessions, spec, report)
     typer.echo(report.render(spec))
 

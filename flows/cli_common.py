@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,3 +54,29 @@ def cli_round(settings: Settings, number: int | None, stage: str | None = None) 
 
 
 RoundOpt = Annotated[int | None, typer.Option("--round", help="Round number (default: the latest).")]
+
+
+@contextmanager
+def progress_bar(label: str, total: int) -> Iterator[Callable[..., None]]:
+    """A progress bar of `total` items with the time spent and an ETA, on standard error and only
+    on a terminal (it leaves nothing behind); yields `advance(by=1)`."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda by=1: bar.advance(task, by)

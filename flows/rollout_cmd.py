@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.lifecycle import close_round, open_round, play
 from evolve.policies import register_policy
 from evolve.spine import Spine, build_gateway, open_pool, open_spine, policy_llm
+from flows.cli_common import progress_bar
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
@@ -76,7 +75,7 @@ def run_rollout(
     pool = open_pool(spine)
     farm.register(pool, workers)
     config_ = RolloutConfig(rollouts_per_query=rollouts_per_query, workers=workers, max_steps=max_steps)
-    with _progress(f"round {number} {spec.name}", len(todo) * rollouts_per_query) as advance:
+    with progress_bar(f"round {number} {spec.name}", len(todo) * rollouts_per_query) as advance:
         report, _ = play(
             spine,
             farm,
@@ -113,16 +112,6 @@ def _load(config: Path | None, family: str | None) -> Settings:
     if family is None:
         return settings
     return settings.model_copy(update={"policy": settings.policy.model_copy(update={"family": family})})
-
-
-@contextmanager
-def _progress(label: str, total: int) -> Iterator[Callable[[], None]]:
-    """A progress bar of `total` episodes; yields what advances it by one."""
-    with Progress(
-        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True
-    ) as bar:
-        task = bar.add_task("episodes", total=total)
-        yield lambda: bar.advance(task)
 
 
 def _apps(app_ref: str, settings: Settings, backend: str) -> tuple[AppSpec, list[AppSpec]]:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +147,7 @@ async def agenerate_queries(
     deduper: QueryDeduper | None = None,
     batch: int = 32,
     mix: dict[str, float] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> GenerationReport:
     """Generate up to `n` validated, deduplicated queries for one app.
 
@@ -155,6 +157,7 @@ async def agenerate_queries(
         deduper: queries kept earlier, so this run does not repeat them.
         mix: shares of the complexity tiers (`querygen.complexity`) among the `n` queries; a
             tier the app cannot fill within the sampling budget is filled with other tiers'.
+        progress: called after each batch with the number of queries it kept.
     """
     rng = random.Random(seed)
     report = GenerationReport(spec.name, n, coverage=coverage or Coverage())
@@ -178,10 +181,13 @@ async def agenerate_queries(
             report.coverage.add(path)
             paths.append(path)
         drafts = await _drafts(spec, paths, rng, gateway)
+        kept_before = len(report.kept)
         for draft in drafts:
             before = len(report.kept) + len(report.spares)  # a spare is a new task too
             _admit(spec, draft, validator, dedup, report)
             stale = 0 if len(report.kept) + len(report.spares) > before else stale + 1
+        if progress is not None:
+            progress(len(report.kept) - kept_before)
         if stale >= EXHAUSTED_AFTER:
             report.exhausted = True
             break

@@ -8,8 +8,11 @@ grows round over round. The path's goal is what the verifier will check.
 from __future__ import annotations
 
 import random
+from bisect import bisect
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Literal
 
 from trajforge.appspec import AppSpec
@@ -60,21 +63,30 @@ class Coverage:
 
 
 def finishing_screens(spec: AppSpec) -> set[str]:
-    """Screens from which some terminal screen can still be reached."""
+    """Screens from which some terminal screen can still be reached (one backward search)."""
+    into: dict[str, list[str]] = {}
+    for src, _, dst in spec.edges():
+        into.setdefault(dst, []).append(src)
     finishing = {sid for sid, s in spec.screens.items() if s.terminal}
-    changed = True
-    while changed:
-        before = len(finishing)
-        finishing |= {src for src, _, dst in spec.edges() if dst in finishing}
-        changed = len(finishing) != before
+    todo = list(finishing)
+    while todo:
+        for src in into.get(todo.pop(), ()):
+            if src not in finishing:
+                finishing.add(src)
+                todo.append(src)
     return finishing
+
+
+# A move on a screen, the screen after it, and the values it picks from (None: no value; a list or
+# an input widget offers one move per value, all with the move's weight).
+Option = tuple[Move, str, Sequence[str] | None]
 
 
 def _options(
     spec: AppSpec, screen: str, done: set[tuple[str, str]], visited: set[str], finishing: set[str]
-) -> list[tuple[Move, str]]:
-    """(move, screen after it) for every move on `screen` that can still end on a terminal screen."""
-    out: list[tuple[Move, str]] = []
+) -> list[Option]:
+    """Every move on `screen` that can still end on a terminal screen."""
+    out: list[Option] = []
     for w in spec.screens[screen].widgets:
         if (screen, w.id) in done or w.kind == "text" or (w.goto and w.goto not in finishing):
             continue
@@ -85,10 +97,26 @@ def _options(
             assert w.slot is not None
             if w.kind == "input" and not w.goto:
                 continue
-            out.extend((Move(screen, w.id, v), target) for v in spec.slots[w.slot])
+            out.append((Move(screen, w.id), target, spec.slots[w.slot]))
         elif w.kind == "toggle" or w.goto or w.sets:
-            out.append((Move(screen, w.id), target))
+            out.append((Move(screen, w.id), target, None))
     return out
+
+
+def _choose(options: list[Option], coverage: Coverage, rng: random.Random) -> tuple[Move, str]:
+    """One move, by coverage weight, as `rng.choices` would pick it from every move spelt out (one
+    per list value) with one draw, without spelling them out: a 200,000-value list costs one
+    multiplication, not 200,000 moves."""
+    weights = [coverage.weight(move, target) for move, target, _ in options]
+    sizes = [len(values) if values else 1 for _, _, values in options]
+    cum = list(accumulate(w * size for w, size in zip(weights, sizes, strict=True)))
+    drawn = rng.random() * cum[-1]
+    i = bisect(cum, drawn, 0, len(cum) - 1)
+    move, target, values = options[i]
+    if not values:
+        return move, target
+    k = min(int((drawn - (cum[i - 1] if i else 0.0)) / weights[i]), len(values) - 1)
+    return Move(move.screen, move.widget, values[k]), target
 
 
 def sample_path(
@@ -112,8 +140,7 @@ def sample_path(
             break
         if not options:
             return TOO_SHORT if at_terminal else DEAD_END
-        weights = [coverage.weight(m, t) for m, t in options]
-        move, target = rng.choices(options, weights=weights, k=1)[0]
+        move, target = _choose(options, coverage, rng)
         widget = spec.widget(move.screen, move.widget)
         if widget.kind == "toggle":
             assert widget.slot is not None

@@ -3,6 +3,7 @@ the fix (`validate_spec`; `trajforge.spec_lint` has the warnings, which do not s
 
 from __future__ import annotations
 
+import difflib
 from collections import deque
 
 from trajforge.appspec import ROW_VALUE, SLOT_REF, AppSpec
@@ -17,6 +18,7 @@ def validate_spec(spec: AppSpec, source: str) -> list[str]:
 
 
 Problem = tuple[str, str]  # (where in the spec, what is wrong and the fix)
+MAX_LIST_ROWS = 300  # the most values a list widget shows as rows
 
 
 def _slot_problems(spec: AppSpec) -> list[Problem]:
@@ -41,7 +43,7 @@ def _slot_problems(spec: AppSpec) -> list[Problem]:
 
 def _screen_problems(spec: AppSpec, sid: str) -> list[Problem]:
     out: list[Problem] = []
-    screen, names = spec.screens[sid], ", ".join(spec.screens)
+    screen = spec.screens[sid]
     seen: set[str] = set()
     for widget in screen.widgets:
         where = f"screens.{sid}.widgets.{widget.id}"
@@ -50,7 +52,11 @@ def _screen_problems(spec: AppSpec, sid: str) -> list[Problem]:
         seen.add(widget.id)
         if widget.goto is not None and widget.goto not in spec.screens:
             out.append(
-                (where, f"goto '{widget.goto}' is not a screen (screens: {names}); fix it or add the screen")
+                (
+                    where,
+                    f"goto '{widget.goto}' is not a screen ({_closest(widget.goto, spec)}); "
+                    "fix it or add the screen",
+                )
             )
         for ref in sorted(widget.slot_refs() - set(spec.slots)):
             out.append(
@@ -59,6 +65,8 @@ def _screen_problems(spec: AppSpec, sid: str) -> list[Problem]:
                     f"references slot '{ref}', which is not declared; add it under slots: or fix the name",
                 )
             )
+        if widget.kind == "list" and len(spec.slots.get(widget.slot or "", ())) > MAX_LIST_ROWS:
+            out.append((where, _too_many_rows(widget.slot or "", len(spec.slots[widget.slot or ""]))))
         if widget.kind == "toggle" and widget.slot in spec.slots and len(spec.slots[widget.slot]) != 2:
             out.append(
                 (where, f"toggles slot '{widget.slot}', which needs exactly 2 values (e.g. [on, off])")
@@ -72,6 +80,23 @@ def _screen_problems(spec: AppSpec, sid: str) -> list[Problem]:
         for ref in sorted(set(SLOT_REF.findall(intent)) - set(spec.slots)):
             out.append((f"screens.{sid}.intents", f"references slot '{ref}', which is not declared"))
     return out
+
+
+def _too_many_rows(slot: str, rows: int) -> str:
+    return (
+        f"lists slot '{slot}' as {rows:,} rows; a list holds at most "
+        f"{MAX_LIST_ROWS} (a row further down takes dozens of swipes to reach, past what a task and the "
+        "sampler handle): split the values over several lists or screens, or make it an input (typed "
+        "values have no limit)"
+    )
+
+
+def _closest(name: str, spec: AppSpec) -> str:
+    """The screens a wrong name most likely meant (all of them, when there are few)."""
+    if len(spec.screens) <= 12:
+        return f"screens: {', '.join(spec.screens)}"
+    close = difflib.get_close_matches(name, list(spec.screens), n=3)
+    return f"did you mean {', '.join(close)}?" if close else f"the spec has {len(spec.screens)} screens"
 
 
 def _graph_problems(spec: AppSpec) -> list[Problem]:

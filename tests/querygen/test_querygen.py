@@ -185,3 +185,55 @@ def test_a_spec_of_short_tasks_says_why_and_min_actions_allows_them() -> None:
     allowed = parse_spec({**ONE_TAP, "min_actions": 1}, "onetap.yaml")
     kept = generate_queries(allowed, 2, seed=1).kept
     assert sorted(q.goal["screen"] for q in kept) == ["done", "stayed"]
+
+
+def test_a_move_is_chosen_as_rng_choices_would_from_every_move_spelt_out() -> None:
+    """The sampler weighs a list's values as one group (a 200,000-value list is one option), and
+    still picks exactly what `rng.choices` over one move per value picks with the same draw, so
+    seeds give the paths they gave before."""
+    from querygen.sampling import _choose, _options
+
+    for name in builtin_app_names():
+        spec = load_app(name)
+        finishing = finishing_screens(spec)
+        coverage = Coverage()
+        rng = random.Random(name)
+        for _ in range(40):  # uneven weights, as after some rounds
+            if not isinstance(
+                path := sample_path(spec, rng, coverage, spec.initial_values(), finishing), str
+            ):
+                coverage.add(path)
+        for screen in spec.screens:
+            options = _options(spec, screen, set(), {screen}, finishing)
+            spelt = [(Move(m.screen, m.widget, v), t) for m, t, values in options for v in (values or [None])]
+            weights = [coverage.weight(m, t) for m, t in spelt]
+            for seed in range(30):
+                if options:
+                    want = random.Random(seed).choices(spelt, weights=weights)[0]
+                    assert _choose(options, coverage, random.Random(seed)) == want, (name, screen, seed)
+
+
+def test_an_input_with_200000_typed_values_samples_queries() -> None:
+    from trajforge.appspec import parse_spec
+
+    values = [f"order {i:06d}" for i in range(200_000)]
+    spec = parse_spec(
+        {
+            "name": "lookup",
+            "title": "Lookup",
+            "start": "home",
+            "min_actions": 2,
+            "slots": {"order": values},
+            "screens": {
+                "home": {"title": "Home", "description": "search", "widgets": [
+                    {"id": "q", "kind": "input", "slot": "order", "goto": "found", "phrase": "look up {value}"}
+                ]},
+                "found": {"title": "{order}", "description": "the order", "terminal": True,
+                          "intents": ["Look up {order}"]},
+            },
+        },
+        "lookup.yaml",
+    )  # fmt: skip
+    kept = generate_queries(spec, 20, seed=3).kept
+    assert len(kept) == 20 and len({q.goal["state"]["order"] for q in kept}) == 20
+    assert {q.goal["state"]["order"] for q in kept} <= set(values)

@@ -349,6 +349,17 @@ def test_format_then_parse_never_crashes_and_keeps_kind(fmt: str, action: Action
     assert parsed.kind == action.kind or {parsed.kind, action.kind} <= {K.ANSWER, K.TERMINATE}
 
 
+@pytest.mark.parametrize("fmt", sorted(CODECS))
+def test_typed_text_holding_a_closing_tag_parses(fmt: str) -> None:
+    """Found by the property above: a typed `</tool_call>` cut the JSON of a tool call short."""
+    codec, action = get_codec(fmt), Action(kind=K.TYPE, text="</tool_call>")
+    try:
+        text = codec.format(action, SCREEN)
+    except UnsupportedAction:
+        return
+    assert codec.parse(text, SCREEN).kind == K.TYPE
+
+
 @settings(max_examples=300, deadline=None)
 @given(point=coords, w=st.integers(2, 1000), h=st.integers(2, 1000))
 def test_pixel_conversion_error_bounded_on_small_screens(point: tuple[int, int], w: int, h: int) -> None:

@@ -101,6 +101,11 @@ RULES = [
         "app spec mini.yaml: screens.done.widgets.wifi: toggles slot 'wifi', which needs exactly 2 values (e.g. [on, off])",
     ),
     (
+        "list too long",
+        lambda d: d["slots"].update(dish=[f"dish {i}" for i in range(301)]),
+        "app spec mini.yaml: screens.home.widgets.dishes: lists slot 'dish' as 301 rows; a list holds at most 300",
+    ),
+    (
         "unknown field",
         lambda d: d["screens"]["home"].update(colour="red"),
         "app spec mini.yaml: screens.home.colour: Extra inputs are not permitted (remove it or check the spelling)",

@@ -36,6 +36,20 @@ _KEYCODES = {
 _STATUSES = {"success": "success", "failure": "failure", "fail": "failure"}
 
 
+def tool_call_body(text: str) -> str | None:
+    """The JSON of the first `<tool_call>` block: the whole object where it decodes (a typed text may
+    itself hold `</tool_call>`), else up to the closing tag; None without the block."""
+    match = _TOOL_CALL.search(text)
+    if match is None:
+        return None
+    start = match.start(1)
+    try:
+        _, end = json.JSONDecoder().raw_decode(text, start)
+    except json.JSONDecodeError:
+        return match[1]
+    return text[start:end]
+
+
 def _seconds_to_ms(value: Any, raw: str) -> int | None:
     if value is None:
         return None
@@ -160,8 +174,8 @@ class QwenCodec:
     _THINK = re.compile(r"<think(?:ing)?>(.*?)</?think(?:ing)?>", re.S)
 
     def parse(self, text: str, screen: Screen) -> Action:
-        match = _TOOL_CALL.search(text)
-        body = match[1] if match else text
+        body = tool_call_body(text)
+        body = text if body is None else body
         think = self._THINK.search(text)
         return parse_tool_call(body, screen, text, thought=think[1].strip() if think else None)
 
@@ -212,12 +226,12 @@ class MobileR1Codec:
     _ACTION = re.compile(r"<action>(.*?)</action>", re.S)
 
     def parse(self, text: str, screen: Screen) -> Action:
-        match = _TOOL_CALL.search(text)
-        if match is None:
+        body = tool_call_body(text)
+        if body is None:
             raise ParseError("missing_tag", "no <tool_call>…</tool_call> block", text)
         think, intent = self._THINK.search(text), self._ACTION.search(text)
         return parse_tool_call(
-            match[1],
+            body,
             screen,
             text,
             thought=think[1].strip() if think else None,
