@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.models import Anchor, HumanAnnotation, Judgment, Step
 from trajforge.logs import counts
-from trajforge.metrics import ChannelStats, channel_row
+from trajforge.metrics import ChannelStats, channel_row, kappa_text
 
 
 def inter_annotator(votes_by_task: dict[int, list[str]]) -> dict[str, Any]:
@@ -39,7 +39,8 @@ def inter_annotator(votes_by_task: dict[int, list[str]]) -> dict[str, Any]:
     total = sum(pooled.values())
     expected = sum((n / total) ** 2 for n in pooled.values()) if total else 0.0
     observed = agree / pairs if pairs else 0.0
-    kappa = (observed - expected) / (1 - expected) if pairs and expected < 1 else (1.0 if pairs else 0.0)
+    # undefined (None) when every verdict is one label: chance alone would agree as much
+    kappa = (observed - expected) / (1 - expected) if pairs and expected < 1 else None
     tasks = sum(1 for v in votes_by_task.values() if len(v) >= 2)
     return {"tasks": tasks, "pairs": pairs, "agreement": observed, "kappa": kappa}
 
@@ -186,7 +187,7 @@ def render_stats(stats: dict[str, Any]) -> str:
     ia = stats["inter_annotator"]
     lines.append(
         f"inter-annotator: {ia['tasks']} tasks with 2+ verdicts, {ia['pairs']} pairs, "
-        f"agreement {ia['agreement']:.1%}, kappa {ia['kappa']:.2f}"
+        f"agreement {ia['agreement']:.1%}, kappa {kappa_text(ia['kappa'])}"
     )
     lines.append("annotator                      done  as-is  skipped  median lead time  per hour")
     for who, t in stats["throughput"].items():

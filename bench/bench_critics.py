@@ -41,7 +41,7 @@ from storage.models import Query as QueryRow
 from storage.objectstore import LocalObjectStore
 from trajforge.appspec import load_apps
 from trajforge.domain import backend_of
-from trajforge.metrics import ChannelStats
+from trajforge.metrics import ChannelStats, kappa_text
 from trajforge.settings import CriticSettings
 from trajforge.verdicts import CONSENSUS
 
@@ -188,14 +188,14 @@ def out_of_sample(home: Path) -> str:
     summaries = {app: st.summary() for app, st in held.items()}
     lines = [
         f"{'learned critic, out of sample':32} {'n':>5} {'accuracy':>9} {'precision':>9} "
-        f"{'recall':>7} {'kappa':>6}"
+        f"{'recall':>7} {'kappa':>9}"
     ]
     for title, by_app in (("held-out queries", summaries), ("leave one app out", loao)):
         for app in sorted(by_app, key=lambda a: (a != "all", a)):
             st = by_app[app]
             lines.append(
                 f"{title + ': ' + app:32} {st['n']:>5} {st['accuracy']:>9.1%} {st['precision']:>9.1%} "
-                f"{st['recall']:>7.1%} {st['kappa']:>6.2f}"
+                f"{st['recall']:>7.1%} {kappa_text(st['kappa']):>9}"
             )
     return "\n".join(lines)
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from critics.learned import NAME, VERSION
 from storage.models import Round
-from trajforge.metrics import ChannelStats
+from trajforge.metrics import ChannelStats, kappa_text
 from trajforge.verdicts import CONSENSUS
 
 LEARNED = f"{NAME}:{VERSION}"
@@ -23,7 +23,7 @@ def _cell(st: dict[str, Any] | None) -> str:
         return "<td>-</td>"
     return (
         f"<td>{st['accuracy']:.0%} (n {st['n']}, precision {st['precision']:.0%}, "
-        f"recall {st['recall']:.0%}, κ {st.get('kappa', 0.0):.2f})</td>"
+        f"recall {st['recall']:.0%}, κ {kappa_text(st.get('kappa'))})</td>"
     )
 
 

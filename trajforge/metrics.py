@@ -29,17 +29,19 @@ class ChannelStats:
         """The counts of several `summary()`s added up (a missing one adds nothing)."""
         return cls(*(sum(int((st or {}).get(k, 0)) for st in summaries) for k in ("tp", "fp", "tn", "fn")))
 
-    def kappa(self) -> float:
-        """Cohen's kappa: agreement with the anchor beyond what the two base rates give by chance."""
+    def kappa(self) -> float | None:
+        """Cohen's kappa: agreement with the anchor beyond what the two base rates give by chance;
+        None (undefined) when chance explains all agreement, as when the anchor and the predictor
+        both saw one class only (a task with no success is not "κ = 1")."""
         n = self.tp + self.fp + self.tn + self.fn
         if not n:
-            return 0.0
+            return None
         chance = (
             (self.tp + self.fp) * (self.tp + self.fn) + (self.tn + self.fn) * (self.tn + self.fp)
         ) / n**2
-        return ((self.tp + self.tn) / n - chance) / (1 - chance) if chance < 1 else 1.0
+        return ((self.tp + self.tn) / n - chance) / (1 - chance) if chance < 1 else None
 
-    def summary(self) -> dict[str, float | int]:
+    def summary(self) -> dict[str, Any]:
         n = self.tp + self.fp + self.tn + self.fn
         return {
             "n": n,
@@ -57,3 +59,8 @@ class ChannelStats:
 def channel_row(name: str, st: dict[str, Any], width: int = 24) -> str:
     """One `ChannelStats.summary()` as a table row: name, n, accuracy, precision, recall."""
     return f"{name:{width}} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
+
+
+def kappa_text(kappa: float | None) -> str:
+    """A kappa as printed: two decimals, or "undefined" (one class only, or no item)."""
+    return "undefined" if kappa is None else f"{kappa:.2f}"

@@ -147,6 +147,7 @@ def test_resolution_rules(rule: str, labels: tuple[str, ...], expected: tuple[st
 def test_inter_annotator_agreement_and_kappa() -> None:
     perfect = inter_annotator({1: ["success", "success"], 2: ["failure", "failure"], 3: ["success"]})
     assert perfect == {"tasks": 2, "pairs": 2, "agreement": 1.0, "kappa": 1.0}
+    assert inter_annotator({1: ["success", "success"]})["kappa"] is None  # one label: undefined, not 1
     split = inter_annotator({1: ["success", "failure"], 2: ["failure", "success"]})
     assert split["agreement"] == 0.0 and split["kappa"] == pytest.approx(-1.0)
     three = inter_annotator({1: ["success", "success", "failure"]})

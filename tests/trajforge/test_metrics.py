@@ -1,0 +1,27 @@
+"""Agreement figures: kappa is undefined, not perfect, where only one class was seen."""
+
+from __future__ import annotations
+
+import pytest
+
+from trajforge.metrics import ChannelStats, kappa_text
+
+
+def _stats(pairs: list[tuple[bool, bool]]) -> ChannelStats:
+    st = ChannelStats()
+    for predicted, actual in pairs:
+        st.add(predicted, actual)
+    return st
+
+
+def test_kappa_of_one_class_only_is_undefined_not_one() -> None:
+    no_success = _stats([(False, False)] * 12)  # a task nobody solved, a critic that says so
+    assert no_success.summary()["accuracy"] == 1.0 and no_success.kappa() is None
+    assert kappa_text(no_success.kappa()) == "undefined" and ChannelStats().kappa() is None
+
+
+def test_kappa_where_both_classes_appear() -> None:
+    assert _stats([(True, True), (False, False)]).kappa() == 1.0
+    assert _stats([(True, False), (False, True)]).kappa() == pytest.approx(-1.0)
+    always_yes = _stats([(True, True), (True, False)])  # chance explains it all: kappa 0
+    assert always_yes.kappa() == pytest.approx(0.0) and kappa_text(always_yes.kappa()) == "0.00"
