@@ -205,7 +205,10 @@ def test_a_move_is_chosen_as_rng_choices_would_from_every_move_spelt_out() -> No
                 coverage.add(path)
         for screen in spec.screens:
             options = _options(spec, screen, set(), {screen}, finishing)
-            spelt = [(Move(m.screen, m.widget, v), t) for m, t, values in options for v in (values or [None])]
+            no_value: list[str | None] = [None]
+            spelt = [
+                (Move(m.screen, m.widget, v), t) for m, t, values in options for v in (values or no_value)
+            ]
             weights = [coverage.weight(m, t) for m, t in spelt]
             for seed in range(30):
                 if options:
