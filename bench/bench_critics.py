@@ -68,10 +68,22 @@ def build(home: Path) -> None:
         _cli(home, "rollout", "--app", app, *web)
 
 
+def data_dir(home: Path) -> Path:
+    """The folder with trajforge.db and objects/: HOME itself (a trajforge home such as
+    `.trajforge-miniwob`) or HOME/.trajforge (the folder a run was started in)."""
+    for folder in (home, home / ".trajforge"):
+        if (folder / "trajforge.db").is_file():
+            return folder
+    raise SystemExit(
+        f"bench_critics: no trajforge.db in {home} or {home / '.trajforge'}; pass a trajforge home "
+        "(the folder holding trajforge.db, e.g. .trajforge-miniwob) or the folder a run was started in"
+    )
+
+
 def _copy(home: Path, tmp: str) -> sessionmaker[Session]:
     """The home's database, copied, upgraded, without the offline critics' judgments."""
     db = Path(tmp) / "trajforge.db"
-    shutil.copy(home / ".trajforge" / "trajforge.db", db)
+    shutil.copy(data_dir(home) / "trajforge.db", db)
     engine = create_db_engine(f"sqlite:///{db}")
     upgrade(engine)
     sessions = session_factory(engine)
@@ -86,7 +98,7 @@ def _judge_all(sessions: sessionmaker[Session], home: Path) -> list[tuple[int, i
             (rid, number) for rid, number in s.execute(select(Round.id, Round.number).order_by(Round.number))
         ]
     apps = round_apps(sessions, load_apps(()))
-    store = LocalObjectStore(home / ".trajforge" / "objects")
+    store = LocalObjectStore(data_dir(home) / "objects")
     for round_id, _ in rounds:
         judge_round(sessions, round_id, apps, store)
     return rounds
@@ -113,7 +125,9 @@ def measure(home: Path) -> dict[tuple[int, str, str, str], dict[str, ChannelStat
                 decided = deciding_anchor(anchors.get(episode_id, []))
                 if decided is None:
                     continue
-                key = (number, backend_of(device), policy, str(goal.get("app")))
+                # a suite task runs in its own environment on the slot of an app device ("sim-0"):
+                # its backend is the suite's, not the slot's
+                key = (number, str(goal.get("suite") or backend_of(device)), policy, str(goal.get("app")))
                 for j in verdicts[episode_id]:
                     if j.critic in OFFLINE[1:] and j.label in ("correct", "incorrect"):
                         out[key].setdefault(j.critic, ChannelStats()).add(
