@@ -12,8 +12,9 @@ set and the rollout settings (a policy is evaluated once per set).
 
 The gate (`evolve.promote: gate`): after round N trains its candidate, the candidate is
 evaluated beside round N's policy; it rolls out round N + 1 when its held-out success is at
-least that policy's. Else round N's policy rolls out again, round N + 1's data joins the
-dataset, and round N + 1 trains a new candidate on all of it. Outcomes the farm cannot verify
+least that policy's and it loses no app (or suite task) by more than `evolve.gate_app_margin`.
+Else round N's policy rolls out again, round N + 1's data joins the dataset, and round N + 1
+trains a new candidate on all of it. Outcomes the farm cannot verify
 (`unknown`) count for neither; a farm that verifies none promotes every candidate, with that
 reason stored.
 """
@@ -157,7 +158,24 @@ def gate(spine: Spine, incumbent_id: int, candidate_id: int) -> dict[str, Any]:
         return {"promoted": True, "reason": "unverifiable", **figures}
     if current["success_rate"] is not None and candidate["success_rate"] < current["success_rate"]:
         return {"promoted": False, "reason": "heldout_regression", **figures}
+    if lost := apps_lost(current, candidate, ev.gate_app_margin):
+        return {"promoted": False, "reason": "heldout_app_regression", "apps_lost": lost, **figures}
     return {"promoted": True, "reason": "heldout_not_worse", **figures}
+
+
+def apps_lost(
+    current: dict[str, Any], candidate: dict[str, Any], margin: tuple[int, float]
+) -> dict[str, list[int]]:
+    """The apps on which the candidate wins fewer held-out episodes than the current policy by more
+    than the margin (the larger of `margin[0]` episodes and `margin[1]` points of the app's
+    episodes): app -> [current successes, candidate successes, episodes]. A better overall rate
+    can hide a task the candidate gave up on."""
+    lost = {}
+    for app, (won, n) in current["per_app"].items():
+        now = candidate["per_app"].get(app, [0, n])[0]
+        if won - now > max(margin[0], margin[1] / 100 * n):
+            lost[app] = [won, now, n]
+    return lost
 
 
 def heldout_line(stats: dict[str, Any]) -> str:
@@ -168,7 +186,8 @@ def heldout_line(stats: dict[str, Any]) -> str:
     if decision := stats.get("promotion"):
         verdict = "promoted" if decision["promoted"] else "kept the current policy"
         candidate = f"candidate {_rate(decision['candidate'])} " if "candidate" in decision else ""
-        parts.append(f"{candidate}-> {verdict} ({decision['reason']})")
+        lost = ", ".join(f"{a} {w}->{c}/{n}" for a, (w, c, n) in decision.get("apps_lost", {}).items())
+        parts.append(f"{candidate}-> {verdict} ({decision['reason']}{': ' + lost if lost else ''})")
     return "; ".join(parts)
 
 

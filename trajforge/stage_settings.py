@@ -303,6 +303,11 @@ class EvolveSettings(BaseSettings):
         "least the current policy's, else the current policy rolls out again (the next round trains a new "
         "candidate on all the data); always: every trained policy is promoted.",
     )
+    gate_app_margin: tuple[int, float] = Field(
+        (2, 10.0),
+        description="[episodes, points]: the gate also refuses a candidate that loses more held-out "
+        "successes on any one app (or suite task) than the larger of these, whatever the overall rate.",
+    )
     tier_mix: list[dict[str, float]] = Field(
         default_factory=list,
         description="Curriculum (Step-GUI §2.1.3): the shares of the complexity tiers (localization, "

@@ -93,3 +93,36 @@ def test_without_a_verdict_or_with_promote_always_every_candidate_is_promoted(
     assert heldout.gate(spine, demonstrator, explorer)["reason"] == "unverifiable"
     spine.settings.evolve.promote = "always"
     assert heldout.gate(spine, demonstrator, explorer) == {"promoted": True, "reason": "promote_always"}
+
+
+def test_a_candidate_that_gives_up_on_one_app_is_not_promoted_whatever_the_overall_rate(
+    evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """4/16 to 0/16 on one app is refused though the overall rate rose; 2 episodes lost is within
+    the default margin (2 episodes or 10 points, the larger)."""
+    spine = open_spine(evolve_settings)
+    current = {"episodes": 48, "successes": 20, "unknown": 0, "success_rate": 20 / 48,
+               "per_app": {"takeout": [4, 16], "shopping": [8, 16], "ridehail": [8, 16]}}  # fmt: skip
+
+    def figures(*per_app: list[int]) -> dict[str, object]:
+        won = sum(p[0] for p in per_app)
+        return {"episodes": 48, "successes": won, "unknown": 0, "success_rate": won / 48,
+                "per_app": dict(zip(("takeout", "shopping", "ridehail"), per_app, strict=True))}  # fmt: skip
+
+    by_id: dict[int, dict[str, object]] = {1: current}
+    monkeypatch.setattr(heldout, "evaluate_policy", lambda _s, pid, _q: by_id[pid])
+    for candidate, promoted in (
+        (figures([0, 16], [14, 16], [12, 16]), False),  # takeout lost 4: refused, overall 26 > 20
+        (figures([2, 16], [14, 16], [12, 16]), True),  # lost 2: within the margin
+    ):
+        by_id[2] = candidate
+        decision = heldout.gate(spine, incumbent_id=1, candidate_id=2)
+        assert decision["promoted"] is promoted
+        if not promoted:
+            assert decision["reason"] == "heldout_app_regression"
+            assert decision["apps_lost"] == {"takeout": [4, 0, 16]}
+            line = heldout.heldout_line({"promotion": decision})
+            assert "kept the current policy (heldout_app_regression: takeout 4->0/16)" in line
+    spine.settings.evolve.gate_app_margin = (5, 10.0)  # a wider margin lets the first one through
+    by_id[2] = figures([0, 16], [14, 16], [12, 16])
+    assert heldout.gate(spine, incumbent_id=1, candidate_id=2)["promoted"] is True
