@@ -8,7 +8,11 @@ and action points are relative to that screenshot. Clicks are mouse clicks, typi
 the keyboard, swipes are wheel scrolls; back, home and app launches do nothing (a page has
 none). The element tree is read from the DOM as an agent would see it: every visible control
 (buttons, links, fields, checkboxes, anything with a pointer cursor or a widget role) and every
-visible text outside a control, with its text, kind, bounds and checked/focused state.
+visible text outside a control, with its text, kind, bounds and checked/focused state. A
+control's text is its name as a user (or a screen reader) gets it: `aria-labelledby`,
+`aria-label`, its `<label>`, then its own words, an image's `alt` or its `title` (an icon button
+is "Close", not "×"); a field shows its value, else that name or its placeholder; an unlabelled
+checkbox is named by the words right after it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,23 @@ _ELEMENTS_JS = """(sel) => {
   };
   const ownText = (el) => Array.from(el.childNodes).filter(n => n.nodeType === 3)
     .map(n => n.data).join(' ').replace(/\\s+/g, ' ').trim();
+  // accessible names, as a screen reader would say them: aria-labelledby, aria-label, a <label>
+  const named = (el) => {
+    const by = (el.getAttribute('aria-labelledby') || '').split(/\\s+/).filter(Boolean)
+      .map(i => document.getElementById(i)).filter(Boolean).map(e => e.innerText).join(' ');
+    return by || el.getAttribute('aria-label') || '';
+  };
+  const labelOf = (el) => {
+    const lab = (el.id && document.querySelector(`label[for="${CSS.escape(el.id)}"]`)) || el.closest('label');
+    return lab ? lab.innerText : '';
+  };
+  const words = (s) => /[\\p{L}\\p{N}]/u.test(s || '');  // not only a glyph such as "×" or "☰"
+  const altOf = (el) => Array.from(el.querySelectorAll('img[alt], svg[aria-label]'))
+    .map(i => i.getAttribute('alt') || i.getAttribute('aria-label')).join(' ');
+  const textAfter = (el) => {  // an unlabelled checkbox's words: the text right after it
+    const next = el.nextSibling;
+    return next ? (next.nodeType === 3 ? next.data : (next.innerText || '')).trim() : '';
+  };
   const out = [];
   const walk = (el, inControl, inText) => {
     const r = el.getBoundingClientRect(), st = getComputedStyle(el);
@@ -61,13 +82,15 @@ _ELEMENTS_JS = """(sel) => {
         if (isControl) {
           if (tag === 'input' && (type === 'checkbox' || type === 'radio')) {
             kind = 'toggle'; checked = el.checked;
-            const lab = el.closest('label') || (el.id && document.querySelector(`label[for="${el.id}"]`));
-            label = lab ? lab.innerText : (el.value || '');
+            label = named(el) || labelOf(el) || el.title || textAfter(el);
           } else if (tag === 'textarea' || (tag === 'input' && !BUTTONS.includes(type))) {
-            kind = 'input'; label = el.value || el.placeholder || '';
+            kind = 'input';
+            label = el.value || named(el) || labelOf(el) || el.placeholder || el.title || '';
           } else {
             kind = 'button';
-            label = el.innerText || el.value || el.getAttribute('aria-label') || el.title || '';
+            const content = tag === 'select' ? el.innerText : (el.innerText || '').trim();
+            label = named(el) || (words(content) ? content : '') || el.value || altOf(el) || el.title
+              || content || '';
           }
         }
         out.push({id: el.id || '', kind, tag, text: label.replace(/\\s+/g, ' ').trim(), checked,

@@ -200,3 +200,46 @@ def test_a_suite_that_says_so_may_read_any_local_file(tmp_path: Path) -> None:
     finally:
         env.close()
     assert json.loads(instruction) == {"own": "own data", "outside": "the secret", "linked": "the secret"}
+
+
+_CONTROLS = """<html><head><meta charset="utf-8"></head><body><div id=app>
+<button id=close aria-label="Close dialog">×</button>
+<button id=menu title="Main menu">☰</button>
+<a id=home href="#"><img alt="Home page" src="data:image/gif;base64,R0lGODlhAQABAAAAACw="
+   width=16 height=16></a>
+<button id=save>Save</button>
+<input id=remember type=checkbox> Remember me<br>
+<input id=news type=checkbox><label for=news>Send me news</label><br>
+<label>Email <input id=email placeholder="you@example.com"></label>
+<input id=city placeholder="City">
+<span id=lbl>Quantity</span><input id=qty aria-labelledby=lbl>
+</div></body></html>"""
+
+
+def test_every_control_has_the_name_a_user_sees(tmp_path: Path) -> None:
+    """Icon buttons by aria-label, title or alt; checkboxes by their label or the words after them;
+    fields by label, aria-labelledby or placeholder: never a glyph or "on"."""
+    _need_chromium()
+    (tmp_path / "controls.html").write_text(_CONTROLS)
+    spec = tmp_path / "suite.yaml"
+    spec.write_text(
+        "name: controls\nurl: file://{task}.html\ntasks: [controls]\nregion: '#app'\nhooks:\n"
+        "  reset: '() => 0'\n  instruction: '() => \"look\"'\n  done: '() => false'\n  reward: '() => 0'\n"
+    )
+    env = WebSuite.from_yaml(spec).environment(None)
+    try:
+        obs = env.reset(task_query("controls:controls", 1, "look", {}))
+    finally:
+        env.close()
+    names = {e["id"]: e["text"] for e in obs.elements or [] if e["kind"] != "text"}
+    assert names == {
+        "close": "Close dialog",
+        "menu": "Main menu",
+        "home": "Home page",
+        "save": "Save",
+        "remember": "Remember me",
+        "news": "Send me news",
+        "email": "Email",
+        "city": "City",
+        "qty": "Quantity",
+    }
