@@ -271,6 +271,7 @@ def evolve_cmd(
     policy. Rerun after a crash: finished work is not redone."""
     from evolve.ownership import check_loop_rounds, loop_lock
     from evolve.spine import open_spine
+    from rollout.suites import probe_tasks
 
     settings = cli_settings(config)
     target = rounds or settings.evolve.rounds
@@ -278,7 +279,8 @@ def evolve_cmd(
     # here, not a failed flow run's tracebacks and a round line that looks finished.
     spine = open_spine(settings)  # migrates, so it connects
     spine.store  # noqa: B018 (reaching it is the check)
-    spine.apps, spine.suites  # noqa: B018 (every spec loads and every suite task exists, before round 1)
+    spine.apps  # noqa: B018 (every spec loads, before round 1)
+    probe_tasks(spine.suites)  # every suite task exists and its environment words it, before round 1
     if not settings.llm.offline:  # each stage group's endpoint serves its model, before anything runs
         from trajforge.probe import probe_endpoints
 

@@ -24,6 +24,7 @@ from evolve.ownership import loop_lock
 from evolve.spine import open_spine
 from evolve.stages import ROUND, check_order
 from evolve.trainer import train_next
+from trajforge.errors import ConfigError, SpecError
 from trajforge.settings import Settings
 from trajforge.stopping import check_stop
 
@@ -32,8 +33,9 @@ MODEL_CALLS = "trajforge-model-calls"  # tag of tasks that may call model endpoi
 
 
 def io_task(name: str, *tags: str) -> Callable[[Callable[..., Any]], Any]:
-    """A task around one step: retried on failure (every step is safe to rerun), never cached; its
-    start is a step boundary where a requested stop (`trajforge.stopping`) ends the run."""
+    """A task around one step: retried on failure (every step is safe to rerun) but for a wrong
+    configuration, never cached; its start is a step boundary where a requested stop
+    (`trajforge.stopping`) ends the run."""
 
     def wrap(fn: Callable[..., Any]) -> Any:
         @functools.wraps(fn)
@@ -41,11 +43,21 @@ def io_task(name: str, *tags: str) -> Callable[[Callable[..., Any]], Any]:
             check_stop()
             return fn(*args, **kwargs)
 
-        return task(name=name, tags=list(tags), retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)(
-            at_boundary
-        )
+        return task(
+            name=name,
+            tags=list(tags),
+            retries=2,
+            retry_delay_seconds=2,
+            retry_condition_fn=_worth_retrying,
+            cache_policy=NO_CACHE,
+        )(at_boundary)
 
     return wrap
+
+
+def _worth_retrying(_task: Any, _run: Any, state: Any) -> bool:
+    """Not a wrong configuration or app spec (a suite hook that throws): a retry fails the same way."""
+    return not isinstance(getattr(state, "data", None), ConfigError | SpecError)
 
 
 def task_runner(settings: Settings) -> TaskRunner[Any]:

@@ -87,6 +87,25 @@ def resolve(ref: str) -> tuple[str, Suite, str]:
     return f"{suite.name}{SEP}{task}", suite, task
 
 
+def probe_tasks(suites: dict[str, Suite]) -> None:
+    """Each suite's environment words each of the run's tasks once (seed 0) before anything runs:
+    a hook that throws is one configuration error here, not a device crash retried mid-round.
+
+    Raises:
+        ConfigError: the environment refused a task (for a web suite, a hook threw).
+    """
+    tasks: dict[str, tuple[Suite, list[str]]] = {}
+    for app, suite in suites.items():
+        tasks.setdefault(suite.name, (suite, []))[1].append(split_ref(app)[1])
+    for suite, names in tasks.values():
+        env = suite.environment(None)
+        try:
+            for task in names:
+                env.describe(task, 0)
+        finally:
+            env.close()
+
+
 def suite_names() -> list[str]:
     return sorted({*_builtin(), *(ep.name for ep in entry_points(group=ENTRY_POINTS))})
 

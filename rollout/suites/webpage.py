@@ -18,9 +18,10 @@ checkbox is named by the words right after it.
 from __future__ import annotations
 
 import json
+import re
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -111,6 +112,12 @@ _REGION_JS = """(sel) => {
           Math.max(1, Math.min(r.height, innerHeight - r.top))];
 }"""
 SCROLL_PX = 120
+# Playwright's message for an exception the page's JavaScript threw (not a closed or crashed page)
+_THROWN = re.compile(r"^Page\.evaluate: ((?:[A-Z]\w*)?(?:Error|Exception)\b.*)$")
+
+
+class HookError(ConfigError):
+    """A web suite's hook threw in the page: the suite's configuration is wrong, not the device."""
 
 
 class Hooks(BaseModel):
@@ -255,22 +262,38 @@ class PageEnv:
         self._browser.close()
 
     # --- inside the browser thread ------------------------------------------------------------
+    def _hook(self, name: str, expression: str, arg: object = None) -> Any:
+        """`expression` evaluated in the page; an exception the suite's JavaScript threw is the
+        suite's mistake, one `HookError` (not a device crash a new page would retry)."""
+        from playwright.sync_api import Error as BrowserError
+
+        try:
+            return self._page.evaluate(expression, arg)
+        except BrowserError as exc:
+            thrown = _THROWN.match(str(exc).splitlines()[0])
+            if thrown is None:
+                raise  # the browser's own failure: the device crashed
+            raise HookError(
+                f"web suite {self.suite.name!r}: its {name} hook threw {thrown[1]} on {self._url}; fix the "
+                "hook (`hooks:` in its YAML) or the page"
+            ) from exc
+
     def _start(self, task: str, seed: int) -> None:
         url = self._page_url.replace("{task}", task)
         if url != self._url:
             self._page.goto(url)
             self._url = url
-        self._page.evaluate(f"({self.suite.hooks.reset})({json.dumps({'task': task, 'seed': seed})})")
+        self._hook("reset", f"({self.suite.hooks.reset})({json.dumps({'task': task, 'seed': seed})})")
 
     def _instruction(self) -> tuple[str, dict[str, str]]:
-        value = self._page.evaluate(f"({self.suite.hooks.instruction})()")
+        value = self._hook("instruction", f"({self.suite.hooks.instruction})()")
         if isinstance(value, dict):
             params = {str(k): str(v) for k, v in (value.get("params") or {}).items()}
             return str(value.get("instruction") or ""), params
         return str(value or ""), {}
 
     def _outcome(self) -> tuple[bool, float, str | None]:
-        read = self._page.evaluate(f"() => ({self._outcome_js})")
+        read = self._hook("done, reward or reason", f"() => ({self._outcome_js})")
         return bool(read["done"]), float(read["reward"]), read["reason"]
 
     @cached_property
@@ -310,7 +333,7 @@ class PageEnv:
         return self._observe()
 
     def _observe(self) -> Observation:
-        read = self._page.evaluate(self._read_js, self.suite.region)
+        read = self._hook("done, reward or reason", self._read_js, self.suite.region)
         x, y, w, h = self._shown = tuple(float(v) for v in read["region"])
         png = self._page.screenshot(type="png", clip={"x": x, "y": y, "width": w, "height": h})
         width, height = png_size(png)

@@ -240,3 +240,21 @@ def test_apps_are_checked_before_the_first_round(tmp_path: Path, case: str) -> N
     assert "round 1" not in done.stdout
     with sqlite3.connect(tmp_path / ".trajforge" / "trajforge.db") as conn:
         assert conn.execute("select count(*) from round").fetchone() == (0,)
+
+
+def test_a_suite_hook_that_throws_is_one_configuration_error_before_the_first_round(tmp_path: Path) -> None:
+    """Before: the page's exception was a crashed device, retried on new pages, then Prefect's
+    task retries, with their tracebacks."""
+    from rollout.web.browser import chromium_available
+
+    if not chromium_available():
+        pytest.skip("Chromium or Playwright missing (apt-get install chromium)")
+    refs = _two_counter_suites(tmp_path)
+    suite = tmp_path / "one" / "suite.yaml"
+    suite.write_text(suite.read_text().replace("app.reset(task, seed)", "app.restart(task, seed)"))
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"apps": refs[:1]}))
+    done = cli("evolve", "--rounds", "1", "--config", str(cfg), cwd=tmp_path)
+    one_line_error(done, "web suite 'counter': its reset hook threw TypeError: app.restart is not a function")
+    with sqlite3.connect(tmp_path / ".trajforge" / "trajforge.db") as conn:
+        assert conn.execute("select count(*) from round").fetchone() == (0,)

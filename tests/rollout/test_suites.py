@@ -243,3 +243,22 @@ def test_every_control_has_the_name_a_user_sees(tmp_path: Path) -> None:
         "city": "City",
         "qty": "Quantity",
     }
+
+
+def test_a_hook_that_throws_is_the_suites_mistake_not_a_crashed_device(tmp_path: Path) -> None:
+    _need_chromium()
+    from rollout.suites.webpage import HookError
+
+    (tmp_path / "page.html").write_text("<html><body><button id=b>ok</button></body></html>")
+    spec = tmp_path / "suite.yaml"
+    spec.write_text(
+        "name: broken\nurl: file://{task}.html\nhooks:\n  reset: '() => 0'\n  instruction: '() => \"go\"'\n"
+        "  done: '() => window.state.done'\n  reward: '() => 0'\n"
+    )
+    env = WebSuite.from_yaml(spec).environment(None)
+    try:
+        assert env.describe("page", 1) == ("go", {})
+        with pytest.raises(HookError, match=r"its done, reward or reason hook threw TypeError: .*reading .done."):
+            env.reset(task_query("broken:page", 1, "go", {}))
+    finally:
+        env.close()
