@@ -70,6 +70,10 @@ def progress_bar(label: str, total: int) -> Iterator[Callable[..., None]]:
         TimeRemainingColumn,
     )
 
+    console = Console(stderr=True)
+    if not console.is_terminal:  # nothing at all, not even the empty line rich leaves
+        yield lambda by=1: None
+        return
     columns = (
         TextColumn(label),
         BarColumn(),
@@ -77,6 +81,6 @@ def progress_bar(label: str, total: int) -> Iterator[Callable[..., None]]:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda by=1: bar.advance(task, by)
