@@ -47,7 +47,7 @@ def published(tmp_path: Path) -> Path:
         (None, "is a directory; give the path of a .yaml file in it"),
         (  # before: PyYAML's own eight lines
             b"name: bad\nscreens:\n  - id: a\n   title: x\n",
-            "not valid YAML at line 4, column 4: expected <block end>",
+            "not valid YAML at line 4, column 4: did not find expected '-' indicator",  # libyaml words it
         ),
     ],
     ids=["binary", "directory", "syntax"],

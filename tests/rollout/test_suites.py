@@ -258,7 +258,9 @@ def test_a_hook_that_throws_is_the_suites_mistake_not_a_crashed_device(tmp_path:
     env = WebSuite.from_yaml(spec).environment(None)
     try:
         assert env.describe("page", 1) == ("go", {})
-        with pytest.raises(HookError, match=r"its done, reward or reason hook threw TypeError: .*reading .done."):
+        with pytest.raises(
+            HookError, match=r"its done, reward or reason hook threw TypeError: .*reading .done."
+        ):
             env.reset(task_query("broken:page", 1, "go", {}))
     finally:
         env.close()
