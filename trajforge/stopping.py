@@ -26,7 +26,7 @@ _by: list[str] = []
 
 
 class Stopped(BaseException):
-    """The run was asked to stop (`signal` names by what) and ended at a step boundary."""
+    """The run was asked to stop (`by` names by what: a signal's name) and ended at a step boundary."""
 
     def __init__(self, by: str) -> None:
         super().__init__(f"stopped by {by}")
@@ -42,10 +42,6 @@ class Stopped(BaseException):
 def request_stop(by: str) -> None:
     _by.append(by)
     _requested.set()
-
-
-def stop_requested() -> bool:
-    return _requested.is_set()
 
 
 def check_stop() -> None:
