@@ -179,27 +179,26 @@ def _file_suite(tmp_path: Path, local_files: str) -> WebSuite:
     return WebSuite.from_yaml(spec)
 
 
-def test_a_suite_page_reads_only_its_own_folder(tmp_path: Path) -> None:
+def _reads(tmp_path: Path, local_files: str) -> dict:
+    """What the suite page read, under `local_files`."""
     _need_chromium()
-    env = _file_suite(tmp_path, "folder").environment(None)
+    env = _file_suite(tmp_path, local_files).environment(None)
     try:
         instruction, _ = env.describe("page", 1)
     finally:
         env.close()
-    got = json.loads(instruction)
+    return dict(json.loads(instruction))
+
+
+def test_a_suite_page_reads_only_its_own_folder(tmp_path: Path) -> None:
+    got = _reads(tmp_path, "folder")
     assert got["own"] == "own data"
     assert got["outside"] == "refused"  # an http page cannot read file:// URLs
     assert got["linked"] == "status 404"  # nor a file outside its folder through a link
 
 
 def test_a_suite_that_says_so_may_read_any_local_file(tmp_path: Path) -> None:
-    _need_chromium()
-    env = _file_suite(tmp_path, "any").environment(None)
-    try:
-        instruction, _ = env.describe("page", 1)
-    finally:
-        env.close()
-    assert json.loads(instruction) == {"own": "own data", "outside": "the secret", "linked": "the secret"}
+    assert _reads(tmp_path, "any") == {"own": "own data", "outside": "the secret", "linked": "the secret"}
 
 
 _CONTROLS = """<html><head><meta charset="utf-8"></head><body><div id=app>
