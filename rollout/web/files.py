@@ -39,10 +39,6 @@ class _FolderHandler(SimpleHTTPRequestHandler):
         self.send_error(404, "no folder listings")
         return None
 
-    def end_headers(self) -> None:
-        self.send_header("Cache-Control", "no-store")
-        super().end_headers()
-
     def log_message(self, format: str, *args: object) -> None:
         log.debug("suite files: " + format, *args)
 
