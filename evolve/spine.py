@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from rollout.pool import DevicePool
 from rollout.recovery import device_prober
 from rollout.sim.farm import SimFarm
-from rollout.suites import Suite, is_suite_ref, resolve
+from rollout.suites import Suite, is_suite_ref, resolve, split_ref
 from rollout.suites.farm import SuiteFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
@@ -68,7 +68,7 @@ class Spine:
         for ref in self.settings.apps:
             if is_suite_ref(ref):
                 app, suite, _ = resolve(ref)
-                given = ref.rpartition(":")[0]
+                given = split_ref(ref)[0]
                 given = str(Path(given).resolve()) if given.endswith((".yaml", ".yml")) else given
                 if source.setdefault(suite.name, given) != given:
                     raise ConfigError(

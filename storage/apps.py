@@ -38,7 +38,7 @@ def register_app(session: Session, spec: AppSpec) -> int:
 
 def register_suite_app(session: Session, app: str, suite: str) -> int:
     """The id of a suite task's app (`SUITE:TASK`): no spec, the suite named in its place."""
-    spec_json = {"suite": suite, "task": app.rpartition(":")[2]}
+    spec_json = {"suite": suite, "task": app.removeprefix(f"{suite}:")}
     digest = hashlib.sha256(json.dumps(spec_json, sort_keys=True).encode()).hexdigest()
     insert_ignore(session, App, [{"name": app, "spec": spec_json, "spec_sha256": digest}], ["name"])
     return int(session.execute(select(App.id).where(App.name == app)).scalar_one())

@@ -18,12 +18,14 @@ import hashlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import yaml
 
 from rollout.env import Environment
 from storage.objectstore import ObjectStore
 from trajforge.domain import Query
-from trajforge.errors import ConfigError
+from trajforge.errors import ConfigError, yaml_problem
 
 ENTRY_POINTS = "trajforge.suites"
 SEP = ":"
@@ -67,7 +69,14 @@ def is_suite_ref(ref: str) -> bool:
 
 
 def split_ref(ref: str) -> tuple[str, str]:
-    suite, _, task = ref.rpartition(SEP)
+    """(suite, task) of a reference: a suite file's path ends at its `.yaml:`; any other suite's name
+    is the part before the first colon, so a task may hold colons (`gym:my_pkg.envs:Shapes-v0`)."""
+    cut = max(ref.rfind(".yaml" + SEP), ref.rfind(".yml" + SEP))
+    if cut >= 0:
+        suite, _, task = ref[cut:].partition(SEP)
+        suite = ref[:cut] + suite
+    else:
+        suite, _, task = ref.partition(SEP)
     if not suite or not task:
         raise ConfigError(
             f"apps: {ref!r} is not a suite task; write it as SUITE:TASK, e.g. miniwob:click-button"
@@ -107,7 +116,19 @@ def probe_tasks(suites: dict[str, Suite]) -> None:
 
 
 def suite_names() -> list[str]:
-    return sorted({*_builtin(), *(ep.name for ep in entry_points(group=ENTRY_POINTS))})
+    return sorted({*_builtin(), "gym", *(ep.name for ep in entry_points(group=ENTRY_POINTS))})
+
+
+def read_suite_file(path: Path) -> Any:
+    """The YAML a suite file holds (a web suite's or a gym suite's), or one ConfigError naming the fix."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"suite file {path}: file not found; pass an existing YAML file") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"suite file {path}: not valid YAML at {yaml_problem(exc)}; fix the syntax"
+        ) from exc
 
 
 def get_suite(name: str) -> Suite:
@@ -117,9 +138,17 @@ def get_suite(name: str) -> Suite:
         ConfigError: no suite has that name.
     """
     if name.endswith((".yaml", ".yml")):
+        from rollout.suites.gym import GymSuite
         from rollout.suites.webpage import WebSuite
 
-        return WebSuite.from_yaml(Path(name))
+        data = read_suite_file(Path(name))
+        if isinstance(data, dict) and "gym" in data:
+            return GymSuite.from_data(Path(name), data)
+        return WebSuite.from_data(Path(name), data)
+    if name == "gym":
+        from rollout.suites.gym import GymSuite
+
+        return GymSuite()
     builtin = _builtin()
     if name in builtin:
         return builtin[name]()

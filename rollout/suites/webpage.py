@@ -23,94 +23,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollout.suites import seed_of
+from rollout.suites import read_suite_file, seed_of
+from rollout.suites.page_js import CLOSE_SELECTS_JS, ELEMENTS_JS, REGION_JS, SELECT_JS
 from rollout.web.browser import ANY_LOCAL_FILE, BrowserThread, chromium_available, png_size
 from rollout.web.files import file_uri, folder_url
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.domain import Observation, Query
-from trajforge.errors import ConfigError, yaml_problem
+from trajforge.errors import ConfigError
 from trajforge.world.verify import VerifierResult
 
-_ELEMENTS_JS = """(sel) => {
-  const box = ((sel && document.querySelector(sel)) || document.documentElement).getBoundingClientRect();
-  const BUTTONS = ['button', 'submit', 'reset'];
-  const ROLES = ['button', 'link', 'tab', 'checkbox', 'radio', 'option', 'menuitem', 'switch'];
-  const control = (el) => {
-    const tag = el.tagName.toLowerCase(), role = el.getAttribute('role');
-    if (['button', 'a', 'input', 'select', 'textarea', 'option'].includes(tag)) return true;
-    if (role && ROLES.includes(role)) return true;
-    const cur = getComputedStyle(el).cursor;
-    const up = el.parentElement;
-    return cur === 'pointer' && (!up || getComputedStyle(up).cursor !== 'pointer');
-  };
-  const ownText = (el) => Array.from(el.childNodes).filter(n => n.nodeType === 3)
-    .map(n => n.data).join(' ').replace(/\\s+/g, ' ').trim();
-  // accessible names, as a screen reader would say them: aria-labelledby, aria-label, a <label>
-  const named = (el) => {
-    const by = (el.getAttribute('aria-labelledby') || '').split(/\\s+/).filter(Boolean)
-      .map(i => document.getElementById(i)).filter(Boolean).map(e => e.innerText).join(' ');
-    return by || el.getAttribute('aria-label') || '';
-  };
-  const labelOf = (el) => {
-    const lab = (el.id && document.querySelector(`label[for="${CSS.escape(el.id)}"]`)) || el.closest('label');
-    return lab ? lab.innerText : '';
-  };
-  const words = (s) => /[\\p{L}\\p{N}]/u.test(s || '');  // not only a glyph such as "×" or "☰"
-  const altOf = (el) => Array.from(el.querySelectorAll('img[alt], svg[aria-label]'))
-    .map(i => i.getAttribute('alt') || i.getAttribute('aria-label')).join(' ');
-  const textAfter = (el) => {  // an unlabelled checkbox's words: the text right after it
-    const next = el.nextSibling;
-    return next ? (next.nodeType === 3 ? next.data : (next.innerText || '')).trim() : '';
-  };
-  const out = [];
-  const walk = (el, inControl, inText) => {
-    const r = el.getBoundingClientRect(), st = getComputedStyle(el);
-    if (st.display === 'none' || st.visibility === 'hidden') return;
-    const isControl = !inControl && control(el);
-    const visible = r.width > 0 && r.height > 0 && r.right > box.left && r.bottom > box.top
-      && r.left < box.right && r.top < box.bottom;
-    const text = isControl || inControl || inText || !ownText(el) ? '' : el.innerText;
-    if (visible && (isControl || text)) {
-      const hit = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
-      if (hit && (el === hit || el.contains(hit) || hit.contains(el))) {
-        const tag = el.tagName.toLowerCase(), type = (el.getAttribute('type') || '').toLowerCase();
-        let kind = 'text', label = text, checked = null;
-        if (isControl) {
-          if (tag === 'input' && (type === 'checkbox' || type === 'radio')) {
-            kind = 'toggle'; checked = el.checked;
-            label = named(el) || labelOf(el) || el.title || textAfter(el);
-          } else if (tag === 'textarea' || (tag === 'input' && !BUTTONS.includes(type))) {
-            kind = 'input';
-            label = el.value || named(el) || labelOf(el) || el.placeholder || el.title || '';
-          } else {
-            kind = 'button';
-            const content = tag === 'select' ? el.innerText : (el.innerText || '').trim();
-            label = named(el) || (words(content) ? content : '') || el.value || altOf(el) || el.title
-              || content || '';
-          }
-        }
-        out.push({id: el.id || '', kind, tag, text: label.replace(/\\s+/g, ' ').trim(), checked,
-                  focused: document.activeElement === el,
-                  bounds: [r.left - box.left, r.top - box.top, r.right - box.left, r.bottom - box.top]
-                    .map(v => Math.max(0, Math.round(v)))});
-      }
-    }
-    for (const child of el.children) walk(child, inControl || isControl, inText || !!text);
-  };
-  walk(document.body, false, false);
-  return out;
-}"""
-_REGION_JS = """(sel) => {
-  const el = (sel && document.querySelector(sel)) || document.documentElement;
-  const r = el.getBoundingClientRect();
-  return [r.left, r.top, Math.max(1, Math.min(r.width, innerWidth - r.left)),
-          Math.max(1, Math.min(r.height, innerHeight - r.top))];
-}"""
 SCROLL_PX = 120
 # Playwright's message for an exception the page's JavaScript threw (not a closed or crashed page)
 _THROWN = re.compile(r"^Page\.evaluate: ((?:[A-Z]\w*)?(?:Error|Exception)\b.*)$")
@@ -166,15 +91,13 @@ class WebSuite(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: Path) -> WebSuite:
+        return cls.from_data(path, read_suite_file(path))
+
+    @classmethod
+    def from_data(cls, path: Path, data: Any) -> WebSuite:
+        """The suite a suite file at `path` declares, its file URLs made relative to the file."""
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
             suite = cls.model_validate(data)
-        except FileNotFoundError as exc:
-            raise ConfigError(f"web suite {path}: file not found; pass an existing YAML file") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(
-                f"web suite {path}: not valid YAML at {yaml_problem(exc)}; fix the syntax"
-            ) from exc
         except ValidationError as exc:
             raise ConfigError(f"web suite {path}: {exc}".splitlines()[0] + f" ({_first_error(exc)})") from exc
         if suite.url.startswith("file://") and not suite.url.startswith("file:///"):  # relative to the file
@@ -306,7 +229,7 @@ class PageEnv:
     def _read_js(self) -> str:
         """One round trip per observation: the region, the element tree and the outcome hooks."""
         return (
-            f"(sel) => ({{region: ({_REGION_JS})(sel), elements: ({_ELEMENTS_JS})(sel), "
+            f"(sel) => ({{region: ({REGION_JS})(sel), elements: ({ELEMENTS_JS})(sel), "
             f"outcome: ({self._outcome_js})}})"
         )
 
@@ -314,11 +237,16 @@ class PageEnv:
         page, kind = self._page, action.kind
         x0, y0, w, h = self._shown  # the points are relative to the screenshot the policy saw
         screen = Screen(round(w), round(h))
+        select = None
         if kind in (ActionKind.CLICK, ActionKind.LONG_PRESS, ActionKind.TYPE) and action.point is not None:
             x, y = screen.to_px(action.point)
-            delay = 800 if kind == ActionKind.LONG_PRESS else 0
-            page.mouse.click(x0 + x, y0 + y, delay=delay)
-        if kind == ActionKind.TYPE:
+            typed = (action.text or "") if kind == ActionKind.TYPE else None
+            select = page.evaluate(SELECT_JS, [x0 + x, y0 + y, typed])
+            if select in ("click", "close"):
+                page.mouse.click(x0 + x, y0 + y, delay=800 if kind == ActionKind.LONG_PRESS else 0)
+            if select == "close":
+                page.evaluate(CLOSE_SELECTS_JS)
+        if kind == ActionKind.TYPE and select != "chosen":
             page.keyboard.type(action.text or "")
         elif kind == ActionKind.SWIPE and action.point is not None:
             x, y = screen.to_px(action.point)

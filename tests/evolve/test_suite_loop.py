@@ -97,3 +97,27 @@ def test_a_suite_registered_through_the_entry_point_runs_a_round(tmp_path: Path)
     assert [r["status"] for r in rounds] == ["done", "done"]
     assert set(rounds[0]["apps"]) == {"tally:reach"} and rounds[0]["apps"]["tally:reach"]["episodes"] == 8
     assert rounds[1]["heldout"]["per_app"]["tally:reach"][1] == 4
+
+
+@pytest.mark.slow
+def test_a_gymnasium_env_runs_two_rounds_through_gym(tmp_path: Path) -> None:
+    """Our own RGB gymnasium env (tests/support/gym_shapes.py) by its id, and by a suite file that
+    gives its kwargs: its seeds are the queries, its reward and termination the outcomes."""
+    suite = tmp_path / "run" / "shapes.yaml"
+    suite.parent.mkdir(parents=True)
+    suite.write_text(
+        "name: shapes\ngym:\n  type: {id: 'tests.support.gym_shapes:Shapes-v0', kwargs: {mode: type}}\n"
+    )
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    config = {"apps": ["gym:tests.support.gym_shapes:Shapes-v0", "shapes.yaml:type"],
+              "evolve": {"rounds": 2, "queries_per_app": 4, "rollouts": 2, "heldout_per_app": 4,
+                         "heldout_rollouts": 1},
+              "curate": {"featurizer": "phash"}}  # fmt: skip
+    rounds = _evolve(tmp_path / "run", config, {"PYTHONPATH": path})["rounds"]
+    assert [r["status"] for r in rounds] == ["done", "done"]
+    apps = rounds[0]["apps"]
+    assert set(apps) == {"gym:tests.support.gym_shapes:Shapes-v0", "shapes:type"}
+    for app in apps.values():  # 4 seeds x 2 rollouts, each decided by the env's own reward
+        assert app["episodes"] == 8 and app["outcome_sources"] == {"verifier": 8}
+    assert sum(app["successes"] for r in rounds for app in r["apps"].values()) > 0
+    assert set(rounds[1]["heldout"]["per_app"]) == set(apps)

@@ -211,7 +211,10 @@ _CONTROLS = """<html><head><meta charset="utf-8"></head><body><div id=app>
 <input id=news type=checkbox><label for=news>Send me news</label><br>
 <label>Email <input id=email placeholder="you@example.com"></label>
 <input id=city placeholder="City">
-<span id=lbl>Quantity</span><input id=qty aria-labelledby=lbl>
+<span id=lbl>Quantity</span><input id=qty aria-labelledby=lbl><br>
+<label for=size>Size</label>
+<select id=size><option>Small</option><option selected>Medium</option><option>Large</option></select>
+<select id=pay><option>Card</option><option>Cash</option></select>
 </div></body></html>"""
 
 
@@ -220,12 +223,7 @@ def test_every_control_has_the_name_a_user_sees(tmp_path: Path) -> None:
     fields by label, aria-labelledby or placeholder: never a glyph or "on"."""
     _need_chromium()
     (tmp_path / "controls.html").write_text(_CONTROLS)
-    spec = tmp_path / "suite.yaml"
-    spec.write_text(
-        "name: controls\nurl: file://{task}.html\ntasks: [controls]\nregion: '#app'\nhooks:\n"
-        "  reset: '() => 0'\n  instruction: '() => \"look\"'\n  done: '() => false'\n  reward: '() => 0'\n"
-    )
-    env = WebSuite.from_yaml(spec).environment(None)
+    env = WebSuite.from_yaml(_controls_suite(tmp_path)).environment(None)
     try:
         obs = env.reset(task_query("controls:controls", 1, "look", {}))
     finally:
@@ -241,7 +239,49 @@ def test_every_control_has_the_name_a_user_sees(tmp_path: Path) -> None:
         "email": "Email",
         "city": "City",
         "qty": "Quantity",
+        "size": "Size: Medium",
+        "pay": "Card",
     }
+
+
+def test_a_select_opens_as_a_list_of_options_to_click_or_type_into(tmp_path: Path) -> None:
+    """A closed select's native drop-down never reaches a headless screenshot: a click opens it in
+    place, its options become elements, a click on one chooses it (the page hears `change`) and
+    closes the list; typing into a select chooses the option of that text."""
+    _need_chromium()
+    (tmp_path / "controls.html").write_text(
+        _CONTROLS.replace(
+            "<select id=size>", "<select id=size onchange='window.changes=(window.changes||0)+1'>"
+        )
+    )
+    env = WebSuite.from_yaml(_controls_suite(tmp_path, "() => window.changes || 0")).environment(None)
+    try:
+        obs = env.reset(task_query("controls:controls", 1, "look", {}))
+        assert not [e for e in obs.elements or [] if e["tag"] == "option"]
+        opened = env.step(_tap(obs, _named(obs, "Size: Medium")))
+        options = [(e["text"], e["checked"]) for e in opened.elements or [] if e["tag"] == "option"]
+        assert options == [("Small", False), ("Medium", True), ("Large", False)]
+        assert opened.screenshot != obs.screenshot  # the list is on the screen, not in a hidden popup
+        chosen = env.step(_tap(opened, _named(opened, "Large")))
+        assert _named(chosen, "Size: Large") and not [
+            e for e in chosen.elements or [] if e["tag"] == "option"
+        ]
+        assert env.verify().reward == 1  # the page heard one change
+        element = _named(chosen, "Size: Large")
+        typed = env.step(_tap(chosen, element).model_copy(update={"kind": ActionKind.TYPE, "text": "sma"}))
+        assert _named(typed, "Size: Small") and env.verify().reward == 2
+        assert _named(env.step(_tap(typed, _named(typed, "Card"))), "Card")  # the other one opens
+    finally:
+        env.close()
+
+
+def _controls_suite(folder: Path, reward: str = "() => 0") -> Path:
+    spec = folder / "suite.yaml"
+    spec.write_text(
+        "name: controls\nurl: file://{task}.html\ntasks: [controls]\nregion: '#app'\nhooks:\n"
+        f"  reset: '() => 0'\n  instruction: '() => \"look\"'\n  done: '() => true'\n  reward: '{reward}'\n"
+    )
+    return spec
 
 
 def test_a_hook_that_throws_is_the_suites_mistake_not_a_crashed_device(tmp_path: Path) -> None:
