@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,12 +21,14 @@ from trajforge.recovery import PROBE_REASONS
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _evolve(folder: Path, config: dict, extra_env: dict[str, str] | None = None) -> dict:
+def _evolve(
+    folder: Path, config: dict, extra_env: dict[str, str] | None = None, trajforge: str = TRAJFORGE
+) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.yaml").write_text(yaml.safe_dump({"home": str(folder / "home"), **config}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")} | (extra_env or {})
     done = subprocess.run(
-        [TRAJFORGE, "evolve", "--config", "run.yaml"], cwd=folder, env=env, capture_output=True, text=True
+        [trajforge, "evolve", "--config", "run.yaml"], cwd=folder, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return json.loads((folder / "home" / "report" / "rounds.json").read_text())
@@ -82,21 +86,54 @@ def _is_miniwob(prompt: str) -> bool:
 
 
 @pytest.mark.slow
-def test_a_suite_registered_through_the_entry_point_runs_a_round(tmp_path: Path) -> None:
-    dist = tmp_path / "site" / "tally_suite-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tally-suite\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        "[trajforge.suites]\ntally = tests.support.tally_suite:TallySuite\n"
+def test_a_suite_package_installed_from_its_wheel_runs_two_rounds(tmp_path: Path) -> None:
+    """A user's suite package as users ship one: a wheel (built here from tests/support/tally_suite.py)
+    whose metadata registers it under `trajforge.suites`, installed into a fresh venv beside a
+    trajforge installed from its own wheel, and evolved from that venv's `trajforge` command."""
+    package = tmp_path / "tally-suite"
+    (package / "tally_suite").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "support" / "tally_suite.py", package / "tally_suite" / "__init__.py")
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "tally-suite"\nversion = "0.1"\n'
+        '[project.entry-points."trajforge.suites"]\ntally = "tally_suite:TallySuite"\n'
     )
-    path = os.pathsep.join([str(tmp_path / "site"), str(REPO), os.environ.get("PYTHONPATH", "")])
+    wheels = tmp_path / "wheels"
+    for source in (package, REPO):  # the project's own, not the editable install the tests run on
+        _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+              "-w", str(wheels), str(source)], cwd=tmp_path)  # fmt: skip
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    # trajforge's dependencies come from the test venv's site-packages (no network, no reinstall);
+    # the editable trajforge there is not visible: a plain path entry processes no .pth file.
+    (site / "deps.pth").write_text(
+        next(p for p in map(Path, sys.path) if p.name == "site-packages").as_posix()
+    )
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+          *map(str, sorted(wheels.glob("*.whl")))], cwd=tmp_path)  # fmt: skip
+    found = _run([str(venv / "bin" / "python"), "-c", "import rollout, tally_suite; print(rollout.__file__)"],
+                 cwd=tmp_path)  # fmt: skip
+    assert found.startswith(str(site))  # trajforge itself from the venv, not the source tree
+
     config = {"apps": ["tally:reach"], "evolve": {"rounds": 2, "queries_per_app": 4, "rollouts": 2,
-              "heldout_per_app": 4, "heldout_rollouts": 1}}  # fmt: skip
-    table = _evolve(tmp_path / "run", config, {"PYTHONPATH": path})
+              "heldout_per_app": 4, "heldout_rollouts": 1}, "curate": {"featurizer": "phash"}}  # fmt: skip
+    table = _evolve(tmp_path / "run", config, trajforge=str(venv / "bin" / "trajforge"))
     rounds = table["rounds"]
     assert [r["status"] for r in rounds] == ["done", "done"]
     assert set(rounds[0]["apps"]) == {"tally:reach"} and rounds[0]["apps"]["tally:reach"]["episodes"] == 8
     assert rounds[1]["heldout"]["per_app"]["tally:reach"][1] == 4
+
+
+def _run(command: list[str], cwd: Path) -> str:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=_clean_env())
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment without trajforge's settings and without PYTHONPATH: a user's shell."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_") and k != "PYTHONPATH"}
 
 
 @pytest.mark.slow
