@@ -1,6 +1,6 @@
 """`rounds.json`: the report's figures for machines, per round, overall and per app.
 
-Keys (documented in the README): `rounds[]` with `round`, `policy`, `status`,
+Keys (documented in docs/running.md): `rounds[]` with `round`, `policy`, `status`,
 `dataset_version`, `overall` and `apps.<name>`; each of the last two holds `episodes`,
 `successes`, `success_rate` (the round's own policy on the round's new queries, revisits
 apart, by the episode's recorded outcome),

@@ -179,7 +179,7 @@ def _check_choices(policy: str, backend: str, serials: list[str] | None, family:
         )
     if backend == "web" and not chromium_available():
         raise ConfigError(
-            "backend 'web' needs Chromium and Playwright: apt-get install chromium (see README)"
+            "backend 'web' needs Chromium and Playwright: apt-get install chromium (docs/environments.md)"
         )
 
 

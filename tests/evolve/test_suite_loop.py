@@ -98,8 +98,11 @@ def test_a_suite_package_installed_from_its_wheel_runs_two_rounds(tmp_path: Path
         '[project]\nname = "tally-suite"\nversion = "0.1"\n'
         '[project.entry-points."trajforge.suites"]\ntally = "tally_suite:TallySuite"\n'
     )
+    project = tmp_path / "trajforge"  # a copy: setuptools builds in the source folder (build/)
+    skip = (".*", "__pycache__", "build", "*.egg-info", "tests", "docs", "bench", "deploy")
+    shutil.copytree(REPO, project, ignore=shutil.ignore_patterns(*skip))
     wheels = tmp_path / "wheels"
-    for source in (package, REPO):  # the project's own, not the editable install the tests run on
+    for source in (package, project):  # the project's own, not the editable install the tests run on
         _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
               "-w", str(wheels), str(source)], cwd=tmp_path)  # fmt: skip
     venv = tmp_path / "venv"

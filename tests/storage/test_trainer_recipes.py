@@ -1,6 +1,6 @@
 """Each trainer's own code on each export: the image it feeds, the rows it keeps, the reward it loads.
 
-Every trainer runs in a virtualenv of its own, as the README's recipes install it (`.ci/run`
+Every trainer runs in a virtualenv of its own, as docs/datasets.md's recipes install it (`.ci/run`
 builds them): LLaMA-Factory 0.9.5, ms-swift 4.6.0 and verl 0.9.1. For every action format:
 
 - the image as fed: the trainer's own image loading (LLaMA-Factory's qwen2_vl plugin with its
@@ -86,9 +86,9 @@ print([int(n) for n in grid[0]])
 """
 
 
-def test_the_readme_gives_each_trainers_recipe_as_ci_installs_it() -> None:
-    """`.ci/run` builds the venvs from RECIPES; the README's recipe must be the same pins."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+def test_the_docs_give_each_trainers_recipe_as_ci_installs_it() -> None:
+    """`.ci/run` builds the venvs from RECIPES; the recipe in docs/datasets.md must be the same pins."""
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text(encoding="utf-8")
     assert f"install {TORCH_PAIR}" in readme
     for pins, _ in RECIPES.values():
         assert f"install {pins}" in readme, pins
@@ -207,7 +207,7 @@ def _train(command: list[str], cwd: Path, **extra_env: str) -> str:
 
 @pytest.mark.slow
 def test_the_llamafactory_recipe_trains_two_cpu_steps_on_every_row(version, tmp_path: Path) -> None:
-    """The README's recipe as written: `dataset_dir` the export, `template: qwen2_vl`."""
+    """docs/datasets.md's recipe as written: `dataset_dir` the export, `template: qwen2_vl`."""
     python = _python("llamafactory")
     _, sessions, store, _ = version
     report = export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "tf1"), "qwen")
@@ -263,7 +263,7 @@ def test_the_swift_recipe_trains_two_cpu_steps_on_every_row(version, tmp_path: P
         "--dataset_num_proc": "1",
         "--split_dataset_ratio": "0",
     }
-    # the README's recipe: image paths are relative to the export, rooted by ROOT_IMAGE_DIR
+    # docs/datasets.md's recipe: image paths are relative to the export, rooted by ROOT_IMAGE_DIR
     log = _train(
         [swift, "sft", *(x for pair in args.items() for x in pair)],
         tmp_path,

@@ -1,4 +1,4 @@
-"""The trainers' install recipes, as `.ci/run` builds their venvs and the README gives them.
+"""The trainers' install recipes, as `.ci/run` builds their venvs and docs/datasets.md gives them.
 
 Standard library only: `.ci/run` reads them with the system Python before any venv exists
 (`python3 tests/support/trainer_recipes.py`, one `VENV|CHECK|TORCH|PINS` line per trainer).
@@ -11,7 +11,7 @@ TRAINERS = {  # trainer: (its virtualenv, the export format its recipe reads)
     "swift": ("ms-swift-4.6.0", "sft-messages"),
     "verl": ("verl-0.9.1", "rl-verl"),
 }
-# The README's install recipe of each trainer, as `.ci/run` runs it: the torch pair first, then the trainer, each one `pip install` in a fresh venv. Every
+# docs/datasets.md's install recipe of each trainer, as `.ci/run` runs it: the torch pair first, then the trainer, each one `pip install` in a fresh venv. Every
 # trainer takes torch 2.14.1 with torchvision 0.29.1, a build pair that imports (both lie on this disk):
 # with torch 2.13.0, pip pulls PyPI's torchvision 0.28 and torchaudio 2.11, CUDA builds, and
 # LLaMA-Factory's multimodal plugin fails to import (`libc10_cuda.so`). Each check is the trainer's
