@@ -132,7 +132,7 @@ def open_farm(spine: Spine) -> SimFarm | WebFarm | SuiteFarm:
     web = spine.settings.evolve.backend == "web"
     if web and not chromium_available():
         raise ConfigError(
-            "evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium (docs/environments.md)"
+            "evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium"
         )
     farm_type = WebFarm if web else SimFarm
     farm = farm_type(spine.apps or None, store=spine.store, faults=spine.settings.evolve.faults)

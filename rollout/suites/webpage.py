@@ -119,7 +119,7 @@ class WebSuite(BaseModel):
 def need_chromium(suite: str) -> None:
     if not chromium_available():
         raise ConfigError(
-            f"suite {suite!r} runs in Chromium through Playwright: apt-get install chromium (docs/environments.md)"
+            f"suite {suite!r} runs in Chromium through Playwright: apt-get install chromium"
         )
 
 
