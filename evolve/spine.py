@@ -131,9 +131,7 @@ def open_farm(spine: Spine) -> SimFarm | WebFarm | SuiteFarm:
     with suite tasks in `apps:`, each slot also plays them in their suite's environment."""
     web = spine.settings.evolve.backend == "web"
     if web and not chromium_available():
-        raise ConfigError(
-            "evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium"
-        )
+        raise ConfigError("evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium")
     farm_type = WebFarm if web else SimFarm
     farm = farm_type(spine.apps or None, store=spine.store, faults=spine.settings.evolve.faults)
     return SuiteFarm(farm, spine.suites) if spine.suites else farm

@@ -118,9 +118,7 @@ class WebSuite(BaseModel):
 
 def need_chromium(suite: str) -> None:
     if not chromium_available():
-        raise ConfigError(
-            f"suite {suite!r} runs in Chromium through Playwright: apt-get install chromium"
-        )
+        raise ConfigError(f"suite {suite!r} runs in Chromium through Playwright: apt-get install chromium")
 
 
 def _first_error(exc: Exception) -> str:
