@@ -67,9 +67,17 @@ def curriculum_line(stats: dict[str, Any]) -> str:
     tiers = ", ".join(f"{t} {n}" for t, n in stats.get("tiers", {}).items()) or "none"
     mix = stats.get("tier_mix")
     wanted = ", ".join(f"{t} {share:.0%}" for t, share in mix.items()) if mix else "as sampled"
+    explored = stats.get("explored") or {}
+    exploring = (
+        f"; exploration: {explored.get('episodes', 0)} explorer rollouts on {explored['queries']} queries "
+        f"of unsolved apps, {explored.get('successes', 0)} solved"
+        if explored.get("queries")
+        else ""
+    )
+    held, released = stats.get("held", 0), stats.get("released", 0)
     return (
         f"new queries' tier mix {wanted}; queries by pass rate: {tiers}; "
-        f"zero-pass action samples held {stats.get('held', 0)}, released {stats.get('released', 0)}"
+        f"zero-pass action samples held {held}, released {released}{exploring}"
     )
 
 

@@ -99,6 +99,11 @@ def demonstrate_task(settings: Settings, number: int, uids: list[str]) -> dict[s
     return steps.demonstrate(settings, number, uids)
 
 
+@io_task("exploration", DEVICES)
+def explore_task(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
+    return steps.explore(settings, number, uids)
+
+
 @io_task("train-encoder")
 def encoder_task(settings: Settings, number: int) -> dict[str, Any]:
     spine = open_spine(settings)
@@ -161,8 +166,10 @@ def rollout_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     reports = [f.result() for f in rollout_shard_task.map(unmapped(settings), unmapped(number), parts)]
     guided = steps.guided_queries(settings, number, uids)
     demos = demonstrate_task(settings, number, guided) if guided else {}
+    unsolved = steps.unsolved_queries(settings, number, uids)
+    explored = explore_task(settings, number, unsolved) if unsolved else {}
     total = {k: sum(r[k] for r in reports) for k in ("episodes", "already_stored", "successes", "steps")}
-    return {**total, "guided": demos}
+    return {**total, "guided": demos, "explored": explored}
 
 
 @flow(name="judge_round")
@@ -220,7 +227,7 @@ def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
         "promotion": published["promotion"],
         "consensus": calibrated["consensus"],
         "dedup": curated["dedup"],
-        "curriculum": curated["curriculum"],
+        "curriculum": {**curated["curriculum"], "explored": rolled["explored"]},
         "recovery": curated["recovery"],
         "encoder": curated["encoder"],
         "rollout_steps": rolled["steps"],

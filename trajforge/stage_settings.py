@@ -275,6 +275,14 @@ class EvolveSettings(BaseSettings):
         description="Round 1: share of queries (hardest first) that also get one guided demonstration, "
         "the ground-truth path replayed.",
     )
+    explore_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Round N > 1: a query of an app (or suite task) that no earlier episode has solved "
+        "also gets this share of `rollouts` (rounded up) from the random explorer, beside its K rollouts, "
+        "until a first success appears: the trained policy learns only from successes; 0 turns it off.",
+    )
     revisit_share: float = Field(
         0.5,
         ge=0,

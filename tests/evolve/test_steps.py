@@ -22,7 +22,7 @@ from evolve.trainer import TrainerError, train_next
 from rollout.policies.knn import KnnPolicy
 from rollout.pool import DevicePool
 from rollout.runner import RolloutConfig
-from storage.models import Episode, Exclusion, Guidance, Policy, Query, Round, Sample
+from storage.models import App, Episode, Exclusion, Guidance, Policy, Query, Round, Sample
 from storage.publish import PublishConfig, publish
 from trajforge.errors import ConfigError, DeviceError
 from trajforge.settings import Settings
@@ -117,6 +117,27 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     assert [r["query"] for r in rates] == revisits
     assert all(0 <= r["after"] <= 1 and r["before"] <= settings.curate.guidance_pass_rate for r in rates)
     assert steps.round_stats(settings, 2)["episodes"] == 0  # success curves count new queries only
+
+    # exploration: round 1's demonstrations solved every app, so nothing is unsolved; an app whose
+    # every earlier episode failed gets the explorer's extra rollouts on its queries, once
+    assert steps.unsolved_queries(settings, 2, uids) == []
+    queries = {q.uid: q.app for q in steps.load_queries(spine, uids)}
+    app = queries[new[0]]
+    with spine.sessions() as s, s.begin():
+        ids = select(Query.id).join(App, App.id == Query.app_id).where(App.name == app)
+        for episode in s.scalars(select(Episode).where(Episode.round_id == 1, Episode.query_id.in_(ids))):
+            episode.outcome = "failure"
+    unsolved = steps.unsolved_queries(settings, 2, uids)
+    assert unsolved and {queries[u] for u in unsolved} == {app}
+    explored = steps.explore(settings, 2, unsolved)
+    assert explored["queries"] == len(unsolved) and explored["episodes"] == len(unsolved)  # ceil(0.5 x 2)
+    assert steps.explore(settings, 2, unsolved)["already_stored"] == len(unsolved)
+    with spine.sessions() as s:
+        names = s.scalars(
+            select(Policy.name).join(Episode, Episode.policy_id == Policy.id).where(Episode.round_id == 2)
+        ).all()
+    assert names.count("random-explorer") == len(unsolved)
+    assert steps.round_stats(settings, 2)["guided"] == {}  # the explorer is not a demonstration
     steps.finish_round(settings, 2, {})
     second = rounds_table(spine.sessions)["rounds"][1]
     assert second["overall"]["episodes"] == 0 and [r["query"] for r in second["revisits"]] == revisits
