@@ -161,3 +161,6 @@ def test_a_gymnasium_env_runs_two_rounds_through_gym(tmp_path: Path) -> None:
         assert app["episodes"] == 8 and app["outcome_sources"] == {"verifier": 8}
     assert sum(app["successes"] for r in rounds for app in r["apps"].values()) > 0
     assert set(rounds[1]["heldout"]["per_app"]) == set(apps)
+    if apps["shapes:type"]["successes"] == 0 and rounds[0]["heldout"]["per_app"]["shapes:type"][0] == 0:
+        # nothing solved it in round 1: round 2 gives each of its queries an explorer rollout too
+        assert rounds[1]["curriculum"]["explored"]["queries"] == 4
