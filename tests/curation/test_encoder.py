@@ -62,6 +62,7 @@ def test_each_augmentation_keeps_the_screen_size_and_changes_pixels(replayed) ->
     assert augment(screen, random.Random(2)).size == screen.size
 
 
+@pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_training_lowers_the_loss_and_the_checkpoint_loads_as_a_featurizer(replayed, tmp_path: Path) -> None:
     screens = _screens(replayed)
     model, report, bar = train_encoder(screens, SMALL, device="cpu")
@@ -86,6 +87,7 @@ def test_too_few_screenshots_is_one_clear_error(replayed) -> None:
         train_encoder(_screens(replayed)[:3], SMALL, device="cpu")
 
 
+@pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trained(
     engine: Engine,
     db_url: str,

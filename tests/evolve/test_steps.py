@@ -52,6 +52,7 @@ def run_round_one(settings: Settings) -> dict:
     return steps.publish_round(settings, 1)
 
 
+@pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -> None:
     settings = evolve_settings
     published = run_round_one(settings)

@@ -186,6 +186,7 @@ def test_bad_configuration_is_one_line_and_exit_1(
     assert "s3cr3t" not in result.stderr
 
 
+@pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_run_then_rerun_keeps_state_in_the_working_directory(tmp_path: Path) -> None:
     first = cli("run", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -373,6 +374,7 @@ def test_rollout_on_android_through_the_fake_adb(tmp_path: Path) -> None:
     assert any(cmd[2:4] == ["exec-out", "screencap"] for cmd in fake.commands)
 
 
+@pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_critics_run_is_idempotent_and_calibrate_reports(tmp_path: Path) -> None:
     import sqlite3
 

@@ -7,6 +7,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from tests.flows.test_cli import cli
 
 PANTRY = Path(__file__).resolve().parents[2] / "docs/examples/pantry.yaml"
@@ -19,6 +21,7 @@ def _stage(*args: str, cwd: Path) -> str:
     return result.stdout
 
 
+@pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_a_user_spec_rolls_out_is_judged_curated_and_published(tmp_path: Path) -> None:
     shutil.copy(PANTRY, tmp_path / "pantry.yaml")
     out = _stage("rollout", "--app", "pantry.yaml", "--queries", "4", "--workers", "1", cwd=tmp_path)

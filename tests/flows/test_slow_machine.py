@@ -21,6 +21,7 @@ def test_the_start_timeout_is_a_setting_with_a_generous_default() -> None:
     assert load_settings().evolve.prefect_start_timeout_s == 120  # Prefect's own 20s is too short here
 
 
+@pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_a_prefect_api_that_does_not_start_is_one_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAJFORGE_", "PREFECT_"))}
     # long enough for the server to fail and print its traceback before the wait ends

@@ -131,4 +131,4 @@ def _element(
     }
 
 
-gymnasium.register("Shapes-v0", entry_point=ShapesEnv)
+gymnasium.register("Shapes-v0", entry_point=f"{__name__}:ShapesEnv")
