@@ -163,7 +163,7 @@ def register_devices(settings: Settings) -> int:
     return settings.evolve.devices
 
 
-def _roll(
+def roll(
     spine: Spine,
     rnd: Round,
     queries: list[Query],
@@ -204,7 +204,7 @@ def rollout_shard(settings: Settings, number: int, uids: list[str]) -> dict[str,
     make = policy_factory(spine, rnd.policy_id, demos)
     workers = max(1, -(-ev.devices // ev.shards))  # the shards run at once and share the devices
     config = RolloutConfig(rollouts_per_query=ev.rollouts, workers=workers, max_steps=ev.max_steps)
-    return _roll(spine, rnd, load_queries(spine, uids), rnd.policy_id, make, config, guidance)
+    return roll(spine, rnd, load_queries(spine, uids), rnd.policy_id, make, config, guidance)
 
 
 def guided_queries(settings: Settings, number: int, uids: list[str]) -> list[str]:
@@ -232,45 +232,7 @@ def demonstrate(settings: Settings, number: int, uids: list[str]) -> dict[str, A
     config = RolloutConfig(
         rollouts_per_query=1, first_rollout=ev.rollouts, workers=ev.devices, max_steps=ev.max_steps
     )
-    return _roll(spine, rnd, load_queries(spine, uids), policy_id, lambda: NoisyOracle(OracleNoise()), config)
-
-
-def unsolved_queries(settings: Settings, number: int, uids: list[str]) -> list[str]:
-    """Round N > 1's queries of the apps (suite tasks) that no episode of an earlier round solved."""
-    if number == 1 or settings.evolve.explore_share <= 0:
-        return []
-    spine = open_spine(settings)
-    rnd = find_round(spine, number)
-    with spine.sessions() as s:
-        solved = set(
-            s.scalars(
-                select(App.name)
-                .join(QueryRow, QueryRow.app_id == App.id)
-                .join(Episode, Episode.query_id == QueryRow.id)
-                .where(Episode.round_id < rnd.id, Episode.outcome == "success")
-                .distinct()
-            )
-        )
-    return [q.uid for q in load_queries(spine, uids) if q.app not in solved]
-
-
-def explore(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
-    """`explore_share` of K rollouts of the random explorer on each of these unsolved queries, after
-    the round's own K (and any demonstration): a first success there gives the next policy a reference."""
-    spine = open_spine(settings)
-    rnd = find_round(spine, number)
-    ev = settings.evolve
-    with transaction(spine.sessions) as s:
-        policy_id = register_policy(s, *EXPLORER, meta={"max_actions": ev.max_steps})
-    config = RolloutConfig(
-        rollouts_per_query=math.ceil(ev.explore_share * ev.rollouts),
-        first_rollout=ev.rollouts + 1,  # past the round's own and round 1's demonstration
-        workers=ev.devices,
-        max_steps=ev.max_steps,
-    )
-    make = policy_factory(spine, policy_id)
-    played = _roll(spine, rnd, load_queries(spine, uids), policy_id, make, config)
-    return {"queries": len(uids), **played}
+    return roll(spine, rnd, load_queries(spine, uids), policy_id, lambda: NoisyOracle(OracleNoise()), config)
 
 
 def episode_uids(settings: Settings, number: int) -> list[str]:

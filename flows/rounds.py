@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from curation.encoder import round_encoder
-from evolve import heldout, steps
+from evolve import exploration, heldout, steps
 from evolve.ownership import loop_lock
 from evolve.spine import open_spine
 from evolve.stages import ROUND, check_order
@@ -101,7 +101,7 @@ def demonstrate_task(settings: Settings, number: int, uids: list[str]) -> dict[s
 
 @io_task("exploration", DEVICES)
 def explore_task(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
-    return steps.explore(settings, number, uids)
+    return exploration.explore(settings, number, uids)
 
 
 @io_task("train-encoder")
@@ -166,7 +166,7 @@ def rollout_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     reports = [f.result() for f in rollout_shard_task.map(unmapped(settings), unmapped(number), parts)]
     guided = steps.guided_queries(settings, number, uids)
     demos = demonstrate_task(settings, number, guided) if guided else {}
-    unsolved = steps.unsolved_queries(settings, number, uids)
+    unsolved = exploration.unsolved_queries(settings, number, uids)
     explored = explore_task(settings, number, unsolved) if unsolved else {}
     total = {k: sum(r[k] for r in reports) for k in ("episodes", "already_stored", "successes", "steps")}
     return {**total, "guided": demos, "explored": explored}

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from curation.encoder import round_encoder
-from evolve import heldout, steps
+from evolve import exploration, heldout, steps
 from evolve import spine as spine_module
 from evolve.lifecycle import find_round
 from evolve.policies import policy_factory
@@ -121,18 +121,18 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
 
     # exploration: round 1's demonstrations solved every app, so nothing is unsolved; an app whose
     # every earlier episode failed gets the explorer's extra rollouts on its queries, once
-    assert steps.unsolved_queries(settings, 2, uids) == []
+    assert exploration.unsolved_queries(settings, 2, uids) == []
     app_of = {q.uid: q.app for q in steps.load_queries(spine, uids)}
     app = app_of[new[0]]
     with spine.sessions() as s, s.begin():
         ids = select(Query.id).join(App, App.id == Query.app_id).where(App.name == app)
         for episode in s.scalars(select(Episode).where(Episode.round_id == 1, Episode.query_id.in_(ids))):
             episode.outcome = "failure"
-    unsolved = steps.unsolved_queries(settings, 2, uids)
+    unsolved = exploration.unsolved_queries(settings, 2, uids)
     assert unsolved and {app_of[u] for u in unsolved} == {app}
-    explored = steps.explore(settings, 2, unsolved)
+    explored = exploration.explore(settings, 2, unsolved)
     assert explored["queries"] == len(unsolved) and explored["episodes"] == len(unsolved)  # ceil(0.5 x 2)
-    assert steps.explore(settings, 2, unsolved)["already_stored"] == len(unsolved)
+    assert exploration.explore(settings, 2, unsolved)["already_stored"] == len(unsolved)
     with spine.sessions() as s:
         names = s.scalars(
             select(Policy.name).join(Episode, Episode.policy_id == Policy.id).where(Episode.round_id == 2)
