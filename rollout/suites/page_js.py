@@ -86,14 +86,16 @@ REGION_JS = """(sel) => {
   return [r.left, r.top, Math.max(1, Math.min(r.width, innerWidth - r.left)),
           Math.max(1, Math.min(r.height, innerHeight - r.top))];
 }"""
+# Every select opened in place, closed again (its own size back).
+CLOSE_SELECTS_JS = """() => document.querySelectorAll('select[data-trajforge-open]').forEach(s => {
+  s.size = Number(s.dataset.trajforgeOpen); delete s.dataset.trajforgeOpen; })"""
 # A `<select>` as a user works it, in a headless page whose native drop-down never reaches the
 # screenshot: a click on a closed select opens it in place as a list (its options become elements
 # to click); the next click, on an option or anywhere else, closes it. Typing into a select picks
 # the option of that text (else the first starting with it), as a user types to choose.
 SELECT_JS = """([x, y, text]) => {
   const open = Array.from(document.querySelectorAll('select[data-trajforge-open]'));
-  const close = () => open.forEach(s => { s.size = Number(s.dataset.trajforgeOpen);
-                                          delete s.dataset.trajforgeOpen; });
+  const close = (CLOSE_SELECTS);
   const hit = document.elementFromPoint(x, y), sel = hit && hit.closest('select');
   if (sel && text !== null) {
     const want = text.trim().toLowerCase(), opts = Array.from(sel.options).filter(o => !o.disabled);
@@ -112,6 +114,4 @@ SELECT_JS = """([x, y, text]) => {
     return 'opened';
   }
   return open.length ? 'close' : 'click';
-}"""
-CLOSE_SELECTS_JS = """() => document.querySelectorAll('select[data-trajforge-open]').forEach(s => {
-  s.size = Number(s.dataset.trajforgeOpen); delete s.dataset.trajforgeOpen; })"""
+}""".replace("CLOSE_SELECTS", CLOSE_SELECTS_JS)
