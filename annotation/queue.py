@@ -2,9 +2,11 @@
 
 It is what CSRS sends to humans: episodes nothing could decide, trajectory channels that
 disagree, a consensus that disagrees with the verifier, verdicts that did not parse, and
-verdicts scored below `annotate.low_confidence`. A seeded random share of the other
-episodes (`annotate.audit_fraction`) joins as `audit`, so calibration is measured beyond
-hard cases.
+verdicts scored below `annotate.low_confidence` (the calibrated consensus scores its
+verdict by the probability it gives it). A seeded random share of the other episodes
+(`annotate.audit_fraction`) joins as `audit`, so calibration is measured beyond hard cases.
+Within a reason, the episodes whose consensus is least sure come first: a human's verdict
+there teaches the critics the most.
 """
 
 from __future__ import annotations
@@ -35,12 +37,12 @@ REASONS = (
 
 
 @dataclass
-@dataclass
 class Candidate:
     episode_id: int
     uid: str
     app: str
     reasons: list[str]
+    confidence: float = 1.0  # the calibrated consensus's probability of its own verdict
 
 
 def _audited(uid: str, seed: int, fraction: float) -> bool:
@@ -105,8 +107,10 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
         if not reasons and judged and _audited(uid, settings.seed, settings.audit_fraction):
             reasons.append("audit")
         if reasons:
-            out.append(Candidate(episode_id, uid, str(goal.get("app", "")), reasons))
-    out.sort(key=lambda c: (min(REASONS.index(r) for r in c.reasons), c.episode_id))
+            sure = agreed.score if agreed is not None and agreed.score is not None else 1.0
+            out.append(Candidate(episode_id, uid, str(goal.get("app", "")), reasons, sure))
+    # hardest reasons first; within one, the verdicts the critics are least sure of, which teach the most
+    out.sort(key=lambda c: (min(REASONS.index(r) for r in c.reasons), c.confidence, c.episode_id))
     return out
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from bench.halves import REPORTING, TUNING, app_half
 from critics.judge import judge_round
 from critics.learned import cross_judge
 from critics.outcomes import decide_outcomes, deciding_anchor
@@ -197,26 +198,29 @@ def out_of_sample(home: Path) -> str:
     for e, p in zip(rows, cross_judge(train, [(e.query, e.features) for e in rows]), strict=True):
         if p.success is not None:
             held[apps[e.episode_id]].add(p.success, truth[e.episode_id])
-            held["all"].add(p.success, truth[e.episode_id])
-    loao["all"] = ChannelStats.pooled(loao.values()).summary()
     summaries = {app: st.summary() for app, st in held.items()}
     lines = [
-        f"{'learned critic, out of sample':32} {'n':>5} {'accuracy':>9} {'precision':>9} "
+        f"{'learned critic, out of sample':40} {'half':9} {'n':>5} {'accuracy':>9} {'precision':>9} "
         f"{'recall':>7} {'kappa':>9}"
     ]
     for title, by_app in (("held-out queries", summaries), ("leave one app out", loao)):
-        for app in sorted(by_app, key=lambda a: (a != "all", a)):
-            st = by_app[app]
+        pooled = {
+            f"{half} half": ChannelStats.pooled(st for app, st in by_app.items() if app_half(app) == half)
+            for half in (REPORTING, TUNING)
+        }  # the reporting half first: the figure that counts
+        shown = {k: st.summary() for k, st in pooled.items() if st.n} | dict(sorted(by_app.items()))
+        for app, st in shown.items():
+            half = app.split()[0] if app.endswith(" half") else app_half(app)
             lines.append(
-                f"{title + ': ' + app:32} {st['n']:>5} {st['accuracy']:>9.1%} {st['precision']:>9.1%} "
-                f"{st['recall']:>7.1%} {kappa_text(st['kappa']):>9}"
+                f"{title + ': ' + app:40} {half:9} {st['n']:>5} {st['accuracy']:>9.1%} "
+                f"{st['precision']:>9.1%} {st['recall']:>7.1%} {kappa_text(st['kappa']):>9}"
             )
     return "\n".join(lines)
 
 
 def render(stats: dict[tuple[int, str, str, str], dict[str, ChannelStats]]) -> str:
     lines = [
-        f"{'round':>5} {'backend':8} {'policy':16} {'app':9} {'n':>4} {'consensus':>9} "
+        f"{'round':>5} {'backend':8} {'policy':16} {'app':9} {'half':9} {'n':>4} {'consensus':>9} "
         f"{'learned':>8} {'visual':>13}"
     ]
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -228,10 +232,11 @@ def render(stats: dict[tuple[int, str, str, str], dict[str, ChannelStats]]) -> s
         vis = by.get("heuristic_visual")
         visual = f"{vis['accuracy']:6.1%} ({vis['n']:>3})" if vis else "   abstained"
         lines.append(
-            f"{number:>5} {backend:8} {policy:16} {app:9} {cons['n']:>4} {cons['accuracy']:>9.1%} "
+            f"{number:>5} {backend:8} {policy:16} {app:9} {app_half(app):9} {cons['n']:>4} "
+            f"{cons['accuracy']:>9.1%} "
             f"{text['accuracy']:>8.1%} {visual:>13}"
         )
-        for group in (f"round {number} {backend}", f"backend {backend}", f"policy {policy}"):
+        for group in (f"round {number} {backend}", f"backend {backend}", f"policy {policy}", app_half(app)):
             totals[group][0] += round(cons["accuracy"] * cons["n"])
             totals[group][1] += int(cons["n"])
     lines.append("consensus accuracy against the verifier:")

@@ -2,7 +2,18 @@
 
 `compose_round` reads every stored episode verdict of the channels in `critics.channels` (the
 learned critic, the visual channel, the model critics), and writes one consensus judgment per
-episode under `trajforge.verdicts.CONSENSUS` by `critics.rule` (AND, majority or weighted).
+episode under `trajforge.verdicts.CONSENSUS` by `critics.rule`:
+
+- `calibrated` (default): each channel's vote weighs what it has measured: the log-likelihood
+  ratio of its vote from its confusion counts against the deciding anchors of this round and
+  earlier (the app's own when it has `critics.calibration_min_anchored` of them, else all apps'),
+  added to the anchors' base rate as log-odds (naive Bayes, Laplace-smoothed). An anchored
+  episode is weighed without its own anchor (leave one out), so the accuracy the trust gate
+  measures on it is out of sample. A channel with too few anchored votes does not vote; with
+  no calibrated channel (a first round with no anchors) the rule is AND. A channel that is 70%
+  right beside one that is always right cannot outvote it, as it can under AND.
+- `and` (GUI-Owl's rule), `majority`, or `weighted` by fixed `critics.weights`.
+
 It rewrites the round's consensus rows, so running it again after the model critics have
 judged folds their votes in. An abstaining or unparsed channel does not vote; with no vote the
 episode is undecided. Whether the consensus may decide an outcome is `critics.outcomes`'s
@@ -11,12 +22,19 @@ trust gate: its measured accuracy on the app's anchored episodes.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.heuristic import ChannelVerdict, consensus
+from critics.outcomes import deciding_anchor
+from storage.anchors import anchors_by_episode, episode_apps
 from storage.db import transaction
 from storage.models import Episode, Judgment
+from trajforge.metrics import ChannelStats
 from trajforge.settings import CriticSettings
 from trajforge.verdicts import CONSENSUS
 
@@ -24,6 +42,10 @@ SUMMARY = {
     "correct": "the voting channels agree",
     "incorrect": "a channel says incorrect",
     "undecided": "every channel abstained",
+}
+CALIBRATED_SUMMARY = {
+    "correct": "the channels' calibrated votes say correct",
+    "incorrect": "the channels' calibrated votes say incorrect",
 }
 
 
@@ -33,21 +55,103 @@ def label(success: bool | None, silent: str = "abstain") -> str:
     return "correct" if success else "incorrect"
 
 
+@dataclass
+class Evidence:
+    """The channels' votes against the deciding anchors of episodes up to a round: confusion counts
+    per app and channel and over all apps, and the anchors' successes and failures."""
+
+    minimum: int
+    by_app: dict[str, dict[str, ChannelStats]] = field(default_factory=dict)
+    pooled: dict[str, ChannelStats] = field(default_factory=dict)
+    base: dict[str, Counter[bool]] = field(default_factory=dict)  # app ("" for all) -> anchor labels
+
+    def add(self, app: str, votes: dict[str, bool], actual: bool) -> None:
+        for channel, said in votes.items():
+            self.by_app.setdefault(app, {}).setdefault(channel, ChannelStats()).add(said, actual)
+            self.pooled.setdefault(channel, ChannelStats()).add(said, actual)
+        for key in {app, ""}:  # the app's and all apps' (once, for an episode with no app)
+            self.base.setdefault(key, Counter())[actual] += 1
+
+    def log_odds(
+        self, app: str, votes: dict[str, bool], own: bool | None
+    ) -> tuple[float | None, dict[str, float]]:
+        """The log-odds of success given the votes, and each calibrated channel's term; None when no
+        voting channel is calibrated. `own`: the episode's own anchor, left out of the counts."""
+        terms: dict[str, float] = {}
+        for channel, said in votes.items():
+            st = self._counts(self.by_app.get(app, {}).get(channel), said, own)
+            if st.n < self.minimum:
+                st = self._counts(self.pooled.get(channel), said, own)
+            if st.n >= self.minimum:
+                terms[channel] = _likelihood_ratio(st, said)
+        if not terms:
+            return None, terms
+        base = self._base(app, own)
+        if base.total() < self.minimum:
+            base = self._base("", own)
+        prior = math.log((base[True] + 1) / (base[False] + 1))
+        return prior + sum(terms.values()), terms
+
+    def _base(self, key: str, own: bool | None) -> Counter[bool]:
+        base = Counter(self.base.get(key, Counter()))
+        if own is not None:
+            base[own] -= 1
+        return base
+
+    @staticmethod
+    def _counts(st: ChannelStats | None, said: bool, own: bool | None) -> ChannelStats:
+        out = replace(st) if st else ChannelStats()
+        if own is not None and st is not None:
+            out.remove(said, own)
+        return out
+
+
+def _likelihood_ratio(st: ChannelStats, said: bool) -> float:
+    """log P(vote | success) / P(vote | failure), Laplace-smoothed."""
+    positives, negatives = st.tp + st.fn + 2, st.fp + st.tn + 2
+    if said:
+        return math.log((st.tp + 1) / positives) - math.log((st.fp + 1) / negatives)
+    return math.log((st.fn + 1) / positives) - math.log((st.tn + 1) / negatives)
+
+
+def _votes(s: Session, episodes: list[int], channels: list[str]) -> dict[int, dict[str, Judgment]]:
+    votes: dict[int, dict[str, Judgment]] = {e: {} for e in episodes}
+    for j in s.scalars(
+        select(Judgment)
+        .where(Judgment.target == "episode", Judgment.target_id.in_(episodes), Judgment.critic.in_(channels))
+        .order_by(Judgment.id)
+    ):
+        votes[j.target_id][j.critic] = j  # a channel's latest version wins
+    return votes
+
+
+def _said(channels: dict[str, Judgment]) -> dict[str, bool]:
+    return {c: j.label == "correct" for c, j in channels.items() if j.label in ("correct", "incorrect")}
+
+
+def gather_evidence(s: Session, round_id: int, settings: CriticSettings) -> tuple[Evidence, dict[int, bool]]:
+    """The calibration evidence of episodes up to the round, and the anchored outcome of each."""
+    up_to = Episode.round_id <= round_id
+    actual = {
+        episode_id: decided.label == "success"
+        for episode_id, found in anchors_by_episode(s, up_to).items()
+        if (decided := deciding_anchor(found)) is not None
+    }
+    evidence = Evidence(settings.calibration_min_anchored)
+    apps = episode_apps(s, up_to)
+    for episode_id, channels in _votes(s, list(actual), settings.channels).items():
+        evidence.add(apps[episode_id], _said(channels), actual[episode_id])
+    return evidence, actual
+
+
 def compose_round(sessions: sessionmaker[Session], round_id: int, settings: CriticSettings) -> int:
     """Consensus rows for every episode of the round; the number judged correct."""
     with transaction(sessions) as s:
-        episodes = s.scalars(select(Episode.id).where(Episode.round_id == round_id)).all()
-        votes: dict[int, dict[str, Judgment]] = {e: {} for e in episodes}
-        for j in s.scalars(
-            select(Judgment)
-            .where(
-                Judgment.target == "episode",
-                Judgment.target_id.in_(episodes),
-                Judgment.critic.in_(settings.channels),
-            )
-            .order_by(Judgment.id)
-        ):
-            votes[j.target_id][j.critic] = j  # a channel's latest version wins
+        episodes = list(s.scalars(select(Episode.id).where(Episode.round_id == round_id)).all())
+        votes = _votes(s, episodes, settings.channels)
+        calibrated = settings.rule == "calibrated"
+        evidence, actual = gather_evidence(s, round_id, settings) if calibrated else (None, {})
+        apps = episode_apps(s, Episode.round_id == round_id)
         s.execute(
             delete(Judgment).where(
                 Judgment.target == "episode",
@@ -58,11 +162,11 @@ def compose_round(sessions: sessionmaker[Session], round_id: int, settings: Crit
         )
         correct = 0
         for episode_id, channels in votes.items():
-            verdicts = [
-                ChannelVerdict(c, j.label == "correct" if j.label in ("correct", "incorrect") else None, "")
-                for c, j in sorted(channels.items())
-            ]
-            agreed = consensus(verdicts, settings.rule, settings.weights)
+            said = _said(channels)
+            shown = " ".join(f"{c}:{j.critic_version}={j.label}" for c, j in sorted(channels.items()))
+            own = actual.get(episode_id)
+            agreed, weighed, confidence = _decide(evidence, settings, apps[episode_id], said, own)
+            summaries = CALIBRATED_SUMMARY if weighed and agreed is not None else SUMMARY
             correct += bool(agreed)
             s.add(
                 Judgment(
@@ -71,10 +175,26 @@ def compose_round(sessions: sessionmaker[Session], round_id: int, settings: Crit
                     target="episode",
                     target_id=episode_id,
                     label=label(agreed, "undecided"),
-                    summary=SUMMARY[label(agreed, "undecided")],
-                    analysis=" ".join(
-                        f"{c}:{j.critic_version}={j.label}" for c, j in sorted(channels.items())
-                    ),
+                    summary=summaries[label(agreed, "undecided")],
+                    analysis=shown + weighed,
+                    score=confidence,
                 )
             )
     return correct
+
+
+def _decide(
+    evidence: Evidence | None, settings: CriticSettings, app: str, said: dict[str, bool], own: bool | None
+) -> tuple[bool | None, str, float | None]:
+    """One episode's consensus; how the calibrated rule weighed its votes ("" by another rule); and
+    its confidence, the probability of the verdict it gave (None by another rule), which
+    `annotate.low_confidence` and the review queue's order read."""
+    if evidence is not None:
+        score, terms = evidence.log_odds(app, said, own)
+        if score is not None:
+            weighed = " ".join(f"{c} {t:+.2f}" for c, t in sorted(terms.items()))
+            return score > 0, f" | log-odds {score:+.2f} ({weighed})", 1 / (1 + math.exp(-abs(score)))
+    # AND, or the calibrated rule before any channel is calibrated
+    verdicts = [ChannelVerdict(c, v, "") for c, v in sorted(said.items())]
+    rule = "and" if settings.rule == "calibrated" else settings.rule
+    return consensus(verdicts, rule, settings.weights), "", None

@@ -13,14 +13,17 @@ between two recordings of the same trajectory on a phone:
 - the status bar: another clock, other icons;
 - small shifts, scale and colour changes (another device, another theme).
 
-So the features keep what identifies a screen (its layout, controls) and drop what does
-not. At 128x256 a screen's title is a few pixels high, and screens that differ only in
-their title (Settings' "System" and "Display") would look alike, so the same network also
-learns a second view: the app bar below the status bar at 384x48 (`AppBar`), its views
-differing by a dialog's scrim, shifts and colour. A frame's vector joins the two, each
-centred on its training mean (`trajforge.features.ResNetFeaturizer`). Both views are
-standardised per image, which divides a scrim's uniform dimming out. Training runs on CUDA
-when there is one, else on the CPU threads given.
+(`curation.augment`: a page, such as a MiniWoB++ task or a browser's viewport, gets the same
+views without the status bar.) So the features keep what identifies a screen (its layout,
+controls) and drop what does not. At 128x256 a screen's title is a few pixels high, and
+screens that differ only in their title (Settings' "System" and "Display") would look alike,
+so the same network also learns a second view: the app bar below the status bar at 384x48
+(`AppBar`), its views differing by a dialog's scrim, shifts and colour. A frame's vector joins
+the two, each centred on its training mean (`trajforge.features.ResNetFeaturizer`). Both views
+are standardised per image, which divides a scrim's uniform dimming out. Training runs on CUDA
+when there is one, else on the CPU threads given, for a budget sized to the data
+(`EncoderSpec.planned_steps`: 12 views of each distinct screenshot, 30 to 200 steps) or
+`curate.encoder_minutes`, whichever ends first.
 """
 
 from __future__ import annotations
@@ -33,15 +36,17 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageEnhance
+from PIL import Image
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from curation.augment import augment, bar_augment, screen_kind
 from storage.encoders import StoredEncoder, latest_encoder, save_encoder
 from storage.models import Episode, Round, Step
 from storage.objectstore import ObjectStore
@@ -62,7 +67,9 @@ class EncoderSpec:
     batch: int = 48  # screenshots per step (two views each), and as many app bars
     temperature: float = 0.2
     lr: float = 2e-3
-    steps: int = 200  # curate.encoder_steps
+    steps: int = 200  # curate.encoder_steps: the most steps, whatever the data
+    epochs: float = 12.0  # the budget: views of each distinct screenshot (two per step it is drawn in) ...
+    min_steps: int = 30  # ... but at least this many steps
     minutes: float = 8.0  # curate.encoder_minutes: stop early when training reaches this wall time
     seed: int = 0
     rows: int = 1  # the feature map average-pooled into this many horizontal bands (1: pooler output)
@@ -72,6 +79,11 @@ class EncoderSpec:
     bar_weight: float = 8.0  # the bar's share beside the screen's in a frame's vector
     bar_cells: int = 6  # the bar's features pooled into this many cells left to right (see AppBar)
     threshold: float = 0.998  # dedup's default cosine with this encoder (bench_dedup_quality's tuning set)
+
+    def planned_steps(self, distinct: int) -> int:
+        """The training budget sized to the data: `epochs` passes over the distinct screenshots,
+        between `min_steps` and `steps`."""
+        return min(self.steps, max(self.min_steps, math.ceil(self.epochs * distinct / self.batch)))
 
     def resnet_config(self) -> Any:
         from transformers import ResNetConfig
@@ -93,10 +105,13 @@ class TrainReport:
     loss_last: float
     device: str
     images_per_s: float  # augmented views through forward and backward, per second
+    kind: str = "phone"  # the screens' kind, which chose the augmentations (`curation.augment`)
+    planned: int = 0  # the steps the budget allowed (`EncoderSpec.planned_steps`); fewer when time ran out
 
     def render(self) -> str:
         return (
-            f"encoder: {self.steps} steps on {self.images} screenshots in {self.seconds:.0f}s "
+            f"encoder: {self.steps} steps (of {self.planned} planned) on {self.images} {self.kind} "
+            f"screenshots in {self.seconds:.0f}s "
             f"on {self.device} ({self.images_per_s:.0f} views/s), "
             f"loss {self.loss_first:.3f} -> {self.loss_last:.3f}"
         )
@@ -107,89 +122,6 @@ log = logging.getLogger("trajforge.encoder")
 
 class TooFewScreenshots(ConfigError):
     """Contrastive training needs a batch of distinct screenshots."""
-
-
-# ---- augmentations ----------------------------------------------------------------------
-
-
-def _bands(h: int) -> tuple[int, int]:
-    """The content region: below the status and app bars, above the nav bar."""
-    return int(h * 0.11), int(h * 0.94)
-
-
-def scroll(img: Image.Image, rng: random.Random) -> Image.Image:
-    h = img.size[1]
-    top, bottom = _bands(h)
-    region = np.asarray(img)[top:bottom]
-    dy = int(rng.uniform(-0.45, 0.45) * len(region))
-    out = np.asarray(img).copy()
-    out[top:bottom] = np.roll(region, dy, axis=0)
-    return Image.fromarray(out)
-
-
-def relist(img: Image.Image, rng: random.Random) -> Image.Image:
-    """Some rows of the content replaced by other rows of the same screen."""
-    h = img.size[1]
-    top, bottom = _bands(h)
-    arr = np.asarray(img).copy()
-    row = max(4, int(h * rng.uniform(0.04, 0.07)))
-    for _ in range(rng.randint(1, 4)):
-        if bottom - top <= 2 * row:
-            break
-        src, dst = (rng.randrange(top, bottom - row) for _ in range(2))
-        arr[dst : dst + row] = arr[src : src + row]
-    return Image.fromarray(arr)
-
-
-def popup(img: Image.Image, rng: random.Random) -> Image.Image:
-    w, h = img.size
-    dimmed = Image.alpha_composite(
-        img.convert("RGBA"), Image.new("RGBA", img.size, (0, 0, 0, rng.randint(90, 170)))
-    ).convert("RGB")
-    d = ImageDraw.Draw(dimmed)
-    bw, bh = w * rng.uniform(0.6, 0.9), h * rng.uniform(0.15, 0.35)
-    x0, y0 = (w - bw) / 2 + rng.uniform(-0.03, 0.03) * w, (h - bh) / 2 + rng.uniform(-0.1, 0.1) * h
-    d.rounded_rectangle((x0, y0, x0 + bw, y0 + bh), radius=w * 0.03, fill="#ffffff")
-    for i in range(rng.randint(1, 3)):  # lines of text
-        y = y0 + bh * (0.15 + 0.15 * i)
-        d.rectangle((x0 + bw * 0.08, y, x0 + bw * rng.uniform(0.3, 0.85), y + h * 0.012), fill="#222222")
-    bx = x0 + bw * rng.uniform(0.3, 0.5)
-    d.rounded_rectangle((bx, y0 + bh * 0.7, bx + bw * 0.3, y0 + bh * 0.88), radius=w * 0.02, fill="#1a73e8")
-    return dimmed
-
-
-def status_bar(img: Image.Image, rng: random.Random) -> Image.Image:
-    w, h = img.size
-    out = img.copy()
-    d = ImageDraw.Draw(out)
-    bar = int(h * 0.035)
-    colour = img.getpixel((1, 1))
-    d.rectangle((0, 0, w, bar), fill=colour)
-    ink = (255, 255, 255) if sum(colour[:3]) < 384 else (0, 0, 0)  # type: ignore[index]
-    for _ in range(rng.randint(1, 5)):  # clock digits and icons
-        x = rng.uniform(0, w * 0.95)
-        d.rectangle((x, bar * 0.3, x + rng.uniform(2, w * 0.06), bar * 0.7), fill=ink)
-    return out
-
-
-def jitter(img: Image.Image, rng: random.Random) -> Image.Image:
-    w, h = img.size
-    s = rng.uniform(0.92, 1.0)
-    cw, ch = int(w * s), int(h * s)
-    x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
-    out = img.crop((x, y, x + cw, y + ch)).resize((w, h), Image.Resampling.BILINEAR)
-    out = ImageEnhance.Brightness(out).enhance(rng.uniform(0.85, 1.15))
-    return ImageEnhance.Contrast(out).enhance(rng.uniform(0.85, 1.15))
-
-
-AUGMENTATIONS = ((popup, 0.5), (scroll, 0.5), (relist, 0.3), (status_bar, 0.5), (jitter, 0.8))
-
-
-def augment(img: Image.Image, rng: random.Random) -> Image.Image:
-    for op, p in AUGMENTATIONS:
-        if rng.random() < p:
-            img = op(img, rng)
-    return img
 
 
 # ---- training ---------------------------------------------------------------------------
@@ -206,14 +138,6 @@ def nt_xent(z: Any, temperature: float) -> Any:
     logits.fill_diagonal_(float("-inf"))
     target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
     return F.cross_entropy(logits, target)
-
-
-def bar_augment(img: Image.Image, rng: random.Random) -> Image.Image:
-    """An app bar as another recording shows it: under a dialog's scrim, shifted, recoloured."""
-    if rng.random() < 0.5:
-        dim = rng.uniform(0.35, 0.8)
-        img = img.point(lambda v: int(v * dim))
-    return jitter(img, rng) if rng.random() < 0.8 else img
 
 
 def _bar(spec: EncoderSpec, centres: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))) -> AppBar:
@@ -242,9 +166,10 @@ def train_encoder(
     rng = random.Random(spec.seed)
     torch.manual_seed(spec.seed)
     opened, bases, view, bars = _training_views(distinct, spec)
+    kind, planned = screen_kind(opened), spec.planned_steps(len(distinct))
     model = ResNetModel(spec.resnet_config())
     torch.nn.Module.to(model, device).train()
-    losses, seconds = _fit(model, spec, device, rng, (bases, bars, view))
+    losses, seconds = _fit(model, replace(spec, steps=planned), device, rng, (bases, bars, view), kind)
     model = model.eval()
     sample = random.Random(spec.seed).sample(opened, min(len(opened), 512))  # the features' centres
     screens, titles = screen_and_bar(model, device, sample, (spec.width, spec.height), view, 64, spec.rows)
@@ -258,6 +183,8 @@ def train_encoder(
         loss_last=round(float(np.mean(tail)), 4),
         device=device,
         images_per_s=round(2 * (batch + min(spec.batch, len(bars))) * len(losses) / max(seconds, 1e-9), 1),
+        kind=kind,
+        planned=planned,
     )
     return model.cpu(), report, _bar(spec, (screens.mean(axis=0), titles.mean(axis=0)))
 
@@ -281,6 +208,7 @@ def _fit(
     device: str,
     rng: random.Random,
     data: tuple[list[Image.Image], list[Image.Image], AppBar],
+    kind: str = "phone",
 ) -> tuple[list[float], float]:
     """Contrastive steps on screens and app bars until `spec.steps` or `spec.minutes`: the losses
     and the seconds taken."""
@@ -308,7 +236,7 @@ def _fit(
         warm = min(1.0, (step + 1) / 20)
         for group in optimiser.param_groups:
             group["lr"] = spec.lr * warm * 0.5 * (1 + math.cos(math.pi * done))
-        loss = loss_on(bases, augment, (spec.width, spec.height), (spec.rows, 1))
+        loss = loss_on(bases, partial(augment, kind=kind), (spec.width, spec.height), (spec.rows, 1))
         if len(bars) >= 2:  # an app whose screens share one bar has nothing to tell apart there
             loss = loss + loss_on(bars, bar_augment, (view.width, view.height), view.grid)
         optimiser.zero_grad()

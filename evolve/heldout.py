@@ -12,7 +12,9 @@ set and the rollout settings (a policy is evaluated once per set).
 
 The gate (`evolve.promote: gate`): after round N trains its candidate, the candidate is
 evaluated beside round N's policy; it rolls out round N + 1 when its held-out success is at
-least that policy's and it loses no app (or suite task) by more than `evolve.gate_app_margin`.
+least that policy's and it loses no app (or suite task) by more than `evolve.gate_app_margin`,
+neither against that policy nor against round 1's (the random explorer: no promoted policy does
+worse on a task than the explorer did, or the gate says so, `below_round_1_policy`).
 Else round N's policy rolls out again, round N + 1's data joins the dataset, and round N + 1
 trains a new candidate on all of it. Outcomes the farm cannot verify
 (`unknown`) count for neither; a farm that verifies none promotes every candidate, with that
@@ -160,7 +162,19 @@ def gate(spine: Spine, incumbent_id: int, candidate_id: int) -> dict[str, Any]:
         return {"promoted": False, "reason": "heldout_regression", **figures}
     if lost := apps_lost(current, candidate, ev.gate_app_margin):
         return {"promoted": False, "reason": "heldout_app_regression", "apps_lost": lost, **figures}
+    first = first_policy(spine)
+    if first is not None and first not in (incumbent_id, candidate_id):
+        floor = evaluate_policy(spine, first, queries)  # cached: round 1's gate evaluated it
+        if lost := apps_lost(floor, candidate, ev.gate_app_margin):
+            return {"promoted": False, "reason": "below_round_1_policy", "apps_lost": lost, **figures}
     return {"promoted": True, "reason": "heldout_not_worse", **figures}
+
+
+def first_policy(spine: Spine) -> int | None:
+    """The policy that rolled out round 1 (the random explorer, unless a checkpoint was configured):
+    the floor no promoted policy may fall below on any app, by more than the margin."""
+    with spine.sessions() as s:
+        return s.scalars(select(Round.policy_id).where(Round.number == 1)).first()
 
 
 def apps_lost(

@@ -14,15 +14,17 @@ class ChannelStats:
     tn: int = 0
     fn: int = 0
 
-    def add(self, predicted: bool, actual: bool) -> None:
-        if predicted and actual:
-            self.tp += 1
-        elif predicted:
-            self.fp += 1
-        elif actual:
-            self.fn += 1
-        else:
-            self.tn += 1
+    @property
+    def n(self) -> int:
+        return self.tp + self.fp + self.tn + self.fn
+
+    def add(self, predicted: bool, actual: bool, count: int = 1) -> None:
+        cell = ("tp" if actual else "fp") if predicted else ("fn" if actual else "tn")
+        setattr(self, cell, getattr(self, cell) + count)
+
+    def remove(self, predicted: bool, actual: bool) -> None:
+        """Take back one `add` (leave one item out)."""
+        self.add(predicted, actual, -1)
 
     @classmethod
     def pooled(cls, summaries: Iterable[Mapping[str, Any] | None]) -> ChannelStats:
@@ -33,7 +35,7 @@ class ChannelStats:
         """Cohen's kappa: agreement with the anchor beyond what the two base rates give by chance;
         None (undefined) when chance explains all agreement, as when the anchor and the predictor
         both saw one class only (a task with no success is not "κ = 1")."""
-        n = self.tp + self.fp + self.tn + self.fn
+        n = self.n
         if not n:
             return None
         chance = (
@@ -42,7 +44,7 @@ class ChannelStats:
         return ((self.tp + self.tn) / n - chance) / (1 - chance) if chance < 1 else None
 
     def summary(self) -> dict[str, Any]:
-        n = self.tp + self.fp + self.tn + self.fn
+        n = self.n
         return {
             "n": n,
             "accuracy": (self.tp + self.tn) / n if n else 0.0,

@@ -155,8 +155,17 @@ class CriticSettings(BaseSettings):
         "abstain vote): learned_trajectory (fitted on the anchors, judged out of sample), heuristic_visual "
         "(end frames of other queries' successes), llm_textual and llm_multimodal (model critics).",
     )
-    rule: Literal["and", "majority", "weighted"] = Field(
-        "and", description="How the channels' votes combine: all agree (GUI-Owl), majority, or weighted."
+    rule: Literal["calibrated", "and", "majority", "weighted"] = Field(
+        "calibrated",
+        description="How the channels' votes combine: calibrated (each vote weighs its channel's measured "
+        "accuracy against the anchors: log-odds, naive Bayes; AND until a channel has "
+        "calibration_min_anchored anchored votes), all agree (GUI-Owl), majority, or weighted.",
+    )
+    calibration_min_anchored: int = Field(
+        10,
+        ge=1,
+        description="Anchored votes a channel needs before the calibrated rule weighs it (the app's own, "
+        "else all apps').",
     )
     weights: dict[str, float] = Field(
         default_factory=dict,
@@ -314,7 +323,8 @@ class EvolveSettings(BaseSettings):
     gate_app_margin: tuple[int, float] = Field(
         (2, 10.0),
         description="[episodes, points]: the gate also refuses a candidate that loses more held-out "
-        "successes on any one app (or suite task) than the larger of these, whatever the overall rate.",
+        "successes on any one app (or suite task) than the larger of these, whatever the overall rate, "
+        "against the current policy and against round 1's (the random explorer).",
     )
     tier_mix: list[dict[str, float]] = Field(
         default_factory=list,

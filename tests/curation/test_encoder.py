@@ -16,10 +16,9 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import sessionmaker
 from typer.testing import CliRunner
 
+from curation.augment import AUGMENTATIONS, augment, screen_kind
 from curation.encoder import (
-    AUGMENTATIONS,
     EncoderSpec,
-    augment,
     train_encoder,
     train_store_encoder,
     write_checkpoint,
@@ -55,18 +54,31 @@ def _screens(replayed: tuple[LocalObjectStore, list[list[StepView]]]) -> list[by
 
 def test_each_augmentation_keeps_the_screen_size_and_changes_pixels(replayed) -> None:
     screen = Image.open(io.BytesIO(_screens(replayed)[3])).convert("RGB").resize((64, 128))
-    for op, _ in AUGMENTATIONS:
+    for op, _ in AUGMENTATIONS["phone"]:
         out = op(screen, random.Random(1))
         assert out.size == screen.size and out.mode == "RGB"
         assert np.abs(np.asarray(out, np.int16) - np.asarray(screen, np.int16)).sum() > 0, op.__name__
     assert augment(screen, random.Random(2)).size == screen.size
 
 
+def test_pages_get_no_status_bar_and_the_budget_is_sized_to_the_screens(replayed) -> None:
+    phone = Image.open(io.BytesIO(_screens(replayed)[3])).convert("RGB")
+    page = phone.crop((0, 0, 160, 210))  # a MiniWoB++ task's size
+    assert screen_kind([phone, phone, page]) == "phone" and screen_kind([page, page, phone]) == "page"
+    assert "status_bar" in {op.__name__ for op, _ in AUGMENTATIONS["phone"]}
+    assert "status_bar" not in {op.__name__ for op, _ in AUGMENTATIONS["page"]}
+    spec = EncoderSpec()  # 12 views of each distinct screenshot, batch 48, 30 to 200 steps
+    assert [spec.planned_steps(n) for n in (40, 400, 4000)] == [30, 100, 200]
+
+
 @pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_training_lowers_the_loss_and_the_checkpoint_loads_as_a_featurizer(replayed, tmp_path: Path) -> None:
     screens = _screens(replayed)
     model, report, bar = train_encoder(screens, SMALL, device="cpu")
-    assert report.images == len(screens) and report.steps == SMALL.steps and report.device == "cpu"
+    assert report.images == len(screens) and report.steps == report.planned == SMALL.planned_steps(
+        len(screens)
+    )
+    assert report.device == "cpu" and report.kind == "phone"
     assert report.loss_last < report.loss_first
     assert (bar.width, bar.height, bar.weight) == (64, 8, SMALL.bar_weight)
     assert len(bar.centre_screen) == 2 * 16 and len(bar.centre_bar) == 3 * 16  # rows or cells x channels
@@ -113,8 +125,12 @@ def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trai
     done = CliRunner().invoke(cli, ["curate", "train-encoder", "--device", "cpu"])
     assert done.exit_code == 0, done.output
     stored = latest_encoder(sessions)
-    assert stored is not None and stored.facts["training"]["steps"] == SMALL.steps
-    assert f"{SMALL.steps} steps on" in done.output and f"stored encoder {stored.sha256[:16]}" in done.output
+    assert stored is not None
+    assert stored.facts["training"]["steps"] == SMALL.planned_steps(stored.facts["training"]["images"])
+    assert (
+        f"{stored.facts['training']['steps']} steps (of" in done.output
+        and f"stored encoder {stored.sha256[:16]}" in done.output
+    )
     assert sorted(store.list(stored.prefix)) == [
         f"{stored.prefix}/{name}" for name in ("config.json", "model.safetensors", "trajforge_encoder.json")
     ]

@@ -126,3 +126,26 @@ def test_a_candidate_that_gives_up_on_one_app_is_not_promoted_whatever_the_overa
     spine.settings.evolve.gate_app_margin = (5, 10.0)  # a wider margin lets the first one through
     by_id[2] = figures([0, 16], [14, 16], [12, 16])
     assert heldout.gate(spine, incumbent_id=1, candidate_id=2)["promoted"] is True
+
+
+def test_no_candidate_is_promoted_below_round_1s_policy_on_any_app(
+    evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each promotion may lose up to the margin against its incumbent; losses add up, so the gate also
+    holds every candidate to round 1's policy (the random explorer) app by app."""
+    spine = open_spine(evolve_settings)
+
+    def figures(takeout: int, shopping: int) -> dict[str, object]:
+        return {"episodes": 32, "successes": takeout + shopping, "unknown": 0,
+                "success_rate": (takeout + shopping) / 32,
+                "per_app": {"takeout": [takeout, 16], "shopping": [shopping, 16]}}  # fmt: skip
+
+    by_id = {1: figures(4, 0), 2: figures(2, 8), 3: figures(0, 12)}  # explorer, incumbent, candidate
+    monkeypatch.setattr(heldout, "evaluate_policy", lambda _s, pid, _q: by_id[pid])
+    monkeypatch.setattr(heldout, "first_policy", lambda _s: 1)
+    decision = heldout.gate(spine, incumbent_id=2, candidate_id=3)  # within the margin of the incumbent
+    assert decision["promoted"] is False and decision["reason"] == "below_round_1_policy"
+    assert decision["apps_lost"] == {"takeout": [4, 0, 16]}
+    by_id[3] = figures(2, 12)
+    assert heldout.gate(spine, incumbent_id=2, candidate_id=3)["promoted"] is True
+    assert heldout.gate(spine, incumbent_id=1, candidate_id=3)["promoted"] is True  # round 2: one check
