@@ -11,7 +11,11 @@ episode under `trajforge.verdicts.CONSENSUS` by `critics.rule`:
   episode is weighed without its own anchor (leave one out), so the accuracy the trust gate
   measures on it is out of sample. A channel with too few anchored votes does not vote; with
   no calibrated channel (a first round with no anchors) the rule is AND. A channel that is 70%
-  right beside one that is always right cannot outvote it, as it can under AND.
+  right beside one that is always right cannot outvote it, as it can under AND. The sum treats
+  channels as independent, and two model critics that err on the same episodes are not, so
+  per app the rule takes one channel alone instead where that was right on more anchored
+  episodes (`Evidence.choose`, each weighed leaving itself out): on the anchors, the consensus
+  is never less accurate than its best channel.
 - `and` (GUI-Owl's rule), `majority`, or `weighted` by fixed `critics.weights`.
 
 It rewrites the round's consensus rows, so running it again after the model critics have
@@ -55,30 +59,49 @@ def label(success: bool | None, silent: str = "abstain") -> str:
     return "correct" if success else "incorrect"
 
 
+@dataclass(frozen=True)
+class Anchored:
+    """An anchored episode as calibration sees it: its app, the channels' votes and the outcome."""
+
+    episode_id: int
+    app: str
+    votes: dict[str, bool]
+    actual: bool
+
+
 @dataclass
 class Evidence:
     """The channels' votes against the deciding anchors of episodes up to a round: confusion counts
-    per app and channel and over all apps, and the anchors' successes and failures."""
+    per app and channel and over all apps, the anchors' successes and failures, and the anchored
+    episodes themselves (to measure each way of combining the votes, leaving each episode out)."""
 
     minimum: int
     by_app: dict[str, dict[str, ChannelStats]] = field(default_factory=dict)
     pooled: dict[str, ChannelStats] = field(default_factory=dict)
     base: dict[str, Counter[bool]] = field(default_factory=dict)  # app ("" for all) -> anchor labels
+    anchored: list[Anchored] = field(default_factory=list)
+    _scored: dict[str, dict[str | None, dict[int, bool]]] = field(default_factory=dict)
 
-    def add(self, app: str, votes: dict[str, bool], actual: bool) -> None:
-        for channel, said in votes.items():
-            self.by_app.setdefault(app, {}).setdefault(channel, ChannelStats()).add(said, actual)
-            self.pooled.setdefault(channel, ChannelStats()).add(said, actual)
-        for key in {app, ""}:  # the app's and all apps' (once, for an episode with no app)
-            self.base.setdefault(key, Counter())[actual] += 1
+    def add(self, episode: Anchored) -> None:
+        for channel, said in episode.votes.items():
+            self.by_app.setdefault(episode.app, {}).setdefault(channel, ChannelStats()).add(
+                said, episode.actual
+            )
+            self.pooled.setdefault(channel, ChannelStats()).add(said, episode.actual)
+        for key in {episode.app, ""}:  # the app's and all apps' (once, for an episode with no app)
+            self.base.setdefault(key, Counter())[episode.actual] += 1
+        self.anchored.append(episode)
 
     def log_odds(
-        self, app: str, votes: dict[str, bool], own: bool | None
+        self, app: str, votes: dict[str, bool], own: bool | None, only: str | None = None
     ) -> tuple[float | None, dict[str, float]]:
-        """The log-odds of success given the votes, and each calibrated channel's term; None when no
-        voting channel is calibrated. `own`: the episode's own anchor, left out of the counts."""
+        """The log-odds of success given the votes (only channel `only`'s, when it voted), and each
+        calibrated channel's term; None when no voting channel is calibrated. `own`: the
+        episode's own anchor, left out of the counts."""
         terms: dict[str, float] = {}
         for channel, said in votes.items():
+            if only in votes and channel != only:
+                continue
             st = self._counts(self.by_app.get(app, {}).get(channel), said, own)
             if st.n < self.minimum:
                 st = self._counts(self.pooled.get(channel), said, own)
@@ -91,6 +114,30 @@ class Evidence:
             base = self._base("", own)
         prior = math.log((base[True] + 1) / (base[False] + 1))
         return prior + sum(terms.values()), terms
+
+    def choose(self, app: str, episode_id: int) -> str | None:
+        """How to combine the votes for the app: every calibrated channel (None), or one channel
+        alone where it votes, whichever was right on the most anchored episodes (the app's when
+        it has `minimum`, else all), each weighed without its own anchor, and the episode itself
+        left out. Correlated channels (two model critics wrong on the same episodes) count as
+        independent evidence in the sum; this keeps the consensus at least as accurate, on the
+        anchors, as its best channel."""
+        if app not in self._scored:
+            pool = [a for a in self.anchored if a.app == app]
+            if len(pool) < self.minimum:
+                pool = self.anchored
+            self._scored[app] = {how: self._right(pool, how) for how in (None, *sorted(self.pooled))}
+        scored = self._scored[app]
+        right = {how: sum(v for e, v in by.items() if e != episode_id) for how, by in scored.items()}
+        return max(right, key=lambda how: (right[how], how is None))
+
+    def _right(self, pool: list[Anchored], how: str | None) -> dict[int, bool]:
+        """Whether combining the votes `how` was right on each anchored episode (weighed without it)."""
+        out = {}
+        for a in pool:
+            score = self.log_odds(a.app, a.votes, a.actual, how)[0]
+            out[a.episode_id] = score is not None and (score > 0) == a.actual
+        return out
 
     def _base(self, key: str, own: bool | None) -> Counter[bool]:
         base = Counter(self.base.get(key, Counter()))
@@ -140,7 +187,7 @@ def gather_evidence(s: Session, round_id: int, settings: CriticSettings) -> tupl
     evidence = Evidence(settings.calibration_min_anchored)
     apps = episode_apps(s, up_to)
     for episode_id, channels in _votes(s, list(actual), settings.channels).items():
-        evidence.add(apps[episode_id], _said(channels), actual[episode_id])
+        evidence.add(Anchored(episode_id, apps[episode_id], _said(channels), actual[episode_id]))
     return evidence, actual
 
 
@@ -165,7 +212,9 @@ def compose_round(sessions: sessionmaker[Session], round_id: int, settings: Crit
             said = _said(channels)
             shown = " ".join(f"{c}:{j.critic_version}={j.label}" for c, j in sorted(channels.items()))
             own = actual.get(episode_id)
-            agreed, weighed, confidence = _decide(evidence, settings, apps[episode_id], said, own)
+            agreed, weighed, confidence = _decide(
+                evidence, settings, (episode_id, apps[episode_id]), said, own
+            )
             summaries = CALIBRATED_SUMMARY if weighed and agreed is not None else SUMMARY
             correct += bool(agreed)
             s.add(
@@ -184,16 +233,22 @@ def compose_round(sessions: sessionmaker[Session], round_id: int, settings: Crit
 
 
 def _decide(
-    evidence: Evidence | None, settings: CriticSettings, app: str, said: dict[str, bool], own: bool | None
+    evidence: Evidence | None,
+    settings: CriticSettings,
+    episode: tuple[int, str],
+    said: dict[str, bool],
+    own: bool | None,
 ) -> tuple[bool | None, str, float | None]:
-    """One episode's consensus; how the calibrated rule weighed its votes ("" by another rule); and
-    its confidence, the probability of the verdict it gave (None by another rule), which
-    `annotate.low_confidence` and the review queue's order read."""
+    """One episode's (id, app) consensus; how the calibrated rule weighed its votes ("" by another
+    rule); and its confidence, the probability of the verdict it gave (None by another rule),
+    which `annotate.low_confidence` and the review queue's order read."""
     if evidence is not None:
-        score, terms = evidence.log_odds(app, said, own)
+        how = evidence.choose(episode[1], episode[0])
+        score, terms = evidence.log_odds(episode[1], said, own, how)
         if score is not None:
             weighed = " ".join(f"{c} {t:+.2f}" for c, t in sorted(terms.items()))
-            return score > 0, f" | log-odds {score:+.2f} ({weighed})", 1 / (1 + math.exp(-abs(score)))
+            by = f"; {how} alone measured best" if how in said else ""
+            return score > 0, f" | log-odds {score:+.2f} ({weighed}{by})", 1 / (1 + math.exp(-abs(score)))
     # AND, or the calibrated rule before any channel is calibrated
     verdicts = [ChannelVerdict(c, v, "") for c, v in sorted(said.items())]
     rule = "and" if settings.rule == "calibrated" else settings.rule

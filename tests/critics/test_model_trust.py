@@ -8,9 +8,12 @@ import hashlib
 import json
 import re
 
+import pytest
 from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from critics.calibration import calibrate_round
+from critics.consensus import compose_round
 from critics.judge import judge_round_llm
 from critics.outcomes import decide_outcomes, measure_trust
 from evolve.smoke import run_smoke_round
@@ -27,12 +30,14 @@ WRONG_SHARE = 0.25
 MODEL_ONLY = ["llm_textual", "llm_multimodal"]
 
 
-def test_a_model_critic_wrong_at_a_known_rate_is_measured_so_and_trusted_only_above_the_bar(
-    engine: Engine, db_url: str, monkeypatch
-) -> None:
+def _judged_by_a_scripted_model(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch, wrong_share: float, settings: CriticSettings
+) -> sessionmaker[Session]:
+    """A smoke round of 20 episodes, judged by model critics that answer wrongly on exactly
+    `wrong_share` of them (the same episodes for both channels), composed by `settings`."""
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    settings = load_settings()
-    run_smoke_round(settings, queries_per_app=5, rollouts=1)
+    loaded = load_settings()
+    run_smoke_round(loaded, queries_per_app=5, rollouts=1)
     sessions = session_factory(engine)
     with sessions() as s:
         rows = s.execute(
@@ -43,7 +48,7 @@ def test_a_model_critic_wrong_at_a_known_rate_is_measured_so_and_trusted_only_ab
     truth = {instruction: label == "success" for instruction, label in rows}
     assert len(truth) == len(rows) == 20  # one episode per instruction: the answer is the episode's
     ranked = sorted(truth, key=lambda i: hashlib.sha256(i.encode()).hexdigest())
-    wrong = set(ranked[: round(WRONG_SHARE * len(ranked))])  # exactly a quarter answered wrongly
+    wrong = set(ranked[: round(wrong_share * len(ranked))])
 
     def responder(rec: Recorded) -> Reply:
         if "step critic" in rec.text:
@@ -54,11 +59,18 @@ def test_a_model_critic_wrong_at_a_known_rate_is_measured_so_and_trusted_only_ab
         says = right != (instruction.group(1).strip() in wrong)
         return Reply(content=json.dumps({"analysis": "-", "verdict": "correct" if says else "incorrect"}))
 
-    only_models = CriticSettings(channels=MODEL_ONLY)
     with ScriptedLLM(responder=responder) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m", concurrency=8))
-        store = open_object_store(settings)
-        asyncio.run(judge_round_llm(sessions, 1, gateway, frame_reader(store), settings=only_models))
+        store = open_object_store(loaded)
+        asyncio.run(judge_round_llm(sessions, 1, gateway, frame_reader(store), settings=settings))
+    return sessions
+
+
+def test_a_model_critic_wrong_at_a_known_rate_is_measured_so_and_trusted_only_above_the_bar(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    only_models = CriticSettings(channels=MODEL_ONLY)
+    sessions = _judged_by_a_scripted_model(engine, db_url, monkeypatch, WRONG_SHARE, only_models)
     report = calibrate_round(sessions, 1)
     for channel in ("llm_textual:1:m", "llm_multimodal:1:m", "consensus:5"):
         measured = report["channels"][channel]
@@ -75,3 +87,19 @@ def test_a_model_critic_wrong_at_a_known_rate_is_measured_so_and_trusted_only_ab
             assert decided == {app for app, t in trust.items() if t.accuracy >= bar}, (bar, trust)
             assert all(o.source == "critic_untrusted" for e, o in outcomes.items() if apps[e] not in decided)
     assert {app for app, t in trust.items() if t.accuracy >= 0.9} != set(trust)  # the bar held some back
+
+
+def test_a_model_critic_wrong_on_30_percent_does_not_pull_the_consensus_below_the_best_channel(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default channels and rule (`calibrated`) with two model critics wrong on 30% of the
+    episodes: the consensus is at least as accurate as the best channel; AND is not."""
+    sessions = _judged_by_a_scripted_model(engine, db_url, monkeypatch, 0.3, CriticSettings())
+    channels = calibrate_round(sessions, 1)["channels"]
+    consensus = channels.pop("consensus:5")
+    best = max(channels.values(), key=lambda st: st["accuracy"])
+    assert channels["llm_textual:1:m"]["accuracy"] == pytest.approx(0.7)
+    assert best["n"] == consensus["n"] == 20 and consensus["accuracy"] >= best["accuracy"], channels
+    compose_round(sessions, 1, CriticSettings(rule="and"))
+    under_and = calibrate_round(sessions, 1)["channels"]["consensus:5"]
+    assert under_and["accuracy"] < best["accuracy"], under_and
