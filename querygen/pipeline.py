@@ -34,13 +34,14 @@ from storage.apps import register_app
 from storage.db import insert_ignore, transaction
 from storage.models import App, Exclusion, Round
 from storage.models import Query as QueryRow
+from storage.rounds import QUERY_STAGE
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query
 from trajforge.gateway import LLMGateway
 from trajforge.world.model import Move
 from trajforge.world.verify import Goal
 
-STAGE = "querygen"
+STAGE = QUERY_STAGE
 MAX_TRIES_PER_QUERY = 20  # sampling attempts per requested query before giving up
 # An app's task space is finite: after this many candidates in a row without a new query,
 # sampling has found (nearly) every task the app offers, and generation stops.

@@ -17,6 +17,7 @@ from storage.db import transaction
 from storage.models import Episode, Round
 from trajforge.errors import DatasetError
 
+QUERY_STAGE = "querygen"  # the exclusion stage of the queries dropped before a round rolls out
 JUDGED = "judged"
 EXTRACTED = "extracted"
 CURATED = "curated"

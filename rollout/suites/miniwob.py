@@ -28,7 +28,9 @@ EPISODE_MS = 120_000
 HOOKS = Hooks(
     reset=f"({{seed}}) => {{ core.EPISODE_MAX_TIME = {EPISODE_MS}; core.endEpisode(0); "
     "Math.seedrandom(seed); core.startEpisodeReal(); }",
-    instruction="() => core.getUtterance()",
+    # the natural-language tasks (*-nl, *-nl-turk) return {utterance, fields}; the miniwob package
+    # reads it the same way (miniwob/selenium_instance.py, get_observation)
+    instruction="() => { const u = core.getUtterance(); return typeof u === 'string' ? u : u.utterance; }",
     done="() => WOB_DONE_GLOBAL",
     reward="() => WOB_RAW_REWARD_GLOBAL",
     reason="() => WOB_REWARD_REASON",

@@ -7,6 +7,7 @@ the held-out seeds from a range no round reaches, so no policy is trained on the
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -14,9 +15,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from rollout.suites import Suite, task_query
 from rollout.suites.farm import describe_tasks
 from storage.apps import register_suite_app
-from storage.db import insert_ignore, transaction
+from storage.db import insert_ignore, record_exclusions, transaction
 from storage.models import Query as QueryRow
+from storage.rounds import QUERY_STAGE
 from trajforge.domain import Query
+
+log = logging.getLogger("trajforge.suites")
+NO_INSTRUCTION = "no_instruction"  # the environment worded a seed's task as nothing
 
 ROUND_STRIDE = 100_000  # round r's seeds are r.seed * ROUND_STRIDE + i
 HELDOUT_BASE = 2_000_000_000  # held-out seeds: HELDOUT_BASE + i, beyond every round's
@@ -44,9 +49,17 @@ def environment_queries(
     with transaction(sessions) as session:
         for app, tasks in described.items():
             app_id = register_suite_app(session, app, suites[app].name)
-            queries = [task_query(app, seed, instruction, params) for seed, instruction, params in tasks]
+            worded = [(seed, text.strip(), params) for seed, text, params in tasks]
+            queries = [task_query(app, seed, text, params) for seed, text, params in worded if text]
             insert_ignore(session, QueryRow, [_row(q, app_id, round_id, meta) for q in queries], ["uid"])
             out[app] = queries
+            if unworded := [seed for seed, text, _ in worded if not text]:  # kept with the reason
+                log.warning(
+                    "%s: the environment gave no instruction for %d seed(s); those queries are dropped (%s)",
+                    app, len(unworded), NO_INSTRUCTION,
+                )  # fmt: skip
+                drops = [(f"{app}#{seed}", NO_INSTRUCTION, {"app": app, "seed": seed}) for seed in unworded]
+                record_exclusions(session, round_id, QUERY_STAGE, "query", drops)
     return out
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
