@@ -224,7 +224,7 @@ def _red(pixel: Any) -> bool:
 def test_review_queue_takes_disagreements_low_confidence_and_an_audit_sample(
     sessions: sessionmaker[Session],
 ) -> None:
-    ids = seed_episodes(sessions, 5)
+    ids = seed_episodes(sessions, 6)
     episode = [
         # (learned, visual, consensus, consensus score, verifier)
         ("correct", "correct", "correct", None, "success"),  # agreed with the verifier: audit only
@@ -232,6 +232,7 @@ def test_review_queue_takes_disagreements_low_confidence_and_an_audit_sample(
         ("correct", "correct", "correct", None, "failure"),  # the verifier disagrees
         ("unparsed", "correct", "correct", None, "success"),  # unparsed verdict
         ("correct", "correct", "correct", 0.4, "success"),  # low confidence
+        ("incorrect", "correct", "correct", 0.7, "success"),  # channels disagree, the consensus unsure
     ]
     with transaction(sessions) as s:
         from storage.models import Episode
@@ -263,8 +264,10 @@ def test_review_queue_takes_disagreements_low_confidence_and_an_audit_sample(
     assert [c.reasons for c in none] == [
         ["verifier_disagreement"],
         ["channel_disagreement"],
+        ["channel_disagreement"],
         ["unparsed"],
         ["low_confidence"],
     ]
-    assert [c.episode_id for c in none] == [ids[2], ids[1], ids[3], ids[4]]
+    # within a reason, the least sure consensus first: its verdict teaches the critics the most
+    assert [c.episode_id for c in none] == [ids[2], ids[5], ids[1], ids[3], ids[4]]
     assert every[-1].reasons == ["audit"] and every[-1].episode_id == ids[0]
