@@ -45,6 +45,7 @@ import argparse
 import importlib.util
 import io
 import itertools
+import math
 import pathlib
 import sys
 import tempfile
@@ -140,10 +141,11 @@ def training_screens(per_app: int, seed: int = 11) -> Frames:
 
 
 def trained_encoder(
-    screens: Frames, minutes: float, device: str, seed: int = 0
+    screens: Frames, minutes: float, device: str, seed: int = 0, full: bool = False
 ) -> tuple[ResNetFeaturizer, str]:
-    """The default encoder trained on `screens`, loaded the way dedup loads it; and its training line."""
-    spec = EncoderSpec(minutes=minutes, seed=seed)
+    """The default encoder trained on `screens`, loaded the way dedup loads it; and its training line.
+    `full`: every step `EncoderSpec.steps` allows (the budget before it was sized to the data)."""
+    spec = EncoderSpec(minutes=minutes, seed=seed, epochs=math.inf if full else EncoderSpec.epochs)
     model, report, bar = train_encoder(screens, spec, device=device, threads=2 if device == "cpu" else 0)
     with tempfile.TemporaryDirectory() as folder:
         write_checkpoint(model, spec, report, bar, pathlib.Path(folder))
@@ -211,12 +213,15 @@ def _methods(args: argparse.Namespace) -> dict[str, Method]:
         encoders[seed], trained = trained_encoder(screens, args.train_minutes, "cpu", seed)
         print(f"training on CPU (2 threads), seed {seed}: {trained}")
     first, encoder = next(iter(encoders.items()))
+    full, trained = trained_encoder(screens, args.train_minutes, "cpu", first, full=True)
+    print(f"training on CPU (2 threads), seed {first}, the full budget: {trained}")
     if torch.cuda.is_available():
         print(f"training on CUDA: {trained_encoder(screens, args.train_minutes, 'cuda')[1]}")
     resnet = ResNetFeaturizer.random(ResNetConfig(), batch_size=32)  # ResNet-50 shape, random weights
     return {
         f"resnet (trained, ours), seed {first}": (encoder.embed, encoder.threshold, True),
         "  same, dialog frames kept": (encoder.embed, encoder.threshold, False),
+        f"  same, seed {first}, 200 steps (the budget before sizing)": (full.embed, full.threshold, True),
         **{f"  same, seed {seed}": (e.embed, e.threshold, True) for seed, e in list(encoders.items())[1:]},
         "resnet-50 (random init)": (resnet.embed, resnet.threshold, True),
         "thumb (ours)": (ThumbFeaturizer().embed, ThumbFeaturizer.threshold, True),
