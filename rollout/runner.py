@@ -135,6 +135,7 @@ class EpisodeRunner:
         self.backend = backend  # lease only devices of this backend (None: any)
         self._envs: dict[str, Environment] = {}
         self._closed: list[Environment] = []  # kept for their statistics
+        self._held: dict[int, Lease] = {}  # the slots this runner holds, by lease id
         self._executor: ThreadPoolExecutor  # each run's, sized to the farm (`_all`)
         self._freed: asyncio.Event  # set when this runner frees a slot
 
@@ -197,6 +198,8 @@ class EpisodeRunner:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for lease in list(self._held.values()):  # an error or a stop ended the run: no slot is kept
+                self._give_back(lease)
             for env in list(self._envs.values()):
                 await self._io(env.close)
             self._closed.extend(self._envs.values())
@@ -208,7 +211,7 @@ class EpisodeRunner:
         asking the database again at most every second for slots other processes free."""
         deadline = time.monotonic() + self.config.lease_wait_s
         pause = 0.05
-        while (lease := await self._io(self.pool.lease, holder, self.backend)) is None:
+        while (lease := await self._io(self._take, holder)) is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DeviceError(f"no healthy device free within {self.config.lease_wait_s}s")
@@ -217,6 +220,18 @@ class EpisodeRunner:
                 await asyncio.wait_for(self._freed.wait(), min(pause, left))
             pause = min(pause * 2, 1.0)
         return lease
+
+    def _take(self, holder: str) -> Lease | None:
+        """A slot, recorded as this runner's the moment it is taken (in the thread: a lease taken
+        for a coroutine cancelled meanwhile is still given back when the run ends)."""
+        lease = self.pool.lease(holder, self.backend)
+        if lease is not None:
+            self._held[lease.id] = lease
+        return lease
+
+    def _give_back(self, lease: Lease) -> None:
+        self._held.pop(lease.id, None)
+        self.pool.release(lease)
 
     def _io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """`fn(*args)` on the runner's own threads (sized to the farm, not to the CPU)."""
@@ -255,13 +270,14 @@ class EpisodeRunner:
                 failures.append(Attempt(attempt=attempt, device=lease.key, reason=reason))
                 await self._recover(lease)
                 continue
-            await self._io(self.pool.release, lease)
+            await self._io(self._give_back, lease)
             self._freed.set()
             return played.model_copy(update={"device": lease.key, "failures": tuple(failures)}), failures
         return Episode.exhausted(uid, k, failures), failures
 
     async def _recover(self, lease: Lease) -> None:
         """Report the device, rebuild its environment, and put it back unless retired."""
+        self._held.pop(lease.id, None)
         health = await self._io(self.pool.report_failure, lease)
         self._freed.set()
         old = self._envs.pop(lease.key, None)

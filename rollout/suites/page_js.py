@@ -1,11 +1,18 @@
 """The JavaScript a web suite's page runs for trajforge: the element tree as a user sees it, the
 region shown, and `<select>` worked as a user works it (`rollout.suites.webpage`)."""
 
+# The region's part inside the viewport: what a screenshot of it shows (a scrolled page puts the
+# region's top above the viewport, and the shot begins at the viewport's edge).
+SHOWN_JS = """(sel) => {
+  const r = ((sel && document.querySelector(sel)) || document.documentElement).getBoundingClientRect();
+  const left = Math.max(0, r.left), top = Math.max(0, r.top);
+  return {left, top, right: Math.max(left + 1, Math.min(r.right, innerWidth)),
+          bottom: Math.max(top + 1, Math.min(r.bottom, innerHeight))};
+}"""
 ELEMENTS_JS = """(sel) => {
-  const box = ((sel && document.querySelector(sel)) || document.documentElement).getBoundingClientRect();
+  const box = (SHOWN)(sel);
   // bounds are clipped to the region the screenshot shows (an open list may run past its foot)
-  const wide = Math.floor(Math.min(box.width, innerWidth - box.left));
-  const high = Math.floor(Math.min(box.height, innerHeight - box.top));
+  const wide = Math.floor(box.right - box.left), high = Math.floor(box.bottom - box.top);
   const BUTTONS = ['button', 'submit', 'reset'];
   const ROLES = ['button', 'link', 'tab', 'checkbox', 'radio', 'option', 'menuitem', 'switch'];
   const control = (el) => {
@@ -79,13 +86,10 @@ ELEMENTS_JS = """(sel) => {
   };
   walk(document.body, false, false);
   return out;
-}"""
+}""".replace("(SHOWN)", f"({SHOWN_JS})")
 REGION_JS = """(sel) => {
-  const el = (sel && document.querySelector(sel)) || document.documentElement;
-  const r = el.getBoundingClientRect();
-  return [r.left, r.top, Math.max(1, Math.min(r.width, innerWidth - r.left)),
-          Math.max(1, Math.min(r.height, innerHeight - r.top))];
-}"""
+  const b = (SHOWN)(sel); return [b.left, b.top, b.right - b.left, b.bottom - b.top];
+}""".replace("(SHOWN)", f"({SHOWN_JS})")
 # Every select opened in place, closed again (its own size back).
 CLOSE_SELECTS_JS = """() => document.querySelectorAll('select[data-trajforge-open]').forEach(s => {
   s.size = Number(s.dataset.trajforgeOpen); delete s.dataset.trajforgeOpen; })"""

@@ -19,7 +19,7 @@ from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.farm import SimFarm
 from storage.db import transaction
 from storage.keys import blob_key
-from storage.models import Anchor, Episode, Exclusion, Round, Step
+from storage.models import Anchor, DeviceLease, Episode, Exclusion, Round, Step
 from storage.objectstore import LocalObjectStore
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
 from tests.support.spine import new_round
@@ -121,6 +121,8 @@ def test_an_unexpected_error_stops_the_other_episodes_before_their_devices_close
     with pytest.raises(RuntimeError, match="a bug in the policy"):  # the error itself, nothing else
         asyncio.run(runner.run(queries, round_id, policy_id))
     assert runner.environments() and not runner._envs  # every environment it built was closed
+    with sessions() as s:  # and no slot is left held: a retry or a rerun finds every device free
+        assert s.scalars(select(DeviceLease.holder).where(DeviceLease.holder.is_not(None))).all() == []
 
 
 def test_noise_and_random_policies_fail_with_reasons(sessions: sessionmaker[Session]) -> None:

@@ -275,6 +275,33 @@ def test_a_select_opens_as_a_list_of_options_to_click_or_type_into(tmp_path: Pat
         env.close()
 
 
+def test_a_scrolled_page_shows_its_visible_part_and_every_element_inside_the_shot(tmp_path: Path) -> None:
+    """Scrolling moves the region's top above the viewport: the screenshot begins at the viewport's
+    edge, and the elements are measured from there (an explorer tapping an element's centre once
+    hit a point below a 160x132 shot on MiniWoB's click-pie)."""
+    _need_chromium()
+    (tmp_path / "controls.html").write_text(
+        "<html><body style='margin:0'><div id=app style='height:900px;width:300px'>"
+        "<button>Top</button><div style='height:700px'></div><button onclick='window.hit=1'>Low</button>"
+        "</div></body></html>"
+    )
+    env = WebSuite.from_yaml(_controls_suite(tmp_path, "() => window.hit || 0")).environment(None)
+    try:
+        obs = env.reset(task_query("controls:controls", 1, "look", {}))
+        assert (obs.width, obs.height) == (300, 320)  # the viewport cuts the 900-pixel region
+        down = Action(kind=ActionKind.SWIPE, point=(500, 500), direction="up")
+        for _ in range(6):  # 120 pixels a swipe, to the foot of the page
+            obs = env.step(down)
+        assert obs.elements and all(
+            0 <= x1 <= x2 <= obs.width and 0 <= y1 <= y2 <= obs.height
+            for x1, y1, x2, y2 in (e["bounds"] for e in obs.elements)
+        )
+        env.step(_tap(obs, _named(obs, "Low")))
+        assert env.verify().reward == 1  # the centre it measured is where the button is
+    finally:
+        env.close()
+
+
 def _controls_suite(folder: Path, reward: str = "() => 0") -> Path:
     spec = folder / "suite.yaml"
     spec.write_text(
