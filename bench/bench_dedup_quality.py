@@ -45,7 +45,6 @@ import argparse
 import importlib.util
 import io
 import itertools
-import math
 import pathlib
 import sys
 import tempfile
@@ -145,7 +144,7 @@ def trained_encoder(
 ) -> tuple[ResNetFeaturizer, str]:
     """The default encoder trained on `screens`, loaded the way dedup loads it; and its training line.
     `full`: every step `EncoderSpec.steps` allows (the budget before it was sized to the data)."""
-    spec = EncoderSpec(minutes=minutes, seed=seed, epochs=math.inf if full else EncoderSpec.epochs)
+    spec = EncoderSpec(minutes=minutes, seed=seed, epochs=1e9 if full else EncoderSpec.epochs)
     model, report, bar = train_encoder(screens, spec, device=device, threads=2 if device == "cpu" else 0)
     with tempfile.TemporaryDirectory() as folder:
         write_checkpoint(model, spec, report, bar, pathlib.Path(folder))
