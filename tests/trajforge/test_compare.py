@@ -26,6 +26,11 @@ def test_point_must_fall_in_the_smallest_element_holding_the_reference() -> None
     assert target_bbox(ref, ELEMENTS, SCREEN) == [100, 50, 300, 100]
 
 
+def test_the_bbox_of_an_element_running_past_the_screen_is_its_part_on_the_screen() -> None:
+    row = [{"id": "row", "bounds": [-20, 1900, 1000, 2150]}]  # a list's last row, cut by the edge
+    assert target_bbox(click(500, 975), row, SCREEN) == [0, 950, 1000, 1000]
+
+
 def test_outside_every_element_the_tolerance_applies() -> None:
     ref = click(500, 900)  # (500, 1800) px: no element
     assert mismatch(click(520, 920), ref, ELEMENTS, SCREEN, tolerance=40) is None

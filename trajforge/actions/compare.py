@@ -28,13 +28,15 @@ def target_element(point: tuple[int, int], elements: list[dict[str, Any]], scree
 
 
 def target_bbox(action: Action, elements: list[dict[str, Any]], screen: Screen) -> list[int] | None:
-    """The 0-1000 bbox of the element a pointed action hits, or None."""
+    """The 0-1000 bbox of the element a pointed action hits, or None; its part on the screen (a
+    device may report an element that runs past the screen's edge, as a list's last row does)."""
     if action.point is None:
         return None
     element = target_element(action.point, elements, screen)
     if element is None:
         return None
-    x1, y1, x2, y2 = element["bounds"]
+    x1, x2 = (min(max(v, 0), screen.width) for v in element["bounds"][::2])
+    y1, y2 = (min(max(v, 0), screen.height) for v in element["bounds"][1::2])
     (a, b), (c, d) = screen.from_px(x1, y1), screen.from_px(x2, y2)
     return [a, b, c, d]
 
