@@ -29,7 +29,8 @@ class ChannelStats:
     @classmethod
     def pooled(cls, summaries: Iterable[Mapping[str, Any] | None]) -> ChannelStats:
         """The counts of several `summary()`s added up (a missing one adds nothing)."""
-        return cls(*(sum(int((st or {}).get(k, 0)) for st in summaries) for k in ("tp", "fp", "tn", "fn")))
+        given = list(summaries)  # read once per count: a generator would be spent after the first
+        return cls(*(sum(int((st or {}).get(k, 0)) for st in given) for k in ("tp", "fp", "tn", "fn")))
 
     def kappa(self) -> float | None:
         """Cohen's kappa: agreement with the anchor beyond what the two base rates give by chance;

@@ -25,3 +25,11 @@ def test_kappa_where_both_classes_appear() -> None:
     assert _stats([(True, False), (False, True)]).kappa() == pytest.approx(-1.0)
     always_yes = _stats([(True, True), (True, False)])  # chance explains it all: kappa 0
     assert always_yes.kappa() == pytest.approx(0.0) and kappa_text(always_yes.kappa()) == "0.00"
+
+
+def test_pooled_adds_every_count_and_a_removal_takes_one_back() -> None:
+    summaries = [_stats([(True, True), (False, True)]).summary(), None, _stats([(True, False)]).summary()]
+    pooled = ChannelStats.pooled(st for st in summaries)  # a generator: read once per count
+    assert (pooled.tp, pooled.fp, pooled.tn, pooled.fn, pooled.n) == (1, 1, 0, 1, 3)
+    pooled.remove(True, True)
+    assert (pooled.tp, pooled.n) == (0, 2)
