@@ -80,7 +80,8 @@ class Evidence:
     pooled: dict[str, ChannelStats] = field(default_factory=dict)
     base: dict[str, Counter[bool]] = field(default_factory=dict)  # app ("" for all) -> anchor labels
     anchored: list[Anchored] = field(default_factory=list)
-    _scored: dict[str, dict[str | None, dict[int, bool]]] = field(default_factory=dict)
+    # per app, per way of combining: whether it was right on each anchored episode, and how often
+    _scored: dict[str, dict[str | None, tuple[dict[int, bool], int]]] = field(default_factory=dict)
 
     def add(self, episode: Anchored) -> None:
         for channel, said in episode.votes.items():
@@ -124,11 +125,13 @@ class Evidence:
         anchors, as its best channel."""
         if app not in self._scored:
             pool = [a for a in self.anchored if a.app == app]
-            if len(pool) < self.minimum:
-                pool = self.anchored
-            self._scored[app] = {how: self._right(pool, how) for how in (None, *sorted(self.pooled))}
-        scored = self._scored[app]
-        right = {how: sum(v for e, v in by.items() if e != episode_id) for how, by in scored.items()}
+            key = app if len(pool) >= self.minimum else ""  # too few of its own: all apps', once
+            if key not in self._scored:
+                pool = pool if key else self.anchored
+                ways = {how: self._right(pool, how) for how in (None, *sorted(self.pooled))}
+                self._scored[key] = {how: (by, sum(by.values())) for how, by in ways.items()}
+            self._scored[app] = self._scored[key]
+        right = {how: total - by.get(episode_id, False) for how, (by, total) in self._scored[app].items()}
         return max(right, key=lambda how: (right[how], how is None))
 
     def _right(self, pool: list[Anchored], how: str | None) -> dict[int, bool]:
