@@ -32,6 +32,7 @@ from rollout.web.files import file_uri, folder_url
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions.compare import on_screen
 from trajforge.domain import Observation, Query
 from trajforge.errors import ConfigError
 from trajforge.world.verify import VerifierResult
@@ -269,15 +270,10 @@ class PageEnv:
             screenshot=digest,
             width=width,
             height=height,
-            elements=[_within(e, width, height) for e in read["elements"]],
+            elements=[
+                e | {"bounds": on_screen(e["bounds"], Screen(width, height))} for e in read["elements"]
+            ],
             meta={"backend": "web", "suite": self.suite.name}
             | ({"reward": float(read["outcome"]["reward"])} if done else {}),
             done=done,
         )
-
-
-def _within(element: dict[str, Any], width: int, height: int) -> dict[str, Any]:
-    """An element's bounds inside the screenshot as taken (its pixels may round off the region's)."""
-    x0, y0, x1, y1 = element["bounds"]
-    bounds = [min(max(v, 0), width if i % 2 == 0 else height) for i, v in enumerate((x0, y0, x1, y1))]
-    return element | {"bounds": bounds}

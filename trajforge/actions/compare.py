@@ -27,6 +27,12 @@ def target_element(point: tuple[int, int], elements: list[dict[str, Any]], scree
     return min(inside, key=lambda e: _area(e["bounds"]), default=None)
 
 
+def on_screen(bounds: list[int], screen: Screen) -> list[int]:
+    """Pixel bounds x1,y1,x2,y2 cut to the screen (a device may report an element past its edge)."""
+    limits = (screen.width, screen.height)
+    return [min(max(v, 0), limits[i % 2]) for i, v in enumerate(bounds)]
+
+
 def target_bbox(action: Action, elements: list[dict[str, Any]], screen: Screen) -> list[int] | None:
     """The 0-1000 bbox of the element a pointed action hits, or None; its part on the screen (a
     device may report an element that runs past the screen's edge, as a list's last row does)."""
@@ -35,8 +41,7 @@ def target_bbox(action: Action, elements: list[dict[str, Any]], screen: Screen) 
     element = target_element(action.point, elements, screen)
     if element is None:
         return None
-    x1, x2 = (min(max(v, 0), screen.width) for v in element["bounds"][::2])
-    y1, y2 = (min(max(v, 0), screen.height) for v in element["bounds"][1::2])
+    x1, y1, x2, y2 = on_screen(element["bounds"], screen)
     (a, b), (c, d) = screen.from_px(x1, y1), screen.from_px(x2, y2)
     return [a, b, c, d]
 
