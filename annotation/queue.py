@@ -66,24 +66,7 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
         select(Judgment).where(Judgment.target == "episode", Judgment.target_id.in_(in_round))
     ):
         judgments.setdefault(j.target_id, {})[f"{j.critic}:{j.critic_version}"] = j
-    verifiers: dict[int, str] = dict(
-        s.execute(
-            select(Anchor.episode_id, Anchor.label).where(
-                Anchor.source == "verifier", Anchor.episode_id.in_(in_round)
-            )
-        )
-        .tuples()
-        .all()
-    )
-    undecided = set(
-        s.scalars(
-            select(Exclusion.item_key).where(
-                Exclusion.round_id == round_id,
-                Exclusion.stage == OUTCOME_STAGE,
-                Exclusion.item_type == "episode",
-            )
-        )
-    )
+    verifiers, undecided = _verifiers_and_undecided(s, round_id, in_round)
     for episode_id, uid, goal in rows:
         judged = judgments.get(episode_id, {})
         verifier = verifiers.get(episode_id)
@@ -112,6 +95,29 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
     # hardest reasons first; within one, the verdicts the critics are least sure of, which teach the most
     out.sort(key=lambda c: (min(REASONS.index(r) for r in c.reasons), c.confidence, c.episode_id))
     return out
+
+
+def _verifiers_and_undecided(s: Session, round_id: int, in_round: Any) -> tuple[dict[int, str], set[str]]:
+    """The verifier's label per episode of the round, and the uids of episodes nothing decided."""
+    verifiers = dict(
+        s.execute(
+            select(Anchor.episode_id, Anchor.label).where(
+                Anchor.source == "verifier", Anchor.episode_id.in_(in_round)
+            )
+        )
+        .tuples()
+        .all()
+    )
+    undecided = set(
+        s.scalars(
+            select(Exclusion.item_key).where(
+                Exclusion.round_id == round_id,
+                Exclusion.stage == OUTCOME_STAGE,
+                Exclusion.item_type == "episode",
+            )
+        )
+    )
+    return verifiers, undecided
 
 
 def signature(s: Session, episode_ids: list[int]) -> dict[int, str]:
