@@ -15,6 +15,7 @@ import hashlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -136,6 +137,7 @@ class EpisodeRunner:
         self._envs: dict[str, Environment] = {}
         self._closed: list[Environment] = []  # kept for their statistics
         self._held: dict[int, Lease] = {}  # the slots this runner holds, by lease id
+        self._taking: set[futures.Future[Lease | None]] = set()  # leases being asked for
         self._executor: ThreadPoolExecutor  # each run's, sized to the farm (`_all`)
         self._freed: asyncio.Event  # set when this runner frees a slot
 
@@ -198,6 +200,7 @@ class EpisodeRunner:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            futures.wait(self._taking)  # a lease asked for by a coroutine cancelled meanwhile lands
             for lease in list(self._held.values()):  # an error or a stop ended the run: no slot is kept
                 self._give_back(lease)
             for env in list(self._envs.values()):
@@ -211,7 +214,7 @@ class EpisodeRunner:
         asking the database again at most every second for slots other processes free."""
         deadline = time.monotonic() + self.config.lease_wait_s
         pause = 0.05
-        while (lease := await self._io(self._take, holder)) is None:
+        while (lease := await self._taken(holder)) is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DeviceError(f"no healthy device free within {self.config.lease_wait_s}s")
@@ -220,6 +223,12 @@ class EpisodeRunner:
                 await asyncio.wait_for(self._freed.wait(), min(pause, left))
             pause = min(pause * 2, 1.0)
         return lease
+
+    async def _taken(self, holder: str) -> Lease | None:
+        asked = self._executor.submit(self._take, holder)
+        self._taking.add(asked)
+        asked.add_done_callback(self._taking.discard)
+        return await asyncio.wrap_future(asked)
 
     def _take(self, holder: str) -> Lease | None:
         """A slot, recorded as this runner's the moment it is taken (in the thread: a lease taken
