@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
+from functools import cache
 from pathlib import Path
 
 from rollout.suites.miniwob import MiniWobSuite
@@ -62,10 +63,11 @@ def app_half(app: str) -> str:
     return TUNING if app in builtin_app_names() or suite in example_names() else REPORTING
 
 
-def example_names() -> set[str]:
-    """The apps and web suites of the project's own examples (`name:` in docs/examples/)."""
+@cache
+def example_names() -> frozenset[str]:
+    """The apps and web suites of the project's own examples (`name:` in docs/examples/), read once."""
     found = (re.search(r"^name:\s*(\S+)", p.read_text(), re.M) for p in EXAMPLES.rglob("*.yaml"))
-    return {m.group(1) for m in found if m}
+    return frozenset(m.group(1) for m in found if m)
 
 
 def reporting_tasks() -> list[str]:
