@@ -158,3 +158,19 @@ def check_cmd(config: ConfigOpt = None) -> None:
         )
         raise typer.Exit(1)
     typer.echo(f"fonts: CJK {font}: ok")
+    _check_desktops(settings.apps)
+
+
+def _check_desktops(apps: list[str]) -> None:
+    """A run with desktop tasks needs a virtual display and the tasks' apps: name the apt line."""
+    from rollout.suites import get_suite, is_suite_ref, split_ref
+    from rollout.suites.desktop import DesktopSuite
+
+    suites = {split_ref(a)[0] for a in apps if is_suite_ref(a)}
+    desktops = [s for s in map(get_suite, sorted(suites)) if isinstance(s, DesktopSuite)]
+    lacking = sorted({pkg for suite in desktops for pkg in suite.missing()})
+    if lacking:
+        typer.echo(f"desktops: missing {', '.join(lacking)}; apt-get install {' '.join(lacking)}", err=True)
+        raise typer.Exit(1)
+    if desktops:
+        typer.echo(f"desktops: {', '.join(s.name for s in desktops)}: ok")

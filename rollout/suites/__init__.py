@@ -57,9 +57,10 @@ SuiteFactory = Callable[[], Suite]
 
 
 def _builtin() -> dict[str, SuiteFactory]:
+    from rollout.suites.desktop import DesktopSuite
     from rollout.suites.miniwob import MiniWobSuite
 
-    return {"miniwob": MiniWobSuite}
+    return {"miniwob": MiniWobSuite, "desktop": DesktopSuite.builtin}
 
 
 def is_suite_ref(ref: str) -> bool:
@@ -144,6 +145,10 @@ def get_suite(name: str) -> Suite:
         data = read_suite_file(Path(name))
         if isinstance(data, dict) and "gym" in data:
             return GymSuite.from_data(Path(name), data)
+        if isinstance(data, dict) and "desktop" in data:
+            from rollout.suites.desktop import DesktopSuite
+
+            return DesktopSuite.from_data(Path(name), data)
         return WebSuite.from_data(Path(name), data)
     if name == "gym":
         from rollout.suites.gym import GymSuite

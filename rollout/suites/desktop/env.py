@@ -1,0 +1,273 @@
+"""One desktop device: a virtual display, an episode's apps on it, and its task checks.
+
+Reset is a fresh home folder (a copy of the suite's template, or empty), the task's setup run in
+it, and the last episode's apps killed with their whole process group: no VM, nothing of one
+episode seen by the next. Actions are xdotool input at display pixels: a click is a left click, a
+long press holds the left button, a swipe with an end point drags and one with a direction turns
+the wheel (a finger moving up shows what is further down), typing goes to the focused window
+(after a click on the `point` it carries), `enter` is Return. Back, home and app launches do nothing
+on a desktop (the episode records them; a desktop has none).
+
+An observation is the whole display and the AT-SPI tree in trajforge's element form. The app
+quitting ends the episode (`done`); the display dying is a device crash, retried elsewhere.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rollout.suites import seed_of
+from rollout.suites.desktop.display import Display, kill_group
+from rollout.suites.desktop.tasks import Check, DesktopTask, fill, meets, read_cell
+from storage.keys import sha256_hex
+from storage.objectstore import ObjectStore, put_blob
+from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions.compare import on_screen
+from trajforge.domain import Observation, Query
+from trajforge.errors import ConfigError, DeviceCrashed
+from trajforge.world.verify import VerifierResult
+
+if TYPE_CHECKING:
+    from rollout.suites.desktop import DesktopSuite
+
+WINDOW_S = 20.0
+SETTLE_S = 1.0
+WHEEL_CLICKS = 5
+INPUT_ROLES = {"text", "entry", "password text", "spin button", "terminal", "document text"}
+TOGGLE_ROLES = {"check box", "radio button", "check menu item", "radio menu item"}
+BUTTON_ROLES = {
+    "push button", "toggle button", "menu", "menu item", "page tab", "link", "combo box",
+    "list item", "table cell", "tree item", "icon", "table column header",
+}  # fmt: skip
+TEXT_ROLES = {"label", "heading", "paragraph", "static", "caption", "text"}
+
+
+def elements(nodes: list[dict[str, Any]], screen: Screen) -> list[dict[str, Any]]:
+    """AT-SPI nodes as trajforge elements: fields, toggles, named controls and visible text."""
+    out: list[dict[str, Any]] = []
+    for i, node in enumerate(nodes):
+        role, name, text = node["role"], node["name"].strip(), (node.get("text") or "").strip()
+        states, bounds = set(node.get("states", ())), node.get("bounds")
+        if not bounds:
+            continue
+        if role in INPUT_ROLES and "editable" in states:
+            kind, shown = "input", text
+        elif role in TOGGLE_ROLES:
+            kind, shown = "toggle", name
+        elif role in BUTTON_ROLES and (name or text):
+            kind, shown = "button", name or text
+        elif role in TEXT_ROLES and (text or name):
+            kind, shown = "text", text or name
+        else:
+            continue
+        box = on_screen([int(v) for v in bounds], screen)
+        if box[2] <= box[0] or box[3] <= box[1]:
+            continue
+        out.append(
+            {
+                "id": f"n{i}",
+                "kind": kind,
+                "tag": role,
+                "text": shown,
+                "checked": "checked" in states if kind == "toggle" else None,
+                "focused": "focused" in states,
+                "bounds": box,
+            }
+        )
+    return out
+
+
+class DesktopEnv:
+    """One device slot's display (started on its first episode) and the current episode's apps."""
+
+    def __init__(self, suite: DesktopSuite, store: ObjectStore | None) -> None:
+        self.suite, self.store = suite, store
+        self.screen = Screen(*suite.display)
+        self._display: Display | None = None
+        self._apps: list[subprocess.Popen[bytes]] = []
+        self._home: Path | None = None
+        self._task: tuple[str, DesktopTask, dict[str, str]] | None = None
+        self._last: Observation | None = None
+
+    def describe(self, task: str, seed: int) -> tuple[str, dict[str, str]]:
+        spec = self.suite.task(task)
+        params = spec.instance(task, seed)
+        return fill(spec.instruction, params), params
+
+    # --- the episode ------------------------------------------------------------------------------
+    def reset(self, task: Query) -> Observation:
+        name, seed = seed_of(task)
+        spec = self.suite.task(name)
+        params = spec.instance(name, seed)
+        self._end_episode()
+        display = self._device()
+        self._home = home = Path(tempfile.mkdtemp(prefix="trajforge-desktop-")) / "home"
+        if self.suite.home is not None:
+            shutil.copytree(self.suite.home, home)
+        home.mkdir(parents=True, exist_ok=True)
+        self._task = (name, spec, params)
+        for step in spec.setup:
+            if step.write is not None:
+                target = self._path(fill(step.write.path, params))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(fill(step.write.text, params), encoding="utf-8")
+            elif step.run is not None:
+                argv = [fill(a, params) for a in step.run]
+                done = subprocess.run(
+                    argv, cwd=home, env={**display.env, "HOME": str(home)}, capture_output=True
+                )
+                if done.returncode != 0:
+                    raise ConfigError(f"desktop task {name!r}: setup `run: {argv}` exited {done.returncode}")
+            elif step.launch is not None:
+                self._launch([fill(a, params) for a in step.launch])
+            elif step.type is not None:
+                display.xdotool("type", "--delay", "2", fill(step.type, params))
+            elif step.key is not None:
+                display.xdotool("key", *fill(step.key, params).split())
+        return self._observe()
+
+    def _launch(self, argv: list[str]) -> None:
+        display, home = self._device(), self._home
+        assert home is not None
+        proc = display.launch(argv, home)
+        self._apps.append(proc)
+        deadline = time.monotonic() + WINDOW_S
+        while time.monotonic() < deadline:
+            found = display.windows(proc.pid)
+            if found:
+                display.xdotool("windowfocus", found[-1], check=False)
+                return
+            if proc.poll() is not None:
+                raise DeviceCrashed(f"{argv[0]} exited ({proc.returncode}) before showing a window")
+            time.sleep(0.05)
+        raise DeviceCrashed(f"{argv[0]} showed no window within {WINDOW_S:g} s")
+
+    def step(self, action: Action) -> Observation:
+        display = self._device()
+        if self._last is not None and self._last.done:
+            return self._last
+        x, y = self.screen.to_px(action.point) if action.point is not None else (0, 0)
+        kind = action.kind
+        if kind == ActionKind.CLICK:
+            display.xdotool("mousemove", "--sync", str(x), str(y), "click", "1")
+        elif kind == ActionKind.LONG_PRESS:
+            held = f"{(action.duration_ms or 800) / 1000:g}"
+            display.xdotool(
+                "mousemove", "--sync", str(x), str(y), "mousedown", "1", "sleep", held, "mouseup", "1"
+            )
+        elif kind == ActionKind.SWIPE and action.to is not None:
+            tx, ty = self.screen.to_px(action.to)
+            display.xdotool(
+                "mousemove", "--sync", str(x), str(y), "mousedown", "1",
+                "mousemove", "--sync", str(tx), str(ty), "mouseup", "1",
+            )  # fmt: skip
+        elif kind == ActionKind.SWIPE:
+            button = {"up": "5", "down": "4", "left": "7", "right": "6"}[action.swipe_direction()]
+            display.xdotool(
+                "mousemove", "--sync", str(x), str(y), "click", "--repeat", str(WHEEL_CLICKS), button
+            )
+        elif kind == ActionKind.TYPE:
+            if action.point is not None:
+                display.xdotool("mousemove", "--sync", str(x), str(y), "click", "1")
+            display.xdotool("type", "--delay", "2", action.text or "")
+        elif kind == ActionKind.PRESS and action.key == "enter":
+            display.xdotool("key", "Return")
+        elif kind == ActionKind.WAIT:
+            time.sleep(min(action.duration_ms or 1000, 5000) / 1000)
+        return self._observe(settle=True)
+
+    def verify(self) -> VerifierResult:
+        if self._task is None:
+            raise RuntimeError("reset() the environment with a task first")
+        _, spec, params = self._task
+        for i, check in enumerate(spec.check):
+            metric, expected = check.metric()
+            got = self._get(check, params)
+            if got is None or not meets(metric, got, fill(expected, params), check.tolerance):
+                shown = "nothing" if got is None else repr(got[:120])
+                return VerifierResult(False, "check_failed", f"check {i + 1} ({metric}): got {shown}", 0.0)
+        return VerifierResult(True, None, f"{len(spec.check)} check(s) met", 1.0)
+
+    def _get(self, check: Check, params: dict[str, str]) -> str | None:
+        get = check.get
+        if get.file is not None:
+            path = self._path(fill(get.file, params))
+            return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+        if get.exists is not None:
+            return str(self._path(fill(get.exists, params)).exists()).lower()
+        if get.cell is not None:
+            return read_cell(self._path(fill(get.cell.file, params)), fill(get.cell.ref, params))
+        display = self._device()
+        if get.window_title:
+            windows = [w for app in self._apps for w in display.windows(app.pid)]
+            return display.xdotool("getwindowname", windows[-1]).strip() if windows else None
+        assert get.element is not None
+        for node in display.tree():
+            if node["role"] == get.element.role and get.element.name in (None, node["name"]):
+                return str(node.get("text") if node.get("text") is not None else node["name"])
+        return None
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _path(self, relative: str) -> Path:
+        assert self._home is not None
+        path = (self._home / relative).resolve()
+        if not path.is_relative_to(self._home.resolve()):
+            raise ConfigError(
+                f"desktop task: path {relative!r} leaves the episode's home; use a relative path"
+            )
+        return path
+
+    def _device(self) -> Display:
+        if self._display is None:
+            self._display = Display(self.screen.width, self.screen.height)
+        if not self._display.alive:
+            raise DeviceCrashed(f"display :{self._display.number} died")
+        return self._display
+
+    def _observe(self, settle: bool = False) -> Observation:
+        display = self._device()
+        png = display.screenshot()
+        if settle:  # the frame after an action: wait until two grabs in a row agree
+            deadline = time.monotonic() + SETTLE_S
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+                again = display.screenshot()
+                if again == png:
+                    break
+                png = again
+        quit_app = next((app for app in self._apps if app.poll() is not None), None)
+        digest = put_blob(self.store, png)[0] if self.store is not None else sha256_hex(png)
+        meta: dict[str, Any] = {"backend": "desktop", "suite": self.suite.name, "display": display.number}
+        if quit_app is not None:
+            meta["app_exited"] = quit_app.returncode
+        self._last = Observation(
+            screenshot=digest,
+            width=self.screen.width,
+            height=self.screen.height,
+            elements=elements(display.tree(), self.screen),
+            meta=meta,
+            done=quit_app is not None,
+        )
+        return self._last
+
+    def _end_episode(self) -> None:
+        for app in self._apps:
+            kill_group(app)
+        self._apps.clear()
+        if self._home is not None:
+            shutil.rmtree(self._home.parent, ignore_errors=True)
+            self._home = None
+        self._last = None
+
+    def close(self) -> None:
+        try:
+            self._end_episode()
+        finally:
+            if self._display is not None:
+                self._display.close()
+                self._display = None
