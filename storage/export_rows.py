@@ -356,6 +356,8 @@ REWARD_MODULES = (
     "actions/model.py",
     "actions/agentcpm.py",
     "actions/androidworld.py",
+    "actions/computer.py",
+    "actions/pyautogui.py",
     "actions/qwen.py",
     "actions/uitars.py",
 )

@@ -37,11 +37,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from trajforge.actions import Action, ActionKind, Screen, get_codec
+from trajforge.actions.model import POINTED_KINDS
 from trajforge.errors import ParseError, UnsupportedAction
 
 SCHEMES = ("binary", "dense", "mobiler1")
 FORMAT_PENALTY = -1.0
-_POINTED = (ActionKind.CLICK, ActionKind.LONG_PRESS)
 _MOBILER1 = re.compile(
     r"^\s*<think>(.+?)</?think>\s*<action>(.+?)</action>\s*<tool_call>(.+?)</tool_call>\s*$", re.S
 )
@@ -91,9 +91,9 @@ def format_ok(text: str, action_format: str) -> bool:
     """The structural rule of the family's own parser, before the action itself is read."""
     if action_format == "mobiler1":
         return _MOBILER1.match(text) is not None
-    if action_format in ("uitars", "uitars15"):
+    if action_format in ("uitars", "uitars15", "uitars15-computer"):
         return "Action:" in text  # ui-tars' parse_action_to_structure_output asserts this
-    if action_format == "qwen":
+    if action_format in ("qwen", "computer_use"):
         return "<tool_call>" in text and "</tool_call>" in text
     return bool(text.strip())
 
@@ -103,7 +103,7 @@ def action_correct(predicted: Action, reference: Action, bbox: list[int] | None,
     if predicted.kind != reference.kind:
         return False
     kind = reference.kind
-    if kind in _POINTED:
+    if kind in POINTED_KINDS:
         assert predicted.point is not None and reference.point is not None
         if bbox is not None:
             x1, y1, x2, y2 = bbox
@@ -117,6 +117,13 @@ def action_correct(predicted: Action, reference: Action, bbox: list[int] | None,
         return predicted.key == reference.key
     if kind == ActionKind.TERMINATE:
         return predicted.status == reference.status
+    if kind == ActionKind.SCROLL:
+        return predicted.direction == reference.direction
+    if kind == ActionKind.HOTKEY:
+        return predicted.text == reference.text
+    if kind == ActionKind.DRAG:
+        assert predicted.to is not None and reference.to is not None
+        return math.dist(predicted.to, reference.to) <= tolerance
     return True  # wait
 
 
@@ -125,7 +132,7 @@ def dense_value(predicted: Action, reference: Action, tolerance: float) -> float
     if predicted.kind != reference.kind:
         return 0.0
     kind = reference.kind
-    if kind in _POINTED:
+    if kind in POINTED_KINDS:
         assert predicted.point is not None and reference.point is not None
         return point_reward(predicted.point, reference.point, tolerance)
     if kind == ActionKind.SWIPE:

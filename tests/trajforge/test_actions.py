@@ -303,8 +303,17 @@ notes = st.one_of(st.none(), texts)
 def actions(draw: st.DrawFn) -> Action:
     kind = draw(st.sampled_from(list(ActionKind)))
     f: dict = {"kind": kind, "thought": draw(notes), "intent": draw(notes)}
-    if kind in (K.CLICK, K.LONG_PRESS, K.SWIPE):
+    if kind in (K.CLICK, K.LONG_PRESS, K.SWIPE, K.DOUBLE_CLICK, K.RIGHT_CLICK, K.HOVER):
         f["point"] = draw(coords)
+    if kind in (K.DRAG, K.SCROLL) and draw(st.booleans()):
+        f["point"] = draw(coords)
+    if kind == K.DRAG:
+        f["to"] = draw(coords)
+    if kind == K.SCROLL:
+        f["direction"] = draw(st.sampled_from(["up", "down", "left", "right"]))
+        f["amount"] = draw(st.one_of(st.none(), st.integers(1, 100)))
+    if kind == K.HOTKEY:
+        f["text"] = draw(st.sampled_from(["ctrl+s", "ctrl+shift+t", "f5", "alt+tab", "a", "ctrl+a"]))
     if kind in (K.LONG_PRESS, K.WAIT, K.SWIPE):
         f["duration_ms"] = draw(durations)
     if kind == K.SWIPE:

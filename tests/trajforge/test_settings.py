@@ -64,7 +64,7 @@ def test_yaml_overrides_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         (
             "trainer:\n  action_format: gpt\n",
             "trainer.action_format (env TRAJFORGE_TRAINER_ACTION_FORMAT) = 'gpt': Value error, unknown "
-            "action format 'gpt'; known: agentcpm, qwen, guiowl, uitars, uitars15, mobiler1, androidworld, canonical",
+            "action format 'gpt'; known: agentcpm, qwen, guiowl, uitars, uitars15, mobiler1, androidworld, computer_use, uitars15-computer, pyautogui, canonical",
         ),
         ("s3:\n  endpoint: http://minio:9000\n", "give host:port without a scheme"),
         ("s3:\n  bucket: A\n", "s3.bucket"),

@@ -6,7 +6,9 @@ from typing import Protocol
 
 from trajforge.actions.agentcpm import AgentCPMCodec
 from trajforge.actions.androidworld import AndroidWorldCodec
+from trajforge.actions.computer import ComputerUseCodec, UITarsComputerCodec
 from trajforge.actions.model import DEFAULT_SCREEN, Action, ActionKind, Screen, load_json_object
+from trajforge.actions.pyautogui import PyAutoGUICodec
 from trajforge.actions.qwen import GUIOwlCodec, MobileR1Codec, QwenCodec
 from trajforge.actions.uitars import UITarsCodec
 from trajforge.errors import ConfigError, ParseError
@@ -59,6 +61,9 @@ CODECS: dict[str, ActionCodec] = {
         UITarsCodec("uitars15", absolute=True),
         MobileR1Codec(),
         AndroidWorldCodec(),
+        ComputerUseCodec(),
+        UITarsComputerCodec(),
+        PyAutoGUICodec(),
         CanonicalCodec(),
     )
 }

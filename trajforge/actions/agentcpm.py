@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from trajforge.actions.model import (
+    DESKTOP_KINDS,
     DIRECTIONS,
     Action,
     ActionKind,
@@ -18,6 +19,7 @@ from trajforge.actions.model import (
     build_action,
     load_json_object,
     norm_point,
+    refuse_desktop,
 )
 from trajforge.errors import ParseError, UnsupportedAction
 
@@ -98,6 +100,7 @@ class AgentCPMCodec:
         return {"to": norm_point(value, raw, "to")}
 
     def format(self, action: Action, screen: Screen) -> str:
+        refuse_desktop(action, "AgentCPM-GUI")
         out: dict[str, Any] = {}
         if action.thought is not None:
             out["thought"] = action.thought
@@ -127,7 +130,7 @@ class AgentCPMCodec:
         """True when format() then parse() gives back exactly this action."""
         if action.intent is not None or action.key == "menu":
             return False
-        if action.kind in (ActionKind.OPEN_APP, ActionKind.ANSWER):
+        if action.kind in (ActionKind.OPEN_APP, ActionKind.ANSWER, *DESKTOP_KINDS):
             return False
         if action.kind == ActionKind.TYPE:
             return action.point is None

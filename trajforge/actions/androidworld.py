@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from trajforge.actions.model import (
+    DESKTOP_KINDS,
     OPPOSITE,
     Action,
     ActionKind,
@@ -19,6 +20,7 @@ from trajforge.actions.model import (
     Screen,
     build_action,
     load_json_object,
+    refuse_desktop,
     require_str,
 )
 from trajforge.errors import ParseError, UnsupportedAction
@@ -85,6 +87,7 @@ class AndroidWorldCodec:
         return build_action(text, **f)
 
     def format(self, action: Action, screen: Screen) -> str:
+        refuse_desktop(action, "AndroidWorld JSONAction")
         out: dict[str, Any] = {}
         kind = action.kind
         if kind in (ActionKind.CLICK, ActionKind.LONG_PRESS):
@@ -114,6 +117,8 @@ class AndroidWorldCodec:
 
     def represents(self, action: Action) -> bool:
         if action.thought is not None or action.intent is not None or action.key == "menu":
+            return False
+        if action.kind in DESKTOP_KINDS:
             return False
         if action.kind in (ActionKind.LONG_PRESS, ActionKind.WAIT):
             return action.duration_ms is None

@@ -13,11 +13,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trajforge.actions.model import Action, ActionKind, Screen
+from trajforge.actions.model import POINTED_KINDS, Action, ActionKind, Screen
 
 THOUGHT_ACTION_MISMATCH = "thought_action_mismatch"  # the drop reason of a thought whose action differs
 DEFAULT_TOLERANCE = 40
-_POINTED = (ActionKind.CLICK, ActionKind.LONG_PRESS)
 
 
 def target_element(point: tuple[int, int], elements: list[dict[str, Any]], screen: Screen) -> dict | None:
@@ -57,7 +56,7 @@ def mismatch(
     if predicted.kind != reference.kind:
         return "kind_mismatch"
     kind = reference.kind
-    if kind in _POINTED:
+    if kind in POINTED_KINDS:
         assert predicted.point is not None and reference.point is not None
         target = target_element(reference.point, elements, screen)
         if target is not None:
@@ -73,6 +72,13 @@ def mismatch(
         return None if predicted.key == reference.key else "key_mismatch"
     if kind == ActionKind.TERMINATE:
         return None if predicted.status == reference.status else "status_mismatch"
+    if kind == ActionKind.SCROLL:
+        return None if predicted.direction == reference.direction else "direction_mismatch"
+    if kind == ActionKind.HOTKEY:
+        return None if predicted.text == reference.text else "key_mismatch"
+    if kind == ActionKind.DRAG:
+        assert predicted.to is not None and reference.to is not None
+        return None if math.dist(predicted.to, reference.to) <= tolerance else "point_beyond_tolerance"
     return None  # wait
 
 

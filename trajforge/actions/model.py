@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trajforge.errors import ConfigError, ParseError
+from trajforge.errors import ConfigError, ParseError, UnsupportedAction
 
 if sys.version_info >= (3, 11):  # noqa: UP036 (the exported reward library runs on 3.10 too)
     from enum import StrEnum
@@ -55,6 +55,38 @@ class ActionKind(StrEnum):
     WAIT = "wait"
     ANSWER = "answer"
     TERMINATE = "terminate"
+    # a desktop's: a mouse and a keyboard
+    DOUBLE_CLICK = "double_click"
+    RIGHT_CLICK = "right_click"
+    HOVER = "hover"
+    DRAG = "drag"
+    SCROLL = "scroll"
+    HOTKEY = "hotkey"
+
+
+# The kinds only a desktop has (a phone's codecs refuse them), and those only a phone has.
+DESKTOP_KINDS = frozenset(
+    {
+        ActionKind.DOUBLE_CLICK,
+        ActionKind.RIGHT_CLICK,
+        ActionKind.HOVER,
+        ActionKind.DRAG,
+        ActionKind.SCROLL,
+        ActionKind.HOTKEY,
+    }
+)
+MOBILE_KEYS = frozenset({"back", "home", "menu"})
+# The kinds that act at one point: checked by whether that point lands on the same element.
+POINTED_KINDS = (
+    ActionKind.CLICK,
+    ActionKind.LONG_PRESS,
+    ActionKind.DOUBLE_CLICK,
+    ActionKind.RIGHT_CLICK,
+    ActionKind.HOVER,
+)
+# A hotkey: key names joined by "+", lower case (`ctrl+s`, `ctrl+shift+t`, `f5`, `enter`).
+HOTKEY = re.compile(r"^[a-z0-9_\[\];',./`=-]+(?:\+[a-z0-9_\[\];',./`=-]+)*$")
+WHEEL_CLICKS = 5  # a scroll with no amount turns the wheel this far, as UI-TARS's pyautogui code does
 
 
 # Which optional fields each kind requires (r) and allows (a).
@@ -68,8 +100,14 @@ _FIELDS: dict[ActionKind, tuple[set[str], set[str]]] = {
     ActionKind.WAIT: (set(), {"duration_ms"}),
     ActionKind.ANSWER: ({"text"}, set()),
     ActionKind.TERMINATE: ({"status"}, set()),
+    ActionKind.DOUBLE_CLICK: ({"point"}, set()),
+    ActionKind.RIGHT_CLICK: ({"point"}, set()),
+    ActionKind.HOVER: ({"point"}, set()),
+    ActionKind.DRAG: ({"to"}, {"point"}),
+    ActionKind.SCROLL: ({"direction"}, {"point", "amount"}),
+    ActionKind.HOTKEY: ({"text"}, set()),
 }
-_PAYLOAD = ("point", "to", "direction", "text", "key", "duration_ms", "status")
+_PAYLOAD = ("point", "to", "direction", "text", "key", "duration_ms", "status", "amount")
 
 
 class Action(BaseModel):
@@ -80,6 +118,13 @@ class Action(BaseModel):
     moves: "up" reveals content further down). A `type` may carry the `point` of the
     field to focus first. `thought` and `intent` are the reasoning and the
     natural-language action that formats such as Mobile-R1 carry beside the call.
+
+    A desktop adds a mouse and a keyboard: `double_click`, `right_click` and `hover` (move the
+    pointer) at a `point`; `drag` to `to` with the left button held, from `point` (default: where
+    the pointer is); `scroll` turns the wheel `amount` clicks (default WHEEL_CLICKS) at `point`
+    (default: where the pointer is), its `direction` the way the view moves ("down" shows what is
+    further down: the wheel's sense, not a finger's); `hotkey` presses `text`, key names joined by
+    "+" (`ctrl+s`); the enter key alone is `press` `enter`, never a hotkey.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -92,6 +137,7 @@ class Action(BaseModel):
     key: Key | None = None
     duration_ms: int | None = Field(None, ge=0, le=600_000)
     status: Status | None = None
+    amount: int | None = Field(None, ge=1, le=100)
     thought: str | None = None
     intent: str | None = None
 
@@ -107,6 +153,10 @@ class Action(BaseModel):
             raise ValueError(f"{self.kind} does not take {', '.join(sorted(extra))}")
         if self.kind == ActionKind.SWIPE and (self.to is None) == (self.direction is None):
             raise ValueError("swipe needs exactly one of 'to' (end point) or 'direction'")
+        if self.kind == ActionKind.HOTKEY and not HOTKEY.match(self.text or ""):
+            raise ValueError(f"hotkey {self.text!r}: write key names joined by '+', lower case, e.g. ctrl+s")
+        if self.kind == ActionKind.HOTKEY and self.text in ("enter", "return"):
+            raise ValueError("the enter key alone is kind 'press' with key 'enter', not a hotkey")
         for name in ("point", "to"):
             value = getattr(self, name)
             if value is not None and not all(0 <= c <= NORM for c in value):
@@ -157,6 +207,12 @@ def survives_markup(note: str | None) -> bool:
     either does not round-trip exactly.
     """
     return note is None or (note != "" and note == note.strip() and "<" not in note and "Action:" not in note)
+
+
+def refuse_desktop(action: Action, family: str) -> None:
+    """A phone's format cannot state a desktop's action: UnsupportedAction naming it."""
+    if action.kind in DESKTOP_KINDS:
+        raise UnsupportedAction("desktop_action", f"{family} has no {action.kind} action (a desktop's)")
 
 
 def build_action(raw: str, **fields: Any) -> Action:

@@ -13,12 +13,14 @@ import re
 from typing import Any
 
 from trajforge.actions.model import (
+    DESKTOP_KINDS,
     Action,
     ActionKind,
     Screen,
     build_action,
     load_json_object,
     number_pair,
+    refuse_desktop,
     require_str,
     survives_markup,
 )
@@ -126,6 +128,7 @@ def parse_tool_call(body: str, screen: Screen, raw: str, **extra: str | None) ->
 
 def format_tool_call(action: Action, screen: Screen) -> str:
     """The `mobile_use` tool-call JSON body of a canonical action, spaced as the chat template's `tojson`."""
+    refuse_desktop(action, "Qwen2.5-VL mobile_use")
     kind = action.kind
     args: dict[str, Any] = {"action": ""}
     if kind in (ActionKind.CLICK, ActionKind.LONG_PRESS, ActionKind.SWIPE):
@@ -159,7 +162,7 @@ def tool_call_block(action: Action, screen: Screen) -> str:
 
 
 def _tool_call_represents(action: Action) -> bool:
-    if "</tool_call>" in (action.text or ""):  # the block would end inside the text
+    if "</tool_call>" in (action.text or "") or action.kind in DESKTOP_KINDS:  # the block would end inside
         return False
     if action.kind == ActionKind.SWIPE:
         return action.to is not None and action.duration_ms is None

@@ -34,14 +34,21 @@ class PixelBudget:
 QWEN25VL = PixelBudget(56 * 56, 28 * 28 * 16384)
 UITARS15 = PixelBudget(100 * 28 * 28, 16384 * 28 * 28)
 GUIOWL = PixelBudget(28 * 28, 28 * 28 * 12800)  # Mobile-Agent-v3 coordinate_resize.py: 1 to 12800 tokens
-BUDGETS = {"qwen": QWEN25VL, "guiowl": GUIOWL, "mobiler1": QWEN25VL, "uitars15": UITARS15}
+BUDGETS = {
+    "qwen": QWEN25VL,
+    "guiowl": GUIOWL,
+    "mobiler1": QWEN25VL,
+    "uitars15": UITARS15,
+    "computer_use": QWEN25VL,
+    "uitars15-computer": UITARS15,
+}
 # The most pixels each trainer feeds a Qwen-style processor by default: LLaMA-Factory shrinks a
 # larger image to its `image_max_pixels` (768*768) before the processor's own resize; ms-swift and
 # verl hand it to qwen-vl-utils' `fetch_image`, whose bound is the model's own.
 TRAINER_MAX_PIXELS = {"llamafactory": 768 * 768, "swift": QWEN25VL.max_pixels, "verl": QWEN25VL.max_pixels}
 TRAINERS = tuple(TRAINER_MAX_PIXELS)
 # Formats whose coordinates are pixels of the image as given (not of a resize the model makes).
-IMAGE_PIXELS = {"androidworld"}
+IMAGE_PIXELS = {"androidworld", "pyautogui"}
 
 _TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False

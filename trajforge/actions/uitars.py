@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from trajforge.actions.model import (
+    DESKTOP_KINDS,
     NORM,
     OPPOSITE,
     Action,
@@ -28,6 +29,7 @@ from trajforge.actions.model import (
     Direction,
     Screen,
     build_action,
+    refuse_desktop,
     survives_markup,
 )
 from trajforge.errors import ParseError, UnsupportedAction
@@ -159,6 +161,8 @@ class UITarsCodec:
         return f"{thought}Action: {call}"
 
     def _call(self, action: Action, screen: Screen) -> str:
+        refuse_desktop(action, "UI-TARS mobile")
+
         def pt(p: tuple[int, int] | None) -> str:
             assert p is not None
             x, y = screen.to_px(p) if self.absolute else p
@@ -192,7 +196,7 @@ class UITarsCodec:
     def represents(self, action: Action) -> bool:
         if action.intent is not None or not survives_markup(action.thought):
             return False
-        if "Action: " in (action.text or ""):  # the official parser splits on it
+        if "Action: " in (action.text or "") or action.kind in DESKTOP_KINDS:  # the parser splits on it
             return False
         if action.kind == ActionKind.PRESS:
             return action.key in ("back", "home")
