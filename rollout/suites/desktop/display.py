@@ -124,11 +124,13 @@ class Display:
         return int(number)
 
     def _session_bus(self) -> str:
-        argv = ["dbus-daemon", "--session", "--nofork", "--print-address=1"]
-        proc = _group(argv, self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        read, write = os.pipe()  # the address comes on a pipe of its own: what the bus starts writes nowhere
+        argv = ["dbus-daemon", "--session", "--nofork", f"--print-address={write}"]
+        proc = _group(argv, self.env, pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(write)
         self._procs.append(proc)
-        assert proc.stdout is not None
-        address = proc.stdout.readline().decode().strip()
+        with os.fdopen(read) as pipe:
+            address = pipe.readline().strip()
         if not address:
             raise DeviceCrashed(f"the session D-Bus did not start (exit {proc.poll()})")
         return address

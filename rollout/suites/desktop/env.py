@@ -2,11 +2,12 @@
 
 Reset is a fresh home folder (a copy of the suite's template, or empty), the task's setup run in
 it, and the last episode's apps killed with their whole process group: no VM, nothing of one
-episode seen by the next. Actions are xdotool input at display pixels: a click is a left click, a
-long press holds the left button, a swipe with an end point drags and one with a direction turns
-the wheel (a finger moving up shows what is further down), typing goes to the focused window
-(after a click on the `point` it carries), `enter` is Return. Back, home and app launches do nothing
-on a desktop (the episode records them; a desktop has none).
+episode seen by the next. Actions are xdotool input at display pixels (`xdotool_args`): clicks,
+double and right clicks, hovering, drags and the wheel as a mouse does them; a long press holds the
+left button, a swipe with an end point drags and one with a direction turns the wheel (a finger
+moving up shows what is further down); typing goes to the focused window (after a click on the
+`point` it carries), hotkeys press their keys together. Back, home and app launches do nothing on
+a desktop (the episode records them; a desktop has none).
 
 An observation is the whole display and the AT-SPI tree in trajforge's element form. The app
 quitting ends the episode (`done`); the display dying is a device crash, retried elsewhere.
@@ -28,6 +29,7 @@ from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import on_screen
+from trajforge.actions.model import OPPOSITE, WHEEL_CLICKS
 from trajforge.domain import Observation, Query
 from trajforge.errors import ConfigError, DeviceCrashed
 from trajforge.world.verify import VerifierResult
@@ -35,9 +37,24 @@ from trajforge.world.verify import VerifierResult
 if TYPE_CHECKING:
     from rollout.suites.desktop import DesktopSuite
 
+# (button, clicks) of each click kind; the wheel's buttons by the way the view moves
+CLICKS = {
+    ActionKind.CLICK: ("1", 1),
+    ActionKind.DOUBLE_CLICK: ("1", 2),
+    ActionKind.RIGHT_CLICK: ("3", 1),
+}
+WHEEL = {"up": "4", "down": "5", "left": "6", "right": "7"}
+SWIPE_WHEEL_CLICKS = 5
+# pyautogui's key names (the canonical hotkey's) as X keysyms, where they differ
+KEYSYMS = {
+    "enter": "Return", "return": "Return", "esc": "Escape", "escape": "Escape", "tab": "Tab",
+    "backspace": "BackSpace", "delete": "Delete", "del": "Delete", "up": "Up", "down": "Down",
+    "left": "Left", "right": "Right", "home": "Home", "end": "End", "pageup": "Prior",
+    "pagedown": "Next", "space": "space", "win": "super", "cmd": "super", "command": "super",
+    "insert": "Insert", **{f"f{i}": f"F{i}" for i in range(1, 13)},
+}  # fmt: skip
 WINDOW_S = 20.0
 SETTLE_S = 1.0
-WHEEL_CLICKS = 5
 INPUT_ROLES = {"text", "entry", "password text", "spin button", "terminal", "document text"}
 TOGGLE_ROLES = {"check box", "radio button", "check menu item", "radio menu item"}
 BUTTON_ROLES = {
@@ -80,6 +97,36 @@ def elements(nodes: list[dict[str, Any]], screen: Screen) -> list[dict[str, Any]
             }
         )
     return out
+
+
+def xdotool_args(action: Action, screen: Screen) -> list[str]:
+    """One xdotool command line doing `action` at display pixels (`sleep 0`: nothing to do)."""
+    kind = action.kind
+
+    def at(point: tuple[int, int] | None) -> list[str]:
+        return ["mousemove", "--sync", *map(str, screen.to_px(point))] if point is not None else []
+
+    here = at(action.point)
+    if kind in CLICKS:
+        button, repeat = CLICKS[kind]
+        return [*here, "click", "--repeat", str(repeat), button]
+    if kind == ActionKind.LONG_PRESS:
+        return [*here, "mousedown", "1", "sleep", f"{(action.duration_ms or 800) / 1000:g}", "mouseup", "1"]
+    if kind == ActionKind.HOVER:
+        return here
+    if kind == ActionKind.DRAG or (kind == ActionKind.SWIPE and action.to is not None):
+        return [*here, "mousedown", "1", *at(action.to), "mouseup", "1"]
+    if kind in (ActionKind.SWIPE, ActionKind.SCROLL):  # a finger moving up shows what is further down
+        view = OPPOSITE[action.swipe_direction()] if kind == ActionKind.SWIPE else action.direction
+        clicks = action.amount or (WHEEL_CLICKS if kind == ActionKind.SCROLL else SWIPE_WHEEL_CLICKS)
+        return [*here, "click", "--repeat", str(clicks), WHEEL[view or "down"]]
+    if kind == ActionKind.TYPE:
+        return [*([*here, "click", "1"] if here else []), "type", "--delay", "2", "--", action.text or ""]
+    if kind == ActionKind.PRESS and action.key == "enter":
+        return ["key", "Return"]
+    if kind == ActionKind.HOTKEY:
+        return ["key", "+".join(KEYSYMS.get(k, k) for k in (action.text or "").split("+"))]
+    return ["sleep", "0"]  # wait, answer, terminate; back, home and app launches (a desktop has none)
 
 
 class DesktopEnv:
@@ -126,7 +173,7 @@ class DesktopEnv:
             elif step.launch is not None:
                 self._launch([fill(a, params) for a in step.launch])
             elif step.type is not None:
-                display.xdotool("type", "--delay", "2", fill(step.type, params))
+                display.xdotool("type", "--delay", "2", "--", fill(step.type, params))
             elif step.key is not None:
                 display.xdotool("key", *fill(step.key, params).split())
         return self._observe()
@@ -151,33 +198,8 @@ class DesktopEnv:
         display = self._device()
         if self._last is not None and self._last.done:
             return self._last
-        x, y = self.screen.to_px(action.point) if action.point is not None else (0, 0)
-        kind = action.kind
-        if kind == ActionKind.CLICK:
-            display.xdotool("mousemove", "--sync", str(x), str(y), "click", "1")
-        elif kind == ActionKind.LONG_PRESS:
-            held = f"{(action.duration_ms or 800) / 1000:g}"
-            display.xdotool(
-                "mousemove", "--sync", str(x), str(y), "mousedown", "1", "sleep", held, "mouseup", "1"
-            )
-        elif kind == ActionKind.SWIPE and action.to is not None:
-            tx, ty = self.screen.to_px(action.to)
-            display.xdotool(
-                "mousemove", "--sync", str(x), str(y), "mousedown", "1",
-                "mousemove", "--sync", str(tx), str(ty), "mouseup", "1",
-            )  # fmt: skip
-        elif kind == ActionKind.SWIPE:
-            button = {"up": "5", "down": "4", "left": "7", "right": "6"}[action.swipe_direction()]
-            display.xdotool(
-                "mousemove", "--sync", str(x), str(y), "click", "--repeat", str(WHEEL_CLICKS), button
-            )
-        elif kind == ActionKind.TYPE:
-            if action.point is not None:
-                display.xdotool("mousemove", "--sync", str(x), str(y), "click", "1")
-            display.xdotool("type", "--delay", "2", action.text or "")
-        elif kind == ActionKind.PRESS and action.key == "enter":
-            display.xdotool("key", "Return")
-        elif kind == ActionKind.WAIT:
+        display.xdotool(*xdotool_args(action, self.screen))
+        if action.kind == ActionKind.WAIT:
             time.sleep(min(action.duration_ms or 1000, 5000) / 1000)
         return self._observe(settle=True)
 
