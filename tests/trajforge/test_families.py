@@ -31,6 +31,9 @@ OUTPUTS = {  # an earlier step's answer, as each family writes one
     '{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [120, 310]}}\n</tool_call>\n'
     '<conclusion>\nOpened the "Wi-Fi" page\nof Settings.\n</conclusion>',
     "agentcpm": '{"thought":"打开设置","POINT":[111,129]}',
+    "uitars15-computer": "Thought: Open the File menu.\nAction: hotkey(key='ctrl s')",
+    "qwen25vl-computer": '<tool_call>\n{"name": "computer_use", "arguments": {"action": "key", "keys": ["ctrl", "s"]}}'
+    "\n</tool_call>",
 }
 
 

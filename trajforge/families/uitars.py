@@ -56,6 +56,7 @@ class UITars15Mobile:
     source = "bytedance/UI-TARS codes/ui_tars/prompt.py MOBILE_USE_DOUBAO"
     images = 5
     image_placeholder: str | None = None
+    prompt = MOBILE_USE
 
     def __init__(self, language: str = "English") -> None:
         self.language = language
@@ -69,7 +70,7 @@ class UITars15Mobile:
     def messages(
         self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
     ) -> list[Message]:
-        prompt = MOBILE_USE.format(language=self.language, instruction=task)
+        prompt = self.prompt.format(language=self.language, instruction=task)
         messages: list[Message] = [{"role": "user", "content": prompt}]
         shown = len(history) - (self.images - 1)  # the earlier turns whose screenshot is still sent
         for i, turn in enumerate(history):

@@ -96,7 +96,7 @@ class Display:
             self.env = {**os.environ, "DISPLAY": f":{self.number}", "NO_AT_BRIDGE": "0"}
             self.env.pop("WAYLAND_DISPLAY", None)
             self.env["DBUS_SESSION_BUS_ADDRESS"] = self._session_bus()
-            self._procs.append(_group(ATSPI_BUS, self.env, stderr=subprocess.DEVNULL))
+            self._procs.append(_group(ATSPI_BUS, self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             self._procs.append(_group(WINDOW_MANAGER, self.env, stderr=subprocess.DEVNULL))
             self._reader = _group(
                 [SYSTEM_PYTHON, str(TREE_READER)],
