@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow lint bench clean miniwob
+.PHONY: install run test test-slow lint bench clean miniwob desktop
 
 # Test workers: the fast tier is CPU-bound (one per core); the slow tier mostly waits on browsers,
 # subprocesses, servers and cron ticks, so it runs more workers than cores. Each worker has its own
@@ -31,6 +31,11 @@ miniwob: $(STAMP)
 	@test -x /usr/bin/chromium || { echo "MiniWoB++ runs in Chromium: apt-get install chromium"; exit 1; }
 	$(BIN)/trajforge evolve --config docs/examples/miniwob.yaml
 
+## desktop: install, then evolve 3 rounds on the built-in desktop suite: real apps on virtual displays
+desktop: $(STAMP)
+	$(BIN)/trajforge check --config docs/examples/desktop.yaml
+	$(BIN)/trajforge evolve --config docs/examples/desktop.yaml
+
 ## test: install, then lint, type-check and run the fast tier (everything not marked slow); at most 15 min on 2 cores
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -48,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .trajforge .trajforge-miniwob .trajforge-miniwob10
+	rm -rf $(VENV) .trajforge .trajforge-miniwob .trajforge-miniwob10 .trajforge-desktop

@@ -42,6 +42,11 @@ class DesktopSuite(BaseModel):
         None, description="A folder copied into each episode's home (relative to the file)."
     )
     desktop: dict[str, DesktopTask] = Field(min_length=1)
+    end_on_success: bool = Field(
+        False,
+        description="End the episode as soon as the task's checks hold after a step, as a page that ends "
+        "its own episodes does; off, the policy's `terminate` ends it and the checks judge the end.",
+    )
 
     @classmethod
     def from_data(cls, path: Path, data: Any) -> DesktopSuite:

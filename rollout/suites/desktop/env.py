@@ -10,7 +10,9 @@ moving up shows what is further down); typing goes to the focused window (after 
 a desktop (the episode records them; a desktop has none).
 
 An observation is the whole display and the AT-SPI tree in trajforge's element form. The app
-quitting ends the episode (`done`); the display dying is a device crash, retried elsewhere.
+quitting ends the episode (`done`), and so does the task's checks holding after a step when the
+suite says `end_on_success` (as MiniWoB++'s pages end their own episodes); the display dying is a
+device crash, retried elsewhere.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def xdotool_args(action: Action, screen: Screen) -> list[str]:
     kind = action.kind
 
     def at(point: tuple[int, int] | None) -> list[str]:
-        return ["mousemove", "--sync", *map(str, screen.to_px(point))] if point is not None else []
+        return ["mousemove", *map(str, screen.to_px(point))] if point is not None else []
 
     here = at(action.point)
     if kind in CLICKS:
@@ -201,7 +203,7 @@ class DesktopEnv:
         display.xdotool(*xdotool_args(action, self.screen))
         if action.kind == ActionKind.WAIT:
             time.sleep(min(action.duration_ms or 1000, 5000) / 1000)
-        return self._observe(settle=True)
+        return self._observe(settle=True, checked=self.suite.end_on_success)
 
     def verify(self) -> VerifierResult:
         if self._task is None:
@@ -251,7 +253,7 @@ class DesktopEnv:
             raise DeviceCrashed(f"display :{self._display.number} died")
         return self._display
 
-    def _observe(self, settle: bool = False) -> Observation:
+    def _observe(self, settle: bool = False, checked: bool = False) -> Observation:
         display = self._device()
         png = display.screenshot()
         if settle:  # the frame after an action: wait until two grabs in a row agree
@@ -267,13 +269,14 @@ class DesktopEnv:
         meta: dict[str, Any] = {"backend": "desktop", "suite": self.suite.name, "display": display.number}
         if quit_app is not None:
             meta["app_exited"] = quit_app.returncode
+        solved = checked and quit_app is None and self.verify().success
         self._last = Observation(
             screenshot=digest,
             width=self.screen.width,
             height=self.screen.height,
             elements=elements(display.tree(), self.screen),
             meta=meta,
-            done=quit_app is not None,
+            done=quit_app is not None or solved,
         )
         return self._last
 
