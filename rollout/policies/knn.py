@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from rollout.policies.base import PolicyOutput, observed
+from rollout.policies.base import PolicyOutput, observed, say
 from rollout.policies.knn_memory import Memory, train_from_export
 from rollout.policies.knn_text import (
     CONTROLS,
@@ -146,7 +146,7 @@ class KnnPolicy:
 
     async def act(self, observation: Observation) -> PolicyOutput:
         action = self.decide(observation)
-        return PolicyOutput(self.codec.format(action, observed(observation)), self.codec.name)
+        return say(action, self.codec, observation)
 
     def decide(self, obs: Observation) -> Action:
         """The best-voted action, discounted by how often it was already taken on this very screen."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rollout.policies.base import PolicyOutput, observed
+from rollout.policies.base import PolicyOutput, observed, say
 from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.domain import Observation, Query
 from trajforge.text import quoted
@@ -187,7 +187,7 @@ class RandomExplorer:
         self._field = (
             action.kind == ActionKind.CLICK and target.get("kind") == "input" and not target.get("text")
         )
-        return PolicyOutput(self.codec.format(action, observed(observation)), self.codec.name)
+        return say(action, self.codec, observation)
 
 
 def phrases(instruction: str) -> list[str]:

@@ -10,7 +10,7 @@ from rollout.policies.knn import KnnPolicy
 from rollout.policies.knn_memory import train
 from rollout.policies.oracle import NoisyOracle, RandomExplorer
 from tests.evolve.test_knn import _png, _row
-from trajforge.actions import CODECS, ActionKind, get_codec
+from trajforge.actions import CODECS, DESKTOP_FORMATS, Action, ActionKind, get_codec
 from trajforge.domain import Observation, Query, tapped
 
 WIDTH, HEIGHT = 1082, 2202  # the web backend's Pixel 7 page; the default screen is 1080x2400
@@ -62,7 +62,7 @@ async def test_a_tap_lands_on_the_element_meant_on_a_non_default_screen(make: st
     assert hit is not None and hit["text"] == "Joint Household", (out.text, action.point)
 
 
-@pytest.mark.parametrize("fmt", sorted(CODECS))
+@pytest.mark.parametrize("fmt", sorted(set(CODECS) - set(DESKTOP_FORMATS)))  # a phone's explorer
 async def test_the_random_explorer_taps_inside_what_it_picked(fmt: str) -> None:
     explorer = RandomExplorer(fmt=fmt)
     obs = Observation(screenshot="a", width=WIDTH, height=HEIGHT, elements=ROWS)
@@ -80,3 +80,23 @@ async def test_the_random_explorer_taps_inside_what_it_picked(fmt: str) -> None:
 
 def _centre(element: dict) -> float:
     return (element["bounds"][1] + element["bounds"][3]) / 2
+
+
+async def test_on_a_desktop_the_built_in_policies_say_desktop_actions() -> None:
+    """A phone's back and swipe are a desktop's Escape and wheel, said in the desktop format."""
+    from rollout.policies.base import DESKTOP_FORMAT, desktop_form
+
+    explorer = RandomExplorer()
+    obs = Observation(screenshot="a", width=WIDTH, height=HEIGHT, elements=ROWS, meta={"backend": "desktop"})
+    kinds = set()
+    for seed in range(40):
+        explorer.start(QUERY, seed=str(seed))
+        out = await explorer.act(obs)
+        assert out.format == DESKTOP_FORMAT
+        kinds.add(get_codec(out.format).parse(out.text, observed(obs)).kind)
+    assert ActionKind.CLICK in kinds and not kinds & {ActionKind.SWIPE, ActionKind.PRESS}
+    swipe = Action(kind=ActionKind.SWIPE, point=(500, 600), direction="up")
+    assert desktop_form(swipe) == Action(kind=ActionKind.SCROLL, point=(500, 600), direction="down")
+    assert desktop_form(Action(kind=ActionKind.PRESS, key="back")) == Action(
+        kind=ActionKind.HOTKEY, text="escape"
+    )

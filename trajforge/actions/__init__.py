@@ -69,6 +69,10 @@ CODECS: dict[str, ActionCodec] = {
 }
 
 
+# The formats of a desktop's actions: they refuse a phone's (back, home, swipes, app launches).
+DESKTOP_FORMATS = ("computer_use", "uitars15-computer", "pyautogui")
+
+
 def get_codec(name: str) -> ActionCodec:
     """The codec for a format name; ConfigError lists the known names."""
     try:
@@ -80,6 +84,7 @@ def get_codec(name: str) -> ActionCodec:
 __all__ = [
     "CODECS",
     "DEFAULT_SCREEN",
+    "DESKTOP_FORMATS",
     "Action",
     "ActionCodec",
     "ActionKind",

@@ -65,6 +65,10 @@ def require() -> None:
 
 
 def _group(argv: list[str], env: dict[str, str], **kw: Any) -> subprocess.Popen[bytes]:
+    """A process leading a group of its own; its output goes nowhere unless `kw` says where (what the
+    buses start inherits it, and a pipe nobody reads would stall them)."""
+    kw.setdefault("stdout", subprocess.DEVNULL)
+    kw.setdefault("stderr", subprocess.DEVNULL)
     return subprocess.Popen(argv, env=env, start_new_session=True, **kw)
 
 
@@ -96,14 +100,13 @@ class Display:
             self.env = {**os.environ, "DISPLAY": f":{self.number}", "NO_AT_BRIDGE": "0"}
             self.env.pop("WAYLAND_DISPLAY", None)
             self.env["DBUS_SESSION_BUS_ADDRESS"] = self._session_bus()
-            self._procs.append(_group(ATSPI_BUS, self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            self._procs.append(_group(WINDOW_MANAGER, self.env, stderr=subprocess.DEVNULL))
+            self._procs.append(_group(ATSPI_BUS, self.env))
+            self._procs.append(_group(WINDOW_MANAGER, self.env))
             self._reader = _group(
                 [SYSTEM_PYTHON, str(TREE_READER)],
                 self.env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
             )
             self._procs.append(self._reader)
         except BaseException:
@@ -114,7 +117,7 @@ class Display:
         read, write = os.pipe()
         screen = f"{self.width}x{self.height}x24"
         argv = ["Xvfb", "-displayfd", str(write), "-screen", "0", screen, "-nolisten", "tcp", "-ac"]
-        proc = _group(argv, dict(os.environ), pass_fds=(write,), stderr=subprocess.DEVNULL)
+        proc = _group(argv, dict(os.environ), pass_fds=(write,))
         os.close(write)
         self._procs.append(proc)
         with os.fdopen(read) as pipe:
@@ -126,7 +129,7 @@ class Display:
     def _session_bus(self) -> str:
         read, write = os.pipe()  # the address comes on a pipe of its own: what the bus starts writes nowhere
         argv = ["dbus-daemon", "--session", "--nofork", f"--print-address={write}"]
-        proc = _group(argv, self.env, pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = _group(argv, self.env, pass_fds=(write,))
         os.close(write)
         self._procs.append(proc)
         with os.fdopen(read) as pipe:
@@ -144,7 +147,7 @@ class Display:
         env = {**self.env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
         env["XDG_DATA_HOME"], env["XDG_CACHE_HOME"] = str(home / ".local/share"), str(home / ".cache")
         try:
-            return _group(argv, env, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return _group(argv, env, cwd=home)
         except FileNotFoundError as exc:
             raise ConfigError(
                 f"desktop task: cannot launch {argv[0]!r}: not installed; install it (apt-get install "
