@@ -1,0 +1,80 @@
+"""The loop on desktops: real apps on virtual displays through `trajforge evolve`, then their episodes
+exported in each desktop action format for each trainer, read on the image the trainer feeds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from rollout.suites import get_suite
+from rollout.suites.desktop import DesktopSuite
+from storage.db import create_db_engine, session_factory
+from storage.objectstore import LocalObjectStore
+from tests.conftest import service_missing
+from tests.evolve.test_suite_loop import _evolve
+from tests.support.trainer_recipes import TRAINERS
+from tests.support.trainers import tap_check, trainer_python
+from trajforge.actions import DESKTOP_FORMATS, get_codec
+from trajforge.actions.space import KNOWLEDGE_SYSTEM, coordinate_screen
+from trajforge.recovery import PROBE_REASONS
+
+TASKS = ["desktop:calc-clear", "desktop:calc-enter-digit", "desktop:editor-write-word"]
+
+
+@pytest.mark.slow
+def test_desktop_tasks_evolve_and_export_for_every_trainer(tmp_path: Path) -> None:
+    suite = get_suite("desktop")
+    assert isinstance(suite, DesktopSuite)
+    if suite.missing():
+        service_missing(f"desktop suites need {', '.join(suite.missing())} (apt-get install ...)")
+    config = {
+        "apps": TASKS,
+        "evolve": {"rounds": 1, "queries_per_app": 3, "rollouts": 2, "heldout_per_app": 2,
+                   "heldout_rollouts": 1, "devices": 2},
+        "curate": {"featurizer": "phash"},
+    }  # fmt: skip
+    table = _evolve(tmp_path / "run", config)
+    first = table["rounds"][0]
+    apps = first["apps"]
+    assert set(apps) == set(TASKS)
+    for app in TASKS:  # 3 seeds x 2 rollouts, each decided by the task's own checks
+        assert apps[app]["episodes"] == 6 and apps[app]["outcome_sources"] == {"verifier": 6}
+    assert sum(apps[app]["successes"] for app in TASKS) > 0  # calc-clear: AC or C, anywhere in 25 steps
+    assert set(first["heldout"]["per_app"]) == set(TASKS)
+    rec = first["recovery"]  # probes replay from the task's setup on the same displays
+    made = rec["samples"].get("error_escape", 0)
+    assert rec["probed"] == made + sum(n for r, n in rec["skipped"].items() if r in PROBE_REASONS)
+
+    home = tmp_path / "run" / "home"
+    sessions = session_factory(create_db_engine(f"sqlite:///{home / 'trajforge.db'}"))
+    store = LocalObjectStore(home / "objects")
+    for trainer in sorted(TRAINERS):
+        if not trainer_python(trainer).is_file():
+            service_missing(f"{trainer_python(trainer)} is not installed (.ci/run installs the trainers)")
+        checks = tap_check(
+            sessions, store, "trajforge", 1, trainer, list(DESKTOP_FORMATS), tmp_path / trainer
+        )
+        for action_format, check in checks.items():
+            skipped = {r for r in check.report.skipped if r != "no_action_ground_truth"}
+            assert all(r.startswith("action_not_representable:") for r in skipped), (action_format, skipped)
+            assert check.taps > 0 and not check.misses, (trainer, action_format, check.misses[:3])
+            _every_answer_parses(tmp_path / trainer / action_format, action_format)
+
+
+def _every_answer_parses(out: Path, action_format: str) -> None:
+    """Each action row's answer, read by the family's own parser in its coordinate space on the image
+    as written."""
+    codec, answers = get_codec(action_format), 0
+    for file in sorted(out.glob("*.jsonl")):
+        for line in file.read_text().splitlines():
+            record = json.loads(line)
+            if record["messages"][0]["content"] == KNOWLEDGE_SYSTEM:  # a question about the screen
+                continue
+            with Image.open(out / record["images"][-1]) as image:
+                screen = coordinate_screen(action_format, *image.size)
+            codec.parse(record["messages"][-1]["content"], screen)
+            answers += 1
+    assert answers > 0, f"{out}: no action rows"
