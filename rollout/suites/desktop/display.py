@@ -21,9 +21,12 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trajforge.errors import ConfigError, DeviceCrashed, DeviceHung
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 APT = "apt-get install xvfb xdotool dbus at-spi2-core python3-pyatspi matchbox-window-manager"
 # The programs a display needs, and the Debian package of each.
@@ -173,16 +176,19 @@ class Display:
         args = ["search", "--onlyvisible"] + (["--pid", str(pid)] if pid is not None else ["--name", ""])
         return self.xdotool(*args, check=False).split()
 
-    def screenshot(self) -> bytes:
-        """The whole display as PNG."""
+    def grab(self) -> Image.Image:
+        """The whole display, as it shows now."""
         from PIL import ImageGrab
 
         try:
-            image = ImageGrab.grab(xdisplay=f":{self.number}")
+            return ImageGrab.grab(xdisplay=f":{self.number}")
         except OSError as exc:
             raise DeviceCrashed(f"display :{self.number}: no screenshot ({exc})") from exc
+
+    def screenshot(self, image: Image.Image | None = None) -> bytes:
+        """The display (or a frame `grab` took) as PNG."""
         out = io.BytesIO()
-        image.convert("RGB").save(out, format="PNG", compress_level=1)
+        (image or self.grab()).convert("RGB").save(out, format="PNG", compress_level=1)
         return out.getvalue()
 
     def tree(self) -> list[dict[str, Any]]:

@@ -255,15 +255,16 @@ class DesktopEnv:
 
     def _observe(self, settle: bool = False, checked: bool = False) -> Observation:
         display = self._device()
-        png = display.screenshot()
+        frame = display.grab()
         if settle:  # the frame after an action: wait until two grabs in a row agree
             deadline = time.monotonic() + SETTLE_S
             while time.monotonic() < deadline:
                 time.sleep(0.05)
-                again = display.screenshot()
-                if again == png:
+                again = display.grab()
+                if again.tobytes() == frame.tobytes():
                     break
-                png = again
+                frame = again
+        png = display.screenshot(frame)
         quit_app = next((app for app in self._apps if app.poll() is not None), None)
         digest = put_blob(self.store, png)[0] if self.store is not None else sha256_hex(png)
         meta: dict[str, Any] = {"backend": "desktop", "suite": self.suite.name, "display": display.number}
