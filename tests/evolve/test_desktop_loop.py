@@ -3,9 +3,11 @@ exported in each desktop action format for each trainer, read on the image the t
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 from PIL import Image
 
@@ -66,15 +68,18 @@ def test_desktop_tasks_evolve_and_export_for_every_trainer(tmp_path: Path) -> No
 
 def _every_answer_parses(out: Path, action_format: str) -> None:
     """Each action row's answer, read by the family's own parser in its coordinate space on the image
-    as written."""
-    codec, answers = get_codec(action_format), 0
+    as written (an rl-verl export's answers are its ground truth, its images in the parquet)."""
+    codec, answers = get_codec(action_format), []
     for file in sorted(out.glob("*.jsonl")):
         for line in file.read_text().splitlines():
             record = json.loads(line)
-            if record["messages"][0]["content"] == KNOWLEDGE_SYSTEM:  # a question about the screen
-                continue
-            with Image.open(out / record["images"][-1]) as image:
-                screen = coordinate_screen(action_format, *image.size)
-            codec.parse(record["messages"][-1]["content"], screen)
-            answers += 1
-    assert answers > 0, f"{out}: no action rows"
+            if record["messages"][0]["content"] != KNOWLEDGE_SYSTEM:  # not a question about the screen
+                with Image.open(out / record["images"][-1]) as image:
+                    answers.append((record["messages"][-1]["content"], image.size))
+    for file in sorted(out.glob("*.parquet")):
+        for row in pl.read_parquet(file).to_dicts():
+            with Image.open(io.BytesIO(row["images"][-1]["bytes"])) as image:
+                answers.append((json.loads(row["reward_model"]["ground_truth"])["formatted"], image.size))
+    assert answers, f"{out}: no action rows"
+    for answer, size in answers:
+        codec.parse(answer, coordinate_screen(action_format, *size))
