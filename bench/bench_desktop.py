@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_miniwob import Timed
+from bench.bench_miniwob import Timed, run
 from bench.common import table
 from rollout.suites.desktop import DesktopSuite
 from rollout.suites.desktop.display import Display, kill_group
@@ -49,48 +49,17 @@ class ResetTimed(Timed):
 
 
 def engine_run(seeds: int, workers: int) -> dict[str, float]:
-    import asyncio
-
-    from rollout.policies import RandomExplorer
-    from rollout.pool import DevicePool
-    from rollout.runner import EpisodeRunner, RolloutConfig
-    from rollout.sim.farm import SimFarm
-    from rollout.suites import Suite, resolve
-    from rollout.suites.farm import SuiteFarm
-    from rollout.suites.queries import environment_queries
-    from storage.db import create_db_engine, session_factory, upgrade
-    from storage.objectstore import LocalObjectStore
-    from tests.support.spine import new_round
-
-    with tempfile.TemporaryDirectory() as tmp:
-        engine = create_db_engine(f"sqlite:///{Path(tmp) / 'bench.db'}")
-        upgrade(engine)
-        sessions = session_factory(engine)
-        suites: dict[str, Suite] = {}
-        for task in TASKS:
-            app, suite, _ = resolve(f"desktop:{task}")
-            suites[app] = suite
-        made = environment_queries(sessions, suites, {app: list(range(seeds)) for app in suites})
-        queries = [q for app in suites for q in made[app]]
-        store = LocalObjectStore(Path(tmp) / "objects")
-        farm = SuiteFarm(SimFarm(store=store), suites)
-        clock, lock = {"env": 0.0}, threading.Lock()
-        resets: list[float] = []
-        pool = DevicePool(sessions, max_failures=50)
-        farm.register(pool, workers)
-
-        runner = EpisodeRunner(
-            sessions,
-            pool,
-            lambda lease: ResetTimed(farm(lease), clock, lock, resets),
-            RandomExplorer,
-            RolloutConfig(workers=workers, max_steps=MAX_STEPS),
-            backend=farm.backend,
-        )
-        report = asyncio.run(runner.run(queries, *new_round(sessions)))
+    resets: list[float] = []
+    report, env_s = run(
+        seeds,
+        workers,
+        [f"desktop:{task}" for task in TASKS],
+        MAX_STEPS,
+        lambda env, clock, lock: ResetTimed(env, clock, lock, resets),
+    )
     reset_s = sum(resets)
-    step_s = (clock["env"] - reset_s) / max(report.steps, 1)
-    engine_s = max(report.seconds * workers - clock["env"], 0.0) / max(report.steps, 1)
+    step_s = (env_s - reset_s) / max(report.steps, 1)
+    engine_s = max(report.seconds * workers - env_s, 0.0) / max(report.steps, 1)
     return {
         "episodes": report.completed,
         "steps": report.steps,

@@ -16,6 +16,7 @@ import asyncio
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +64,22 @@ class Timed:
         self.env.close()
 
 
-def run(seeds: int, workers: int) -> tuple[RolloutReport, float]:
+def run(
+    seeds: int,
+    workers: int,
+    refs: list[str] | None = None,
+    max_steps: int = 10,
+    timed: Callable[[Any, dict[str, float], threading.Lock], Timed] = Timed,
+) -> tuple[RolloutReport, float]:
+    """The random explorer on `seeds` seeds of each suite task (`refs`, default MiniWoB's TASKS) with
+    `workers` devices, through the production runner; its report and the environments' seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         engine = create_db_engine(f"sqlite:///{Path(tmp) / 'bench.db'}")
         upgrade(engine)
         sessions = session_factory(engine)
         suites: dict[str, Suite] = {}
-        for task in TASKS:
-            app, suite, _ = resolve(f"miniwob:{task}")
+        for ref in refs or [f"miniwob:{task}" for task in TASKS]:
+            app, suite, _ = resolve(ref)
             suites[app] = suite
         made = environment_queries(sessions, suites, {app: list(range(seeds)) for app in suites})
         queries = [q for app in suites for q in made[app]]
@@ -83,9 +92,9 @@ def run(seeds: int, workers: int) -> tuple[RolloutReport, float]:
         runner = EpisodeRunner(
             sessions,
             pool,
-            lambda lease: Timed(farm(lease), clock, lock),
+            lambda lease: timed(farm(lease), clock, lock),
             RandomExplorer,
-            RolloutConfig(workers=workers, max_steps=10),
+            RolloutConfig(workers=workers, max_steps=max_steps),
             backend=farm.backend,
         )
         report = asyncio.run(runner.run(queries, *ids))

@@ -56,6 +56,17 @@ def refuse_mobile(action: Action, family: str) -> None:
         raise UnsupportedAction("mobile_action", f"{family} has no {what} (a phone's)")
 
 
+def desktop_states(action: Action) -> bool:
+    """Whether a desktop format states `action` as it is: none states a phone's action, a press
+    other than enter, or typing at a point (the formats type where the focus is)."""
+    kind = action.kind
+    if kind in (ActionKind.LONG_PRESS, ActionKind.SWIPE, ActionKind.OPEN_APP):
+        return False
+    if kind == ActionKind.PRESS:
+        return action.key == "enter"
+    return not (kind == ActionKind.TYPE and action.point is not None)
+
+
 def hotkey(keys: list[str], raw: str) -> Action:
     """The action of keys pressed together: `enter` alone is the enter key, anything else a hotkey."""
     names = [k.strip().lower() for k in keys if k.strip()]
@@ -182,20 +193,14 @@ class ComputerUseCodec(QwenCodec):
     def represents(self, action: Action) -> bool:
         if action.intent is not None or not survives_markup(action.thought):
             return False
-        if "</tool_call>" in (action.text or ""):
-            return False
         kind = action.kind
-        if kind in (ActionKind.LONG_PRESS, ActionKind.SWIPE, ActionKind.OPEN_APP, ActionKind.ANSWER):
+        if "</tool_call>" in (action.text or "") or kind == ActionKind.ANSWER or not desktop_states(action):
             return False
-        if kind == ActionKind.PRESS:
-            return action.key == "enter"
         if kind == ActionKind.DRAG:
             return action.point is None
         if kind == ActionKind.SCROLL:
             return action.direction in ("up", "down") and action.amount is not None
-        if kind == ActionKind.WAIT:
-            return action.duration_ms is not None
-        return not (kind == ActionKind.TYPE and action.point is not None)
+        return kind != ActionKind.WAIT or action.duration_ms is not None
 
 
 class UITarsComputerCodec(UITarsCodec):
@@ -266,16 +271,12 @@ class UITarsComputerCodec(UITarsCodec):
             or "Action: " in (action.text or "")
         ):
             return False
-        if kind in (ActionKind.LONG_PRESS, ActionKind.SWIPE, ActionKind.OPEN_APP):
+        if not desktop_states(action):
             return False
-        if kind == ActionKind.PRESS:
-            return action.key == "enter"
         if kind == ActionKind.DRAG:
             return action.point is not None
         if kind == ActionKind.SCROLL:
             return action.amount is None
         if kind == ActionKind.WAIT:
             return action.duration_ms is None
-        if kind == ActionKind.ANSWER:
-            return bool(action.text)
-        return not (kind == ActionKind.TYPE and action.point is not None)
+        return kind != ActionKind.ANSWER or bool(action.text)

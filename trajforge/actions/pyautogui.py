@@ -20,7 +20,7 @@ import ast
 import re
 from typing import Any
 
-from trajforge.actions.computer import hotkey, hotkey_keys, refuse_mobile
+from trajforge.actions.computer import desktop_states, hotkey, hotkey_keys, refuse_mobile
 from trajforge.actions.model import WHEEL_CLICKS, Action, ActionKind, Screen, build_action
 from trajforge.errors import ParseError, UnsupportedAction
 
@@ -186,15 +186,11 @@ class PyAutoGUICodec:
         raise UnsupportedAction("unsupported_action", f"pyautogui has no {kind} action")
 
     def represents(self, action: Action) -> bool:
-        if action.thought is not None or action.intent is not None:
-            return False
         kind = action.kind
-        if kind in (ActionKind.LONG_PRESS, ActionKind.SWIPE, ActionKind.OPEN_APP, ActionKind.ANSWER):
+        if action.thought is not None or action.intent is not None or kind == ActionKind.ANSWER:
             return False
-        if kind == ActionKind.PRESS:
-            return action.key == "enter"
         if kind == ActionKind.SCROLL:
             return action.amount is not None
         if kind == ActionKind.WAIT:
             return action.duration_ms is None
-        return not (kind == ActionKind.TYPE and action.point is not None)
+        return desktop_states(action)

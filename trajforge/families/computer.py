@@ -18,7 +18,7 @@ from typing import Any
 
 from trajforge.actions import Screen
 from trajforge.families import ImagePart, Message, Turn
-from trajforge.families.qwen import POINT, Qwen25VLMobileUse, tool_system
+from trajforge.families.qwen import POINT, STATUS, Qwen25VLMobileUse, action_property, tool_system
 from trajforge.families.uitars import UITars15Mobile
 from trajforge.gateway import text_part
 
@@ -93,13 +93,8 @@ def computer_use(width: int, height: int) -> dict[str, Any]:
         "* Make sure to click any buttons, links, icons, etc with the cursor tip in the center of the element. "
         "Don't click boxes on their edges unless asked."
     )
-    listed = "\n".join(f"* `{name}`: {line}" for name, line in COMPUTER_ACTIONS)
     properties = {
-        "action": {
-            "description": f"The action to perform. The available actions are:\n{listed}",
-            "enum": [name for name, _ in COMPUTER_ACTIONS],
-            "type": "string",
-        },
+        "action": action_property(COMPUTER_ACTIONS),
         "keys": {"description": "Required only by `action=key`.", "type": "array"},
         "text": {"description": "Required only by `action=type`.", "type": "string"},
         "coordinate": {
@@ -115,11 +110,7 @@ def computer_use(width: int, height: int) -> dict[str, Any]:
             "type": "number",
         },
         "time": {"description": "The seconds to wait. Required only by `action=wait`.", "type": "number"},
-        "status": {
-            "description": "The status of the task. Required only by `action=terminate`.",
-            "type": "string",
-            "enum": ["success", "failure"],
-        },
+        "status": STATUS,
     }
     parameters = {"properties": properties, "required": ["action"], "type": "object"}
     return {"name": "computer_use", "description": description, "parameters": parameters}

@@ -48,6 +48,11 @@ BUTTON = (
     "opening the application background menu, and Enter means pressing the enter. Required only by "
     "`action=system_button`"
 )
+STATUS = {
+    "description": "The status of the task. Required only by `action=terminate`.",
+    "type": "string",
+    "enum": ["success", "failure"],
+}
 # (action, its line in the action's description), in each tool's order
 QWEN_ACTIONS = (
     (
@@ -89,13 +94,8 @@ def mobile_use(
         "* Make sure to click any buttons, links, icons, etc with the cursor tip in the center of the "
         "element. Don't click boxes on their edges unless asked."
     )
-    listed = "\n".join(f"* `{name}`: {line}" for name, line in actions)
     properties = {
-        "action": {
-            "description": f"The action to perform. The available actions are:\n{listed}",
-            "enum": [name for name, _ in actions],
-            "type": "string",
-        },
+        "action": action_property(actions),
         "coordinate": {"description": POINT, "type": "array"},
         "coordinate2": {
             "description": POINT.replace(
@@ -110,14 +110,20 @@ def mobile_use(
             "type": "number",
         },
         "button": {"description": BUTTON, "enum": ["Back", "Home", "Menu", "Enter"], "type": "string"},
-        "status": {
-            "description": "The status of the task. Required only by `action=terminate`.",
-            "type": "string",
-            "enum": ["success", "failure"],
-        },
+        "status": STATUS,
     }
     parameters = {"properties": properties, "required": ["action"], "type": "object"}
     return {"name": "mobile_use", "description": description, "parameters": parameters}
+
+
+def action_property(actions: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A tool's `action` parameter: each action listed with its line, then their names as the enum."""
+    listed = "\n".join(f"* `{name}`: {line}" for name, line in actions)
+    return {
+        "description": f"The action to perform. The available actions are:\n{listed}",
+        "enum": [name for name, _ in actions],
+        "type": "string",
+    }
 
 
 def tool_system(function: dict[str, Any]) -> str:
