@@ -17,6 +17,7 @@ from storage.db import create_db_engine, session_factory
 from storage.objectstore import LocalObjectStore
 from tests.conftest import service_missing
 from tests.evolve.test_suite_loop import _evolve
+from tests.rollout.test_desktop_env import tally_suite
 from tests.support.trainer_recipes import TRAINERS
 from tests.support.trainers import tap_check, trainer_python
 from trajforge.actions import DESKTOP_FORMATS, get_codec
@@ -32,8 +33,9 @@ def test_desktop_tasks_evolve_and_export_for_every_trainer(tmp_path: Path) -> No
     assert isinstance(suite, DesktopSuite)
     if suite.missing():
         service_missing(f"desktop suites need {', '.join(suite.missing())} (apt-get install ...)")
+    user = f"{tally_suite(tmp_path)}:add-item"  # a suite of the user's own, for an app of their own
     config = {
-        "apps": TASKS,
+        "apps": [*TASKS, user],
         "evolve": {"rounds": 1, "queries_per_app": 3, "rollouts": 2, "heldout_per_app": 2,
                    "heldout_rollouts": 1, "devices": 2},
         "curate": {"featurizer": "phash"},
@@ -41,11 +43,11 @@ def test_desktop_tasks_evolve_and_export_for_every_trainer(tmp_path: Path) -> No
     table = _evolve(tmp_path / "run", config)
     first = table["rounds"][0]
     apps = first["apps"]
-    assert set(apps) == set(TASKS)
-    for app in TASKS:  # 3 seeds x 2 rollouts, each decided by the task's own checks
+    assert set(apps) == {*TASKS, "tally:add-item"}
+    for app in apps:  # 3 seeds x 2 rollouts, each decided by the task's own checks
         assert apps[app]["episodes"] == 6 and apps[app]["outcome_sources"] == {"verifier": 6}
     assert sum(apps[app]["successes"] for app in TASKS) > 0  # calc-clear: AC or C, anywhere in 25 steps
-    assert set(first["heldout"]["per_app"]) == set(TASKS)
+    assert set(first["heldout"]["per_app"]) == set(apps)
     rec = first["recovery"]  # probes replay from the task's setup on the same displays
     made = rec["samples"].get("error_escape", 0)
     assert rec["probed"] == made + sum(n for r, n in rec["skipped"].items() if r in PROBE_REASONS)

@@ -127,6 +127,48 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+TALLY = Path(__file__).resolve().parents[1] / "support" / "desktop_tally.py"
+
+
+def tally_suite(folder: Path) -> Path:
+    """A suite for an app of the user's own, written from docs/environments.md alone; its app is
+    started through a shell, so its window belongs to a child of the launched process."""
+    path = folder / "tally.yaml"
+    path.write_text(
+        "name: tally\n"
+        "display: [800, 600]\n"
+        "end_on_success: true\n"
+        "desktop:\n"
+        "  add-item:\n"
+        "    instruction: 'Add \"{item}\" to the tally and save it.'\n"
+        "    params: {item: [pear, plum, fig]}\n"
+        "    setup:\n"
+        f"      - launch: [sh, -c, '/usr/bin/python3 {TALLY}; true']\n"
+        "    check:\n"
+        "      - get: {file: tally.txt}\n"
+        "        contains: '{item}'\n"
+    )
+    return path
+
+
+def test_a_users_own_app_from_a_suite_file_through_a_launcher(suite: DesktopSuite, tmp_path: Path) -> None:
+    user = get_suite(str(tally_suite(tmp_path)))
+    assert isinstance(user, DesktopSuite)
+    env = user.environment(None)
+    try:
+        instruction, params = env.describe("add-item", 1)
+        obs = env.reset(task_query(f"{tally_suite(tmp_path)}:add-item", 1, instruction, params))
+        assert obs.width == 800 and obs.height == 600
+        field = at(env, obs, "", "input")
+        obs = env.step(Action(kind=K.TYPE, point=field, text=params["item"]))
+        obs = click(env, obs, "Add", "button")
+        assert not obs.done
+        obs = click(env, obs, "Save", "button")
+        assert obs.done and env.verify().success  # its checks held: the episode ended itself
+    finally:
+        env.close()
+
+
 def test_desktop_actions_are_xdotool_commands() -> None:
     screen = Screen(1001, 1001)
     assert xdotool_args(Action(kind=K.DOUBLE_CLICK, point=(10, 20)), screen) == [

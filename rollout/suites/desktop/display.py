@@ -75,6 +75,14 @@ def _group(argv: list[str], env: dict[str, str], **kw: Any) -> subprocess.Popen[
     return subprocess.Popen(argv, env=env, start_new_session=True, **kw)
 
 
+def _session(pid: str) -> int | None:
+    """The session of a process (`pid` as xdotool prints it), or None: gone, or no pid given."""
+    try:
+        return os.getsid(int(pid))
+    except (ValueError, ProcessLookupError, PermissionError):
+        return None
+
+
 def kill_group(proc: subprocess.Popen[Any], wait_s: float = 2.0) -> None:
     """End a process and everything in its group: TERM, then KILL if it lingers."""
     if proc.poll() is not None:
@@ -171,10 +179,13 @@ class Display:
             raise DeviceCrashed(f"xdotool {' '.join(args)} failed: {done.stderr.strip()[:200]}")
         return done.stdout
 
-    def windows(self, pid: int | None = None) -> list[str]:
-        """The visible windows' ids, those of process `pid` when given."""
-        args = ["search", "--onlyvisible"] + (["--pid", str(pid)] if pid is not None else ["--name", ""])
-        return self.xdotool(*args, check=False).split()
+    def windows(self, session: int | None = None) -> list[str]:
+        """The visible windows' ids; with `session`, those of the processes of that session: an app
+        and what it started (the app a launcher script runs, a helper it forks)."""
+        ids = self.xdotool("search", "--onlyvisible", "--name", "", check=False).split()
+        if session is None:
+            return ids
+        return [w for w in ids if _session(self.xdotool("getwindowpid", w, check=False)) == session]
 
     def grab(self) -> Image.Image:
         """The whole display, as it shows now."""
