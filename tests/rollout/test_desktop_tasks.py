@@ -165,3 +165,24 @@ def test_check_names_what_a_desktop_run_lacks_with_its_apt_line(
     monkeypatch.setattr("rollout.suites.desktop.shutil.which", lambda p: "/usr/bin/x")
     _check_desktops(["desktop:calc-add"])
     assert "desktops: desktop: ok" in capsys.readouterr().out
+
+
+def test_a_tree_reader_that_hangs_is_a_hung_device_and_is_not_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+
+    from rollout.suites.desktop import display as module
+    from trajforge.errors import DeviceCrashed, DeviceHung
+
+    monkeypatch.setattr(module, "TREE_S", 0.2)
+    stuck = module.Display.__new__(module.Display)  # no X needed: only its reader is asked
+    stuck.number = 0
+    stuck._reader = subprocess.Popen(
+        ["sleep", "30"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+    )
+    with pytest.raises(DeviceHung, match=r"took over 0\.2 s"):
+        stuck.tree()
+    assert stuck._reader.poll() is not None
+    with pytest.raises(DeviceCrashed, match="reader of :0 died"):
+        stuck.tree()
