@@ -27,12 +27,11 @@ from trajforge.actions.model import (
     ActionKind,
     Screen,
     build_action,
-    load_json_object,
     number_pair,
     require_str,
     survives_markup,
 )
-from trajforge.actions.qwen import QwenCodec, tool_call_body
+from trajforge.actions.qwen import QwenCodec, tool_arguments, tool_call_body
 from trajforge.actions.uitars import UITarsCodec
 from trajforge.errors import ParseError, UnsupportedAction
 
@@ -92,14 +91,7 @@ class ComputerUseCodec(QwenCodec):
         body = tool_call_body(text)
         think = self._THINK.search(text)
         thought = think[1].strip() if think else None
-        call = load_json_object(text if body is None else body, text)
-        if call.get("name") != TOOL_NAME:
-            raise ParseError("unknown_tool", f"tool {call.get('name')!r}; expected {TOOL_NAME!r}", text)
-        args = call.get("arguments")
-        if isinstance(args, str):
-            args = load_json_object(args, text)
-        if not isinstance(args, dict):
-            raise ParseError("missing_field", "'arguments' must be an object", text)
+        args = tool_arguments(text if body is None else body, TOOL_NAME, text)
         return self._action(args, screen, text).model_copy(update={"thought": thought})
 
     def _action(self, args: dict[str, Any], screen: Screen, raw: str) -> Action:

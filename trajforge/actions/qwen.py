@@ -64,17 +64,23 @@ def _ms_to_seconds(ms: int) -> int | float:
     return ms // 1000 if ms % 1000 == 0 else ms / 1000
 
 
-def parse_tool_call(body: str, screen: Screen, raw: str, **extra: str | None) -> Action:
-    """The canonical action of one `mobile_use` tool-call JSON body."""
+def tool_arguments(body: str, tool: str, raw: str) -> dict[str, Any]:
+    """The `arguments` object of one tool-call JSON body, checked to be a call of `tool`."""
     call = load_json_object(body, raw)
     name = call.get("name")
-    if name != TOOL_NAME:
-        raise ParseError("unknown_tool", f"tool {name!r}; expected {TOOL_NAME!r}", raw)
+    if name != tool:
+        raise ParseError("unknown_tool", f"tool {name!r}; expected {tool!r}", raw)
     args = call.get("arguments")
     if isinstance(args, str):  # some servers send arguments as a JSON string
         args = load_json_object(args, raw)
     if not isinstance(args, dict):
         raise ParseError("missing_field", "'arguments' must be an object", raw)
+    return args
+
+
+def parse_tool_call(body: str, screen: Screen, raw: str, **extra: str | None) -> Action:
+    """The canonical action of one `mobile_use` tool-call JSON body."""
+    args = tool_arguments(body, TOOL_NAME, raw)
     action = args.get("action")
 
     def point(key: str) -> tuple[int, int]:

@@ -196,10 +196,11 @@ class Display:
         except OSError as exc:
             raise DeviceCrashed(f"display :{self.number}: no screenshot ({exc})") from exc
 
-    def screenshot(self, image: Image.Image | None = None) -> bytes:
-        """The display (or a frame `grab` took) as PNG."""
+    @staticmethod
+    def png(frame: Image.Image) -> bytes:
+        """A frame `grab` took, as PNG."""
         out = io.BytesIO()
-        (image or self.grab()).convert("RGB").save(out, format="PNG", compress_level=1)
+        frame.convert("RGB").save(out, format="PNG", compress_level=1)
         return out.getvalue()
 
     def tree(self) -> list[dict[str, Any]]:

@@ -264,7 +264,7 @@ class DesktopEnv:
                 if again.tobytes() == frame.tobytes():
                     break
                 frame = again
-        png = display.screenshot(frame)
+        png = display.png(frame)
         quit_app = next((app for app in self._apps if app.poll() is not None), None)
         digest = put_blob(self.store, png)[0] if self.store is not None else sha256_hex(png)
         meta: dict[str, Any] = {"backend": "desktop", "suite": self.suite.name, "display": display.number}
