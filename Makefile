@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow lint bench clean miniwob desktop
+.PHONY: install run test test-slow lint bench clean miniwob desktop browsergym browsergym-venv
 
 # Test workers: the fast tier is CPU-bound (one per core); the slow tier mostly waits on browsers,
 # subprocesses, servers and cron ticks, so it runs more workers than cores. Each worker has its own
@@ -30,6 +30,24 @@ run: $(STAMP)
 miniwob: $(STAMP)
 	@test -x /usr/bin/chromium || { echo "MiniWoB++ runs in Chromium: apt-get install chromium"; exit 1; }
 	$(BIN)/trajforge evolve --config docs/examples/miniwob.yaml
+
+# BrowserGym in a venv of its own (its pins would move ours); the `browsergym` suite finds it here
+# (or through TRAJFORGE_BROWSERGYM_PYTHON). Rebuilt when its requirements change.
+BROWSERGYM_VENV ?= $(HOME)/.cache/trajforge/browsergym-0.14.3
+BROWSERGYM_REQS := rollout/suites/browsergym/requirements.txt
+
+$(BROWSERGYM_VENV)/.installed: $(BROWSERGYM_REQS)
+	rm -rf $(BROWSERGYM_VENV)
+	$(PYTHON) -m venv $(BROWSERGYM_VENV)
+	$(BROWSERGYM_VENV)/bin/python -m pip install -q -r $(BROWSERGYM_REQS)
+	touch $@
+
+## browsergym: install, then BrowserGym into its own venv, then evolve 3 rounds on BrowserGym's MiniWoB tasks (needs Chromium)
+browsergym: $(STAMP) $(BROWSERGYM_VENV)/.installed
+	@test -x /usr/bin/chromium || { echo "BrowserGym runs in Chromium: apt-get install chromium"; exit 1; }
+	$(BIN)/trajforge evolve --config docs/examples/browsergym.yaml
+
+browsergym-venv: $(BROWSERGYM_VENV)/.installed
 
 ## desktop: install, then evolve 3 rounds on the built-in desktop suite: real apps on virtual displays
 desktop: $(STAMP)

@@ -158,11 +158,12 @@ def check_cmd(config: ConfigOpt = None) -> None:
         )
         raise typer.Exit(1)
     typer.echo(f"fonts: CJK {font}: ok")
-    _check_desktops(settings.apps)
+    _check_suites(settings.apps)
 
 
-def _check_desktops(apps: list[str]) -> None:
-    """A run with desktop tasks needs a virtual display and the tasks' apps: name the apt line."""
+def _check_suites(apps: list[str]) -> None:
+    """A run with desktop tasks needs a virtual display and the tasks' apps (named with the apt line);
+    one with BrowserGym tasks needs BrowserGym's venv."""
     from rollout.suites import get_suite, is_suite_ref, split_ref
     from rollout.suites.desktop import DesktopSuite
 
@@ -174,3 +175,10 @@ def _check_desktops(apps: list[str]) -> None:
         raise typer.Exit(1)
     if desktops:
         typer.echo(f"desktops: {', '.join(s.name for s in desktops)}: ok")
+    if "browsergym" in suites:
+        from rollout.suites import browsergym
+
+        for problem in browsergym.missing():
+            typer.echo(f"browsergym: missing {problem}", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"browsergym: {browsergym.browsergym_python()}: ok")

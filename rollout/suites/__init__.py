@@ -57,10 +57,11 @@ SuiteFactory = Callable[[], Suite]
 
 
 def _builtin() -> dict[str, SuiteFactory]:
+    from rollout.suites.browsergym import BrowserGymSuite
     from rollout.suites.desktop import DesktopSuite
     from rollout.suites.miniwob import MiniWobSuite
 
-    return {"miniwob": MiniWobSuite, "desktop": DesktopSuite.builtin}
+    return {"miniwob": MiniWobSuite, "desktop": DesktopSuite.builtin, "browsergym": BrowserGymSuite}
 
 
 def is_suite_ref(ref: str) -> bool:

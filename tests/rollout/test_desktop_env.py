@@ -14,10 +14,12 @@ import pytest
 
 from rollout.suites import get_suite, task_query
 from rollout.suites.desktop import DesktopSuite
+from rollout.suites.desktop import env as desktop_env
 from rollout.suites.desktop.env import DesktopEnv, xdotool_args
 from tests.conftest import service_missing
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.domain import Observation
+from trajforge.errors import ConfigError
 
 K = ActionKind
 pytestmark = pytest.mark.slow
@@ -165,6 +167,34 @@ def test_a_users_own_app_from_a_suite_file_through_a_launcher(suite: DesktopSuit
         assert not obs.done
         obs = click(env, obs, "Save", "button")
         assert obs.done and env.verify().success  # its checks held: the episode ended itself
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("run", "said"),
+    [
+        ("[no-such-program-xyz]", "'no-such-program-xyz' is not installed"),
+        ("[sh, -c, 'echo disk full >&2; exit 3']", "exited 3: disk full; fix the step"),
+        ("[sleep, '30']", "did not exit within 1 s"),
+    ],
+)
+def test_a_setup_command_that_fails_is_one_configuration_error(
+    suite: DesktopSuite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: str, said: str
+) -> None:
+    monkeypatch.setattr(desktop_env, "RUN_S", 1.0)
+    path = tmp_path / "broken.yaml"
+    path.write_text(
+        "name: broken\ndesktop:\n  t:\n    instruction: Do it.\n"
+        f"    setup:\n      - run: {run}\n    check:\n      - get: {{exists: x}}\n        exact: 'true'\n"
+    )
+    user = get_suite(str(path))
+    assert isinstance(user, DesktopSuite)
+    env = user.environment(None)
+    try:
+        with pytest.raises(ConfigError, match="desktop task 't': setup `run: ") as caught:
+            env.reset(task_query(f"{path}:t", 0, "Do it.", {}))
+        assert said in str(caught.value)
     finally:
         env.close()
 

@@ -56,6 +56,7 @@ KEYSYMS = {
     "insert": "Insert", **{f"f{i}": f"F{i}" for i in range(1, 13)},
 }  # fmt: skip
 WINDOW_S = 20.0
+RUN_S = 60.0  # a setup `run:` command must exit within this
 SETTLE_S = 1.0
 INPUT_ROLES = {"text", "entry", "password text", "spin button", "terminal", "document text"}
 TOGGLE_ROLES = {"check box", "radio button", "check menu item", "radio menu item"}
@@ -166,12 +167,7 @@ class DesktopEnv:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(fill(step.write.text, params), encoding="utf-8")
             elif step.run is not None:
-                argv = [fill(a, params) for a in step.run]
-                done = subprocess.run(
-                    argv, cwd=home, env={**display.env, "HOME": str(home)}, capture_output=True
-                )
-                if done.returncode != 0:
-                    raise ConfigError(f"desktop task {name!r}: setup `run: {argv}` exited {done.returncode}")
+                self._run(name, [fill(a, params) for a in step.run])
             elif step.launch is not None:
                 self._launch([fill(a, params) for a in step.launch])
             elif step.type is not None:
@@ -179,6 +175,27 @@ class DesktopEnv:
             elif step.key is not None:
                 display.xdotool("key", *fill(step.key, params).split())
         return self._observe()
+
+    def _run(self, task: str, argv: list[str]) -> None:
+        """A setup `run:` step: the command must exit 0 within RUN_S; anything else is the task's
+        configuration, named with the command's last output."""
+        display, home = self._device(), self._home
+        assert home is not None
+        where = f"desktop task {task!r}: setup `run: {argv}`"
+        try:
+            done = subprocess.run(
+                argv, cwd=home, env={**display.env, "HOME": str(home)}, capture_output=True, timeout=RUN_S
+            )
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{where}: {argv[0]!r} is not installed; install it or fix the step") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ConfigError(
+                f"{where} did not exit within {RUN_S:g} s; a setup command must finish (start an app "
+                "with `launch:`)"
+            ) from exc
+        if done.returncode != 0:
+            said = done.stderr.decode("utf-8", errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise ConfigError(f"{where} exited {done.returncode}: {said[0][:200]}; fix the step")
 
     def _launch(self, argv: list[str]) -> None:
         display, home = self._device(), self._home

@@ -1,0 +1,253 @@
+"""One device slot's BrowserGym environment, through `serve.py` in BrowserGym's venv.
+
+Observations: BrowserGym's screenshot, and its accessibility tree as trajforge elements, each
+`id` its BrowserGym id (`bid`), bounds in screenshot pixels. Actions: a canonical action becomes
+one of BrowserGym's high-level action strings. A pointed action is aimed at the element under its
+point (the deepest one in the tree shown before it, so the step's recorded elements and point name
+the same `bid` again at export): `click("12")`, `fill("12", "text")`, `select_option("12", "text")`
+for a select; where no element is under the point, the coordinates (`mouse_click(x, y)`, in the
+page's CSS pixels). The string sent is kept in the observation's `meta["action"]`.
+
+The episode ends when BrowserGym terminates or truncates it; it succeeds when the reward of its
+`validate` summed over the episode is positive.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from rollout.suites import seed_of
+from rollout.suites.browsergym.pipe import Pipe
+from storage.keys import sha256_hex
+from storage.objectstore import ObjectStore, put_blob
+from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions.model import WHEEL_CLICKS
+from trajforge.domain import Observation, Query
+from trajforge.world.verify import VerifierResult
+
+INPUT_ROLES = {"textbox", "searchbox", "spinbutton", "textarea"}
+TOGGLE_ROLES = {"checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio"}
+BUTTON_ROLES = {"button", "link", "menuitem", "tab", "option", "combobox", "listbox", "treeitem", "slider"}
+# Playwright's key names for trajforge's (`press`'s keys and a hotkey's parts).
+KEYS = {
+    "enter": "Enter", "return": "Enter", "tab": "Tab", "esc": "Escape", "escape": "Escape",
+    "backspace": "Backspace", "delete": "Delete", "del": "Delete", "space": " ", "up": "ArrowUp",
+    "down": "ArrowDown", "left": "ArrowLeft", "right": "ArrowRight", "home": "Home", "end": "End",
+    "pageup": "PageUp", "pagedown": "PageDown", "ctrl": "Control", "control": "Control",
+    "shift": "Shift", "alt": "Alt", "cmd": "Meta", "command": "Meta", "win": "Meta", "meta": "Meta",
+}  # fmt: skip
+WHEEL_PX = 100  # one wheel click, in CSS pixels
+SWIPE_PX = 300
+
+
+def elements(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The server's accessibility nodes as trajforge elements: controls with their accessible
+    names, and named or worded nodes as text; nodes not shown are left out."""
+    out: list[dict[str, Any]] = []
+    for node in nodes:
+        x, y, w, h = (float(v) for v in node["bbox"])
+        if w <= 0 or h <= 0 or (node.get("visibility") or 0) < 0.5:
+            continue
+        role, name, value = node["role"], node["name"].strip(), node["value"].strip()
+        states = node.get("states") or {}
+        checked = None
+        if role in INPUT_ROLES:
+            kind, text = "input", value or name
+        elif role in TOGGLE_ROLES:
+            kind, text, checked = "toggle", name, states.get("checked") in ("true", True)
+        elif role in BUTTON_ROLES:
+            kind, text = "button", ": ".join(t for t in (name, value) if t) if role == "combobox" else name
+            if role == "option":
+                checked = states.get("selected") in ("true", True)
+        elif name or node.get("text"):
+            kind, text = "text", name or node["text"]
+        else:
+            continue
+        out.append(
+            {
+                "id": node["bid"],
+                "kind": kind,
+                "tag": role,
+                "text": " ".join(text.split()),
+                "checked": checked,
+                "focused": bool(states.get("focused")),
+                "bounds": [max(0, round(v)) for v in (x, y, x + w, y + h)],
+            }
+        )
+    return out
+
+
+def under(shown: list[dict[str, Any]], px: tuple[int, int]) -> dict[str, Any] | None:
+    """The deepest element under a pixel: the last one containing it, in the tree's order."""
+    x, y = px
+    for e in reversed(shown):
+        x1, y1, x2, y2 = e["bounds"]
+        if x1 <= x <= x2 and y1 <= y <= y2:
+            return e
+    return None
+
+
+class BrowserGymEnv:
+    """A BrowserGym server process of this slot's own (started on first use)."""
+
+    def __init__(self, python: Path, store: ObjectStore | None) -> None:
+        self.python, self.store = python, store
+        self._pipe: Pipe | None = None
+        self._lock = threading.Lock()
+        self._shown: list[dict[str, Any]] = []
+        self._screen, self._scale = Screen(1000, 1000), 1.0
+        self._pointer: tuple[float, float] = (0.0, 0.0)
+        self._done, self._reward = False, 0.0
+        self._last: Observation | None = None
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if self._pipe is None:
+                self._pipe = Pipe(self.python)
+            try:
+                return self._pipe.ask(request)
+            except Exception:
+                if (
+                    request["op"] != "tasks"
+                ):  # a failed device is not asked again: the next call starts afresh
+                    self._pipe.close()
+                    self._pipe = None
+                raise
+
+    def describe(self, task: str, seed: int) -> tuple[str, dict[str, str]]:
+        reply = self._ask({"op": "reset", "task": task, "seed": seed})
+        return reply["goal"], {}
+
+    def reset(self, task: Query) -> Observation:
+        name, seed = seed_of(task)
+        self._done, self._reward = False, 0.0
+        return self._observe(self._ask({"op": "reset", "task": name, "seed": seed}), "")
+
+    def step(self, action: Action) -> Observation:
+        if self._done and self._last is not None:  # BrowserGym ended the episode; later actions do nothing
+            return self._last
+        code = self.code(action)
+        reply = self._ask({"op": "step", "action": code})
+        self._reward += float(reply["reward"])
+        self._done = bool(reply["terminated"] or reply["truncated"])
+        return self._observe(reply, code)
+
+    def verify(self) -> VerifierResult:
+        if not self._done:
+            return VerifierResult(False, "not_done", "the environment did not end the episode", None)
+        success = self._reward > 0
+        return VerifierResult(
+            success, None if success else "environment_reward", f"reward {self._reward:g}", self._reward
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pipe is not None:
+                self._pipe.close()
+                self._pipe = None
+
+    def _observe(self, reply: dict[str, Any], code: str) -> Observation:
+        png = base64.b64decode(reply["png"])
+        digest = put_blob(self.store, png)[0] if self.store is not None else sha256_hex(png)
+        width, height = Image.open(io.BytesIO(png)).size
+        self._screen = Screen(width, height)
+        self._scale = width / max(1, int(reply["viewport"][0]))
+        self._shown = elements(reply["nodes"])
+        meta: dict[str, Any] = {"backend": "browsergym", "suite": "browsergym", "url": reply["url"]}
+        if code:
+            meta |= {"action": code, "error": reply["error"]} if reply["error"] else {"action": code}
+        self._last = Observation(
+            screenshot=digest,
+            width=width,
+            height=height,
+            elements=self._shown,
+            meta=meta | ({"reward": self._reward} if self._done else {}),
+            done=self._done,
+        )
+        return self._last
+
+    # --- canonical actions as BrowserGym's -----------------------------------------------------
+    def code(self, action: Action) -> str:
+        """BrowserGym's high-level action string for a canonical action (see the module's docstring)."""
+        target, at = None, self._pointer
+        if action.point is not None:
+            px = self._screen.to_px(action.point)
+            target = under(self._shown, px)
+            at = self._pointer = (px[0] / self._scale, px[1] / self._scale)
+        return to_code(action, target, at, self._css(action.to))
+
+    def _css(self, point: tuple[int, int] | None) -> tuple[float, float] | None:
+        if point is None:
+            return None
+        px = self._screen.to_px(point)
+        return (px[0] / self._scale, px[1] / self._scale)
+
+
+def _q(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _xy(at: tuple[float, float]) -> str:
+    return f"{at[0]:.1f}, {at[1]:.1f}"
+
+
+def to_code(
+    action: Action, target: dict[str, Any] | None, at: tuple[float, float], to: tuple[float, float] | None
+) -> str:
+    """One canonical action as BrowserGym code: aimed at `target`'s bid when there is one, else at
+    `at` (CSS pixels, where the pointer is when the action has no point)."""
+    kind, bid = action.kind, _q(target["id"]) if target and target.get("id") else None
+    pointed = action.point is not None
+    if kind == ActionKind.CLICK:
+        return f"click({bid})" if bid else f"mouse_click({_xy(at)})"
+    if kind == ActionKind.DOUBLE_CLICK:
+        return f"dblclick({bid})" if bid else f"mouse_dblclick({_xy(at)})"
+    if kind == ActionKind.RIGHT_CLICK:
+        return f'click({bid}, button="right")' if bid else f'mouse_click({_xy(at)}, button="right")'
+    if kind == ActionKind.HOVER:
+        return f"hover({bid})" if bid else f"mouse_move({_xy(at)})"
+    if kind == ActionKind.LONG_PRESS:
+        return f"mouse_down({_xy(at)})\nnoop({action.duration_ms or 800})\nmouse_up({_xy(at)})"
+    if kind == ActionKind.TYPE:
+        text = _q(action.text or "")
+        if bid and target is not None and target["tag"] == "combobox":
+            return f"select_option({bid}, {text})"
+        if bid and target is not None and target["kind"] == "input":
+            return f"fill({bid}, {text})"
+        return (f"mouse_click({_xy(at)})\n" if pointed else "") + f"keyboard_type({text})"
+    if kind == ActionKind.DRAG and to is not None:
+        return f"mouse_drag_and_drop({_xy(at)}, {_xy(to)})"
+    if kind in (ActionKind.SWIPE, ActionKind.SCROLL):
+        return _scroll(action, at)
+    if kind == ActionKind.PRESS:
+        if action.key in ("back", "home"):  # a page's back is the browser's; it has no home screen
+            return "go_back()" if action.key == "back" else "noop(0)"
+        return f"keyboard_press({_q(KEYS.get(action.key or '', action.key or ''))})"
+    if kind == ActionKind.HOTKEY:
+        keys = "+".join(KEYS.get(k, k if len(k) > 1 else k.lower()) for k in (action.text or "").split("+"))
+        return f"keyboard_press({_q(keys)})"
+    if kind == ActionKind.ANSWER:
+        return f"send_msg_to_user({_q(action.text or '')})"
+    if kind == ActionKind.WAIT:
+        return f"noop({min(action.duration_ms or 1000, 5000)})"
+    return "noop(0)"  # terminate and app launches: a page has nothing to do
+
+
+def _scroll(action: Action, at: tuple[float, float]) -> str:
+    """A swipe moves content with the finger ("up" shows what is further down); a scroll is the
+    wheel's sense ("down" shows what is further down), `amount` clicks."""
+    if action.kind == ActionKind.SWIPE:
+        way = action.swipe_direction()
+        sense = {"up": "down", "down": "up", "left": "right", "right": "left"}.get(way or "", "down")
+        dist = SWIPE_PX
+    else:
+        sense, dist = action.direction or "down", WHEEL_PX * (action.amount or WHEEL_CLICKS)
+    dx, dy = {"down": (0, dist), "up": (0, -dist), "right": (dist, 0), "left": (-dist, 0)}[sense]
+    return f"scroll_at({_xy(at)}, {dx}, {dy})" if action.point is not None else f"scroll({dx}, {dy})"
