@@ -66,7 +66,7 @@ def on(env: BrowserGymEnv, obs: Observation, kind: str, text: str | None = None)
 def test_tasks_are_browsergym_ids_and_a_typo_is_named(suite: BrowserGymSuite) -> None:
     suite.check_task("miniwob.click-test")
     assert sum(t.startswith("miniwob.") for t in suite.tasks) > 100
-    with pytest.raises(ConfigError, match="no task 'miniwob.click-tset'.*did you mean miniwob.click-test"):
+    with pytest.raises(ConfigError, match=r"no task 'miniwob\.click-tset'.*did you mean miniwob\.click-test"):
         suite.check_task("miniwob.click-tset")
 
 

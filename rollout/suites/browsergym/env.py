@@ -113,12 +113,9 @@ class BrowserGymEnv:
                 self._pipe = Pipe(self.python)
             try:
                 return self._pipe.ask(request)
-            except Exception:
-                if (
-                    request["op"] != "tasks"
-                ):  # a failed device is not asked again: the next call starts afresh
-                    self._pipe.close()
-                    self._pipe = None
+            except Exception:  # a failed server is not asked again: the next call starts a fresh one
+                self._pipe.close()
+                self._pipe = None
                 raise
 
     def describe(self, task: str, seed: int) -> tuple[str, dict[str, str]]:

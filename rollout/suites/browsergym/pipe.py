@@ -7,6 +7,7 @@ retried on a fresh server by the runner); a reply of kind `config` is the reques
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -32,11 +33,10 @@ class Pipe:
         if "MINIWOB_URL" not in env:
             from rollout.suites.miniwob import miniwob_html
 
-            try:
+            # no MiniWoB pages here: BrowserGym's MiniWoB tasks say so themselves
+            with contextlib.suppress(ConfigError):
                 env["MINIWOB_URL"] = file_uri(miniwob_html()) + "/"
-            except ConfigError:
-                pass  # no MiniWoB pages here: BrowserGym's MiniWoB tasks say so themselves
-        self._log = tempfile.TemporaryFile()
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (the server's stderr, closed by close())
         self._proc = subprocess.Popen(
             [str(python), str(SERVE)],
             stdin=subprocess.PIPE,
@@ -99,9 +99,7 @@ class Pipe:
                 proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass
         proc.wait()
         self._log.close()

@@ -14,9 +14,9 @@ parameters per seed, and an evaluator of getters and metrics.
 each (the same seed, the same task instance). Every string in `setup` and `check` may name them.
 
 Setup steps, run in order in the episode's fresh home folder (paths are relative to it):
-`write: {path, text}`, `run: [argv]` (waits at most 60 s for it to exit 0), `launch: [argv]` (waits for the app's
-first window and fills the display with it), `type: TEXT` and `key: KEYS` (xdotool's names, e.g.
-`ctrl+a`) into the focused window.
+`write: {path, text}`, `run: [argv]` (waits at most 60 s for it to exit 0), `launch: [argv]`
+(waits for the app's first window and fills the display with it), `type: TEXT` and `key: KEYS`
+(xdotool's names, e.g. `ctrl+a`) into the focused window.
 
 Getters: `file: PATH` (its text), `exists: PATH` ("true"/"false"), `cell: {file, ref}` (a cell of a
 saved spreadsheet, any format ssconvert reads), `window_title: true` (the app window's title),
