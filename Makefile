@@ -71,4 +71,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .trajforge .trajforge-miniwob .trajforge-miniwob10 .trajforge-desktop
+	rm -rf $(VENV) .trajforge .trajforge-miniwob .trajforge-miniwob10 .trajforge-desktop .trajforge-browsergym

@@ -6,6 +6,9 @@ production runner (device pool, episode records in SQLite, screenshots hashed in
 object store). Each environment call is timed inside the browser's thread (`Timed`); the rest
 of a step's wall time (the policy, parsing, recording, hashing, storing, the pool) is the
 engine's. The baseline is the 1-worker run of the same invocation.
+
+Then the same tasks and seeds through BrowserGym (`browsergym:miniwob.TASK`, its own venv behind a
+pipe) beside trajforge's own driver, at 1 and 2 workers (`routes`), when BrowserGym is installed.
 Usage: python -m bench.bench_miniwob [--seeds 8]
 """
 
@@ -141,6 +144,47 @@ def main() -> None:
               "engine ms/step", "engine share"]  # fmt: skip
     print(
         table(f"MiniWoB++ rollouts, random explorer, {len(TASKS)} tasks x {args.seeds} seeds", header, rows)
+    )
+    routes(args.seeds)
+
+
+def routes(seeds: int) -> None:
+    """trajforge's own MiniWoB driver against the BrowserGym route (`browsergym:miniwob.TASK`, in
+    BrowserGym's venv) on the same tasks and seeds, 1 and 2 workers; the baseline is the own driver
+    at the same worker count. BrowserGym starts a fresh browser (and its chat window) per reset."""
+    from rollout.suites import browsergym
+
+    if browsergym.missing():
+        print(f"BrowserGym route: skipped, {browsergym.missing()[0]}")
+        return
+    rows = []
+    for workers in (1, 2):
+        base = None
+        for route, refs in (
+            ("trajforge miniwob", [f"miniwob:{t}" for t in TASKS]),
+            ("browsergym", [f"browsergym:miniwob.{t}" for t in TASKS]),
+        ):
+            report, env_seconds = run(seeds, workers, refs)
+            rate = report.steps / report.seconds
+            base = base or rate
+            rows.append(
+                [
+                    route,
+                    f"{workers}",
+                    f"{report.completed}/{report.requested}",
+                    f"{report.successes}",
+                    f"{rate:.2f}",
+                    f"{rate / base:.2f}x",
+                    f"{1000 * report.seconds * workers / max(report.steps, 1):.0f}",
+                    f"{1000 * env_seconds / max(report.steps, 1):.0f}",
+                ]
+            )
+    header = ["route", "workers", "episodes", "successes", "steps/s", "vs own driver",
+              "ms/step (wall x workers)", "env ms/step (resets included)"]  # fmt: skip
+    print(
+        table(
+            f"MiniWoB++ through trajforge's driver and through BrowserGym, {seeds} seeds each", header, rows
+        )
     )
 
 

@@ -7,6 +7,7 @@ a device leaves no process behind.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,6 +168,51 @@ def test_a_users_own_app_from_a_suite_file_through_a_launcher(suite: DesktopSuit
         assert not obs.done
         obs = click(env, obs, "Save", "button")
         assert obs.done and env.verify().success  # its checks held: the episode ended itself
+    finally:
+        env.close()
+
+
+def test_libreoffice_calc_a_large_tree_read_in_bounds_and_its_saved_cell_checked(tmp_path: Path) -> None:
+    """An app the built-in suite does not use, with an element tree of millions of cells: the
+    reader keeps to what shows, a cell reads "A1: 73", and the check reads the saved workbook."""
+    import shutil
+
+    if shutil.which("localc") is None:
+        service_missing("LibreOffice Calc is missing (apt-get install libreoffice-calc libreoffice-gtk3)")
+    path = tmp_path / "office.yaml"
+    path.write_text(
+        "name: office\n"
+        "desktop:\n"
+        "  cell:\n"
+        "    instruction: 'Type {n} into cell A1 and save the workbook.'\n"
+        "    params: {n: {from: 10, to: 99}}\n"
+        "    setup:\n"
+        "      - write: {path: data.csv, text: 'x'}\n"
+        "      - run: [ssconvert, data.csv, data.xlsx]\n"
+        "      - launch: [localc, --norestore, --nologo, data.xlsx]\n"
+        "    check:\n"
+        "      - get: {cell: {file: data.xlsx, ref: A1}}\n"
+        "        numeric: '{n}'\n"
+    )
+    user = get_suite(str(path))
+    assert isinstance(user, DesktopSuite)
+    env = user.environment(None)
+    try:
+        instruction, params = env.describe("cell", 2)
+        obs = env.reset(task_query(f"{path}:cell", 2, instruction, params))
+        cells = [e for e in obs.elements or [] if e["tag"] == "table cell"]
+        assert any(e["kind"] == "button" and e["text"] == "File" for e in obs.elements or [])
+        assert 0 < len(cells) < 500 and cells[0]["text"] == "A1: x"
+        obs = env.step(Action(kind=K.TYPE, text=params["n"]))
+        obs = env.step(Action(kind=K.PRESS, key="enter"))
+        assert f"A1: {params['n']}" in [e["text"] for e in obs.elements or []]
+        assert not env.verify().success  # not saved yet
+        env.step(Action(kind=K.HOTKEY, text="ctrl+s"))
+        env.step(Action(kind=K.PRESS, key="enter"))  # "Use Excel 2007-365!" keeps the format
+        deadline = time.monotonic() + 10  # the save may still be writing the file
+        while not env.verify().success and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert env.verify().success
     finally:
         env.close()
 

@@ -7,8 +7,8 @@ one JSON reply per line on stdout. It imports nothing of trajforge.
 Requests:
 - `{"op": "tasks"}`: the registered BrowserGym task ids (`miniwob.click-test`, ...), from every
   `browsergym.*` benchmark package installed here.
-- `{"op": "reset", "task": ID, "seed": N, "kwargs": {...}}`: `gym.make("browsergym/ID")` (kept while
-  the task stays the same), then `reset(seed=N)`.
+- `{"op": "reset", "task": ID, "seed": N}`: `gym.make("browsergym/ID")` (kept while the task stays
+  the same), then `reset(seed=N)`.
 - `{"op": "step", "action": CODE}`: BrowserGym's own `step` with a high-level action string.
 - `{"op": "close"}`.
 
@@ -92,7 +92,7 @@ class Server:
         self.env: Any = None
         self.task: str | None = None
 
-    def reset(self, task: str, seed: int, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def reset(self, task: str, seed: int) -> dict[str, Any]:
         if task != self.task:
             import gymnasium
             from browsergym.core.action.highlevel import HighLevelActionSet
@@ -101,7 +101,7 @@ class Server:
             if task not in registered():
                 raise LookupError(f"no BrowserGym task {task!r}")
             actions = HighLevelActionSet(subsets=SUBSETS, multiaction=True, strict=False)
-            self.env = gymnasium.make(f"browsergym/{task}", action_mapping=actions.to_python_code, **kwargs)
+            self.env = gymnasium.make(f"browsergym/{task}", action_mapping=actions.to_python_code)
             self.task = task
         obs, _info = self.env.reset(seed=seed)
         return self.observe(obs)
@@ -194,7 +194,7 @@ def main() -> None:
             if op == "tasks":
                 reply: dict[str, Any] = {"tasks": registered()}
             elif op == "reset":
-                reply = server.reset(str(request["task"]), int(request["seed"]), request.get("kwargs") or {})
+                reply = server.reset(str(request["task"]), int(request["seed"]))
             elif op == "step":
                 reply = server.step(str(request["action"]))
             elif op == "close":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import pyatspi  # type: ignore[import-not-found,unused-ignore]
@@ -27,6 +28,9 @@ STATES = {
     "pressed": pyatspi.STATE_PRESSED,
 }
 MAX_NODES = 2000
+MAX_CHILDREN = 500
+HIDDEN_RUN = 50
+BUDGET_S = 5.0  # a read stops here with what it has (the backend gives up on a reader after 10 s)
 
 
 def _text(node: Any) -> str | None:
@@ -36,12 +40,13 @@ def _text(node: Any) -> str | None:
         return None
 
 
-def _walk(node: Any, depth: int, out: list[dict[str, Any]]) -> None:
-    if len(out) >= MAX_NODES:
-        return
+def _walk(node: Any, depth: int, out: list[dict[str, Any]], deadline: float) -> bool:
+    """Append `node` and its showing descendants; False when `node` is not showing."""
+    if len(out) >= MAX_NODES or time.monotonic() > deadline:
+        return True
     states = node.getState()
     if depth > 0 and not states.contains(pyatspi.STATE_SHOWING):
-        return
+        return False
     try:
         ext = node.queryComponent().getExtents(pyatspi.DESKTOP_COORDS)
         bounds = [ext.x, ext.y, ext.x + ext.width, ext.y + ext.height]
@@ -57,18 +62,26 @@ def _walk(node: Any, depth: int, out: list[dict[str, Any]]) -> None:
             "depth": depth,
         }
     )
-    for child in node:
-        if child is not None:
-            _walk(child, depth + 1, out)
+    # A spreadsheet's table has millions of cells, nearly all off screen: its children are read only
+    # until HIDDEN_RUN of them in a row are not showing, and at most MAX_CHILDREN of them.
+    hidden = 0
+    for index in range(min(node.childCount, MAX_CHILDREN)):
+        child = node.getChildAtIndex(index)
+        shown = child is not None and _walk(child, depth + 1, out, deadline)
+        hidden = 0 if shown else hidden + 1
+        if hidden >= HIDDEN_RUN:
+            break
+    return True
 
 
 def tree() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + BUDGET_S
     for app in pyatspi.Registry.getDesktop(0):
         if app is None:
             continue
         try:
-            _walk(app, 0, out)
+            _walk(app, 0, out, deadline)
         except Exception as exc:  # an app that quits mid-read: its nodes are gone, the rest stays
             out.append({"role": "error", "name": str(exc), "text": None, "bounds": None, "states": []})
     return out

@@ -79,6 +79,8 @@ def elements(nodes: list[dict[str, Any]], screen: Screen) -> list[dict[str, Any]
             kind, shown = "input", text
         elif role in TOGGLE_ROLES:
             kind, shown = "toggle", name
+        elif role == "table cell" and (name or text):  # a sheet's cell: its address and content, "A1: 73"
+            kind, shown = "button", ": ".join(dict.fromkeys(t for t in (name, text) if t))
         elif role in BUTTON_ROLES and (name or text):
             kind, shown = "button", name or text
         elif role in TEXT_ROLES and (text or name):
