@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.suites.browsergym.env import elements, to_code, under
+from rollout.suites.browsergym.env import elements, to_code
 from trajforge.actions import Action, ActionKind
 
 K = ActionKind
@@ -43,15 +43,6 @@ def test_nodes_become_elements_with_their_bid_kind_and_pixel_bounds() -> None:
     assert shown[0]["bounds"] == [117, 168, 170, 220]
     assert shown[2]["checked"] is True and shown[2]["focused"] is True and shown[3]["checked"] is None
     assert shown[4]["checked"] is True
-
-
-def test_the_element_under_a_point_is_the_deepest() -> None:
-    shown = elements(
-        [node("1", "paragraph", "row", bbox=(0, 0, 100, 40)), node("2", "checkbox", "x", bbox=(5, 5, 20, 20))]
-    )
-    assert under(shown, (10, 10))["id"] == "2"  # type: ignore[index]
-    assert under(shown, (80, 30))["id"] == "1"  # type: ignore[index]
-    assert under(shown, (150, 30)) is None
 
 
 BUTTON = {"id": "13", "kind": "button", "tag": "button"}

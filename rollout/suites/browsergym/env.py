@@ -3,8 +3,8 @@
 Observations: BrowserGym's screenshot, and its accessibility tree as trajforge elements, each
 `id` its BrowserGym id (`bid`), bounds in screenshot pixels. Actions: a canonical action becomes
 one of BrowserGym's high-level action strings. A pointed action is aimed at the element under its
-point (the deepest one in the tree shown before it, so the step's recorded elements and point name
-the same `bid` again at export): `click("12")`, `fill("12", "text")`, `select_option("12", "text")`
+point (the smallest one in the tree shown before it, as `trajforge.actions.compare.target_element`
+finds it at export, so the step's recorded elements and point name the same `bid` again): `click("12")`, `fill("12", "text")`, `select_option("12", "text")`
 for a select; where no element is under the point, the coordinates (`mouse_click(x, y)`, in the
 page's CSS pixels). The string sent is kept in the observation's `meta["action"]`.
 
@@ -28,6 +28,7 @@ from rollout.suites.browsergym.pipe import Pipe
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions.compare import target_element
 from trajforge.actions.model import WHEEL_CLICKS
 from trajforge.domain import Observation, Query
 from trajforge.world.verify import VerifierResult
@@ -82,16 +83,6 @@ def elements(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-def under(shown: list[dict[str, Any]], px: tuple[int, int]) -> dict[str, Any] | None:
-    """The deepest element under a pixel: the last one containing it, in the tree's order."""
-    x, y = px
-    for e in reversed(shown):
-        x1, y1, x2, y2 = e["bounds"]
-        if x1 <= x <= x2 and y1 <= y <= y2:
-            return e
-    return None
 
 
 class BrowserGymEnv:
@@ -176,7 +167,7 @@ class BrowserGymEnv:
         target, at = None, self._pointer
         if action.point is not None:
             px = self._screen.to_px(action.point)
-            target = under(self._shown, px)
+            target = target_element(action.point, self._shown, self._screen)
             at = self._pointer = (px[0] / self._scale, px[1] / self._scale)
         return to_code(action, target, at, self._css(action.to))
 
