@@ -324,8 +324,9 @@ _TEST_PREFIX = "TRAJFORGE_TEST_"
 
 
 def known_env_names() -> set[str]:
-    """Every TRAJFORGE_* variable a setting reads."""
-    names = {"TRAJFORGE_HOME"}
+    """Every TRAJFORGE_* variable a setting reads, and those read before settings exist: the home,
+    and the Python of BrowserGym's venv (rollout/suites/browsergym)."""
+    names = {"TRAJFORGE_HOME", "TRAJFORGE_BROWSERGYM_PYTHON"}
     for cls in _SECTIONS.values():
         prefix = str(cls.model_config.get("env_prefix", ""))
         names.update(f"{prefix}{field}".upper() for field in cls.model_fields)

@@ -20,7 +20,7 @@ from rollout.suites.desktop.env import DesktopEnv, xdotool_args
 from tests.conftest import service_missing
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.domain import Observation
-from trajforge.errors import ConfigError
+from trajforge.errors import ConfigError, DeviceCrashed
 
 K = ActionKind
 pytestmark = pytest.mark.slow
@@ -213,6 +213,30 @@ def test_libreoffice_calc_a_large_tree_read_in_bounds_and_its_saved_cell_checked
         while not env.verify().success and time.monotonic() < deadline:
             time.sleep(0.2)
         assert env.verify().success
+    finally:
+        env.close()
+
+
+def test_an_app_that_exits_at_once_is_started_again_then_named_with_what_it_said(tmp_path: Path) -> None:
+    flaky = (
+        f"if [ -e tried ]; then exec /usr/bin/python3 {TALLY}; fi; touch tried; echo no display >&2; exit 1"
+    )
+    path = tmp_path / "apps.yaml"
+    path.write_text(
+        "name: apps\ndesktop:\n"
+        f"  flaky:\n    instruction: Wait.\n    setup:\n      - launch: [sh, -c, '{flaky}']\n"
+        "    check:\n      - get: {exists: tried}\n        exact: 'true'\n"
+        "  broken:\n    instruction: Wait.\n    setup:\n      - launch: [sh, -c, 'echo bad flag >&2; exit 2']\n"
+        "    check:\n      - get: {exists: x}\n        exact: 'true'\n"
+    )
+    user = get_suite(str(path))
+    assert isinstance(user, DesktopSuite)
+    env = user.environment(None)
+    try:
+        obs = env.reset(task_query(f"{path}:flaky", 0, "Wait.", {}))
+        assert any(e["text"] == "Add" for e in obs.elements or []) and env.verify().success
+        with pytest.raises(DeviceCrashed, match="sh exited \\(2\\) before showing a window: bad flag"):
+            env.reset(task_query(f"{path}:broken", 0, "Wait.", {}))
     finally:
         env.close()
 

@@ -3,10 +3,11 @@
 Observations: BrowserGym's screenshot, and its accessibility tree as trajforge elements, each
 `id` its BrowserGym id (`bid`), bounds in screenshot pixels. Actions: a canonical action becomes
 one of BrowserGym's high-level action strings. A pointed action is aimed at the element under its
-point (the smallest one in the tree shown before it, as `trajforge.actions.compare.target_element`
-finds it at export, so the step's recorded elements and point name the same `bid` again): `click("12")`, `fill("12", "text")`, `select_option("12", "text")`
-for a select; where no element is under the point, the coordinates (`mouse_click(x, y)`, in the
-page's CSS pixels). The string sent is kept in the observation's `meta["action"]`.
+point: the smallest one in the tree shown before it, as `trajforge.actions.compare.target_element`
+finds it at export, so the step's recorded elements and point name the same `bid` again.
+`click("12")`, `fill("12", "text")`, `select_option("12", "text")` for a select; where no element
+is under the point, the coordinates (`mouse_click(x, y)`, in the page's CSS pixels). The string
+sent is kept in the observation's `meta["action"]`.
 
 The episode ends when BrowserGym terminates or truncates it; it succeeds when the reward of its
 `validate` summed over the episode is positive.

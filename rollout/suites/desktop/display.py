@@ -153,12 +153,14 @@ class Display:
     def alive(self) -> bool:
         return bool(self._procs) and self._procs[0].poll() is None
 
-    def launch(self, argv: list[str], home: Path) -> subprocess.Popen[bytes]:
+    def launch(
+        self, argv: list[str], home: Path, stderr: Any = subprocess.DEVNULL
+    ) -> subprocess.Popen[bytes]:
         """Start an app on this display with `home` as its HOME and working folder."""
         env = {**self.env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
         env["XDG_DATA_HOME"], env["XDG_CACHE_HOME"] = str(home / ".local/share"), str(home / ".cache")
         try:
-            return _group(argv, env, cwd=home)
+            return _group(argv, env, cwd=home, stderr=stderr)
         except FileNotFoundError as exc:
             raise ConfigError(
                 f"desktop task: cannot launch {argv[0]!r}: not installed; install it (apt-get install "

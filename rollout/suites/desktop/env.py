@@ -17,6 +17,7 @@ device crash, retried elsewhere.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import tempfile
@@ -55,9 +56,12 @@ KEYSYMS = {
     "pagedown": "Next", "space": "space", "win": "super", "cmd": "super", "command": "super",
     "insert": "Insert", **{f"f{i}": f"F{i}" for i in range(1, 13)},
 }  # fmt: skip
+log = logging.getLogger("trajforge.desktop")
 WINDOW_S = 20.0
+RELAUNCH_S, LAUNCHES = 2.0, 3  # an app that exits this soon is started again (DesktopEnv._launch)
 RUN_S = 60.0  # a setup `run:` command must exit within this
 SETTLE_S = 1.0
+READY_S, READY_GAP_S, READY_EMPTY_S = 5.0, 0.25, 1.5  # the element tree's wait at reset (_ready_tree)
 INPUT_ROLES = {"text", "entry", "password text", "spin button", "terminal", "document text"}
 TOGGLE_ROLES = {"check box", "radio button", "check menu item", "radio menu item"}
 BUTTON_ROLES = {
@@ -134,6 +138,10 @@ def xdotool_args(action: Action, screen: Screen) -> list[str]:
     return ["sleep", "0"]  # wait, answer, terminate; back, home and app launches (a desktop has none)
 
 
+class AppExited(DeviceCrashed):
+    """An app quit before it showed a window."""
+
+
 class DesktopEnv:
     """One device slot's display (started on its first episode) and the current episode's apps."""
 
@@ -176,7 +184,7 @@ class DesktopEnv:
                 display.xdotool("type", "--delay", "2", "--", fill(step.type, params))
             elif step.key is not None:
                 display.xdotool("key", *fill(step.key, params).split())
-        return self._observe()
+        return self._observe(settle=True, tree=self._ready_tree(display))
 
     def _run(self, task: str, argv: list[str]) -> None:
         """A setup `run:` step: the command must exit 0 within RUN_S; anything else is the task's
@@ -200,10 +208,27 @@ class DesktopEnv:
             raise ConfigError(f"{where} exited {done.returncode}: {said[0][:200]}; fix the step")
 
     def _launch(self, argv: list[str]) -> None:
+        """Start an app and wait for its window. An app that exits at once is started again, up to
+        LAUNCHES times: on a display just started, a GTK app now and then fails to open it (about 1
+        launch in 20, 60 fresh displays in a row) where the next client succeeds."""
         display, home = self._device(), self._home
         assert home is not None
-        proc = display.launch(argv, home)
-        self._apps.append(proc)
+        for attempt in range(1, LAUNCHES + 1):
+            with tempfile.TemporaryFile() as said:  # what the app says on stderr, named if it dies
+                began = time.monotonic()
+                proc = display.launch(argv, home, stderr=said)
+                self._apps.append(proc)
+                try:
+                    self._await_window(argv, proc, said)
+                    return
+                except AppExited as exc:
+                    if attempt == LAUNCHES or time.monotonic() - began > RELAUNCH_S:
+                        raise
+                    log.info("starting %s again: %s", argv[0], exc)
+                    self._apps.remove(proc)
+
+    def _await_window(self, argv: list[str], proc: subprocess.Popen[bytes], said: Any) -> None:
+        display = self._device()
         deadline = time.monotonic() + WINDOW_S
         while time.monotonic() < deadline:
             found = display.windows(proc.pid)
@@ -211,7 +236,11 @@ class DesktopEnv:
                 display.xdotool("windowfocus", found[-1], check=False)
                 return
             if proc.poll() is not None:
-                raise DeviceCrashed(f"{argv[0]} exited ({proc.returncode}) before showing a window")
+                said.seek(0)
+                last = " | ".join(said.read().decode("utf-8", errors="replace").strip().splitlines()[-2:])
+                raise AppExited(
+                    f"{argv[0]} exited ({proc.returncode}) before showing a window: {last or 'nothing'}"
+                )
             time.sleep(0.05)
         raise DeviceCrashed(f"{argv[0]} showed no window within {WINDOW_S:g} s")
 
@@ -272,7 +301,24 @@ class DesktopEnv:
             raise DeviceCrashed(f"display :{self._display.number} died")
         return self._display
 
-    def _observe(self, settle: bool = False, checked: bool = False) -> Observation:
+    def _ready_tree(self, display: Display) -> list[dict[str, Any]]:
+        """The element tree once the apps stop adding to it: an app registers its accessible objects
+        after its window shows (LibreOffice takes seconds). Two reads READY_GAP_S apart that agree
+        end the wait, an empty tree only after it stayed empty READY_EMPTY_S; at most READY_S."""
+        nodes, since = display.tree(), time.monotonic()
+        deadline = since + READY_S
+        while time.monotonic() < deadline:
+            time.sleep(READY_GAP_S)
+            again = display.tree()
+            if len(again) != len(nodes):
+                nodes, since = again, time.monotonic()
+            elif nodes or time.monotonic() - since >= READY_EMPTY_S:
+                break
+        return nodes
+
+    def _observe(
+        self, settle: bool = False, checked: bool = False, tree: list[dict[str, Any]] | None = None
+    ) -> Observation:
         display = self._device()
         frame = display.grab()
         if settle:  # the frame after an action: wait until two grabs in a row agree
@@ -294,7 +340,7 @@ class DesktopEnv:
             screenshot=digest,
             width=self.screen.width,
             height=self.screen.height,
-            elements=elements(display.tree(), self.screen),
+            elements=elements(display.tree() if tree is None else tree, self.screen),
             meta=meta,
             done=quit_app is not None or solved,
         )
