@@ -26,6 +26,7 @@ from rollout.env import Environment
 from storage.objectstore import ObjectStore
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, yaml_problem
+from trajforge.world.verify import VerifierResult
 
 ENTRY_POINTS = "trajforge.suites"
 SEP = ":"
@@ -180,6 +181,15 @@ def task_query(app: str, seed: int, instruction: str, params: dict[str, str]) ->
         goal={"app": app, "suite": suite, "task": task, "seed": seed},
         source="environment",
     )
+
+
+def reward_verdict(done: bool, reward: float, reason: str | None = None) -> VerifierResult:
+    """A suite episode's verdict from its environment's reward: a success when the environment ended
+    the episode with a reward > 0 (`reason`, the environment's own words for it, goes in the detail)."""
+    if not done:
+        return VerifierResult(False, "not_done", "the environment did not end the episode", None)
+    detail = f"reward {reward:g}" + (f" ({reason})" if reason else "")
+    return VerifierResult(reward > 0, None if reward > 0 else "environment_reward", detail, reward)
 
 
 def seed_of(query: Query) -> tuple[str, int]:

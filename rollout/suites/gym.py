@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollout.suites import seed_of
+from rollout.suites import reward_verdict, seed_of
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
@@ -140,12 +140,7 @@ class GymEnv:
         return self._call(lambda: self._step(action))
 
     def verify(self) -> VerifierResult:
-        if not self._done:
-            return VerifierResult(False, "not_done", "the environment did not end the episode", None)
-        success = self._reward > 0
-        return VerifierResult(
-            success, None if success else "environment_reward", f"reward {self._reward:g}", self._reward
-        )
+        return reward_verdict(self._done, self._reward)
 
     def close(self) -> None:
         try:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollout.suites import read_suite_file, seed_of
+from rollout.suites import read_suite_file, reward_verdict, seed_of
 from rollout.suites.page_js import CLOSE_SELECTS_JS, ELEMENTS_JS, REGION_JS, SELECT_JS
 from rollout.web.browser import ANY_LOCAL_FILE, BrowserThread, chromium_available, png_size
 from rollout.web.files import file_uri, folder_url
@@ -171,14 +171,7 @@ class PageEnv:
         return self._call(lambda: self._step(action))
 
     def verify(self) -> VerifierResult:
-        def run() -> VerifierResult:
-            done, reward, reason = self._outcome()
-            if not done:
-                return VerifierResult(False, "not_done", "the environment did not end the episode", None)
-            detail = f"reward {reward:g}" + (f" ({reason})" if reason else "")
-            return VerifierResult(reward > 0, None if reward > 0 else "environment_reward", detail, reward)
-
-        return self._call(run)
+        return self._call(lambda: reward_verdict(*self._outcome()))
 
     def close(self) -> None:
         self._browser.close()

@@ -24,7 +24,7 @@ from typing import Any
 
 from PIL import Image
 
-from rollout.suites import seed_of
+from rollout.suites import reward_verdict, seed_of
 from rollout.suites.browsergym.pipe import Pipe
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
@@ -129,12 +129,7 @@ class BrowserGymEnv:
         return self._observe(reply, code)
 
     def verify(self) -> VerifierResult:
-        if not self._done:
-            return VerifierResult(False, "not_done", "the environment did not end the episode", None)
-        success = self._reward > 0
-        return VerifierResult(
-            success, None if success else "environment_reward", f"reward {self._reward:g}", self._reward
-        )
+        return reward_verdict(self._done, self._reward)
 
     def close(self) -> None:
         with self._lock:
