@@ -7,6 +7,7 @@ a device leaves no process behind.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,6 +229,9 @@ def test_an_app_that_exits_at_once_is_started_again_then_named_with_what_it_said
         "    check:\n      - get: {exists: tried}\n        exact: 'true'\n"
         "  broken:\n    instruction: Wait.\n    setup:\n      - launch: [sh, -c, 'echo bad flag >&2; exit 2']\n"
         "    check:\n      - get: {exists: x}\n        exact: 'true'\n"
+        "  detached:\n    instruction: Wait.\n"
+        f"    setup:\n      - launch: [sh, -c, '/usr/bin/python3 {TALLY} & exit 0']\n"
+        "    check:\n      - get: {exists: x}\n        exact: 'true'\n"
     )
     user = get_suite(str(path))
     assert isinstance(user, DesktopSuite)
@@ -237,6 +241,16 @@ def test_an_app_that_exits_at_once_is_started_again_then_named_with_what_it_said
         assert any(e["text"] == "Add" for e in obs.elements or []) and env.verify().success
         with pytest.raises(DeviceCrashed, match="sh exited \\(2\\) before showing a window: bad flag"):
             env.reset(task_query(f"{path}:broken", 0, "Wait.", {}))
+        # a launcher that exits 0 leaves its app to show the window; the episode's end ends the app
+        obs = env.reset(task_query(f"{path}:detached", 0, "Wait.", {}))
+        assert any(e["text"] == "Add" for e in obs.elements or [])
+        (launcher,) = env._apps
+        assert launcher.poll() == 0
+        env.reset(task_query(f"{path}:flaky", 1, "Wait.", {}))  # the next episode, on the same display
+        left = subprocess.run(
+            ["pgrep", "-g", str(launcher.pid)], capture_output=True, text=True
+        ).stdout.split()
+        assert all(_zombie(int(pid)) for pid in left), f"the app {launcher.pid} launched outlived its episode"
     finally:
         env.close()
 

@@ -13,6 +13,7 @@ element tree is read by `atspi_tree.py` under the system Python, which holds Deb
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -84,8 +85,11 @@ def _session(pid: str) -> int | None:
 
 
 def kill_group(proc: subprocess.Popen[Any], wait_s: float = 2.0) -> None:
-    """End a process and everything in its group: TERM, then KILL if it lingers."""
+    """End a process and everything in its group: TERM, then KILL if it lingers. When the process
+    itself has exited (a launcher), what it left in its group is killed."""
     if proc.poll() is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:

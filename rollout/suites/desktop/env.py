@@ -208,9 +208,10 @@ class DesktopEnv:
             raise ConfigError(f"{where} exited {done.returncode}: {said[0][:200]}; fix the step")
 
     def _launch(self, argv: list[str]) -> None:
-        """Start an app and wait for its window. An app that exits at once is started again, up to
-        LAUNCHES times: on a display just started, a GTK app now and then fails to open it (about 1
-        launch in 20, 60 fresh displays in a row) where the next client succeeds."""
+        """Start an app and wait for its window (a launcher that exits 0 leaves its app to show one in
+        its session). An app that fails at once is started again, up to LAUNCHES times: on a display
+        just started, a GTK app now and then fails to open it (about 1 launch in 20, over 60 fresh
+        displays in a row) where the next client succeeds."""
         display, home = self._device(), self._home
         assert home is not None
         for attempt in range(1, LAUNCHES + 1):
@@ -226,6 +227,7 @@ class DesktopEnv:
                         raise
                     log.info("starting %s again: %s", argv[0], exc)
                     self._apps.remove(proc)
+                    kill_group(proc)  # whatever it started, if anything
 
     def _await_window(self, argv: list[str], proc: subprocess.Popen[bytes], said: Any) -> None:
         display = self._device()
@@ -235,7 +237,7 @@ class DesktopEnv:
             if found:
                 display.xdotool("windowfocus", found[-1], check=False)
                 return
-            if proc.poll() is not None:
+            if proc.poll():  # exit 0 is a launcher's: its app may still show a window in its session
                 said.seek(0)
                 last = " | ".join(said.read().decode("utf-8", errors="replace").strip().splitlines()[-2:])
                 raise AppExited(
