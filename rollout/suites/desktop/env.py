@@ -17,7 +17,6 @@ device crash, retried elsewhere.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import subprocess
 import tempfile
@@ -56,9 +55,7 @@ KEYSYMS = {
     "pagedown": "Next", "space": "space", "win": "super", "cmd": "super", "command": "super",
     "insert": "Insert", **{f"f{i}": f"F{i}" for i in range(1, 13)},
 }  # fmt: skip
-log = logging.getLogger("trajforge.desktop")
 WINDOW_S = 20.0
-RELAUNCH_S, LAUNCHES = 2.0, 3  # an app that exits this soon is started again (DesktopEnv._launch)
 RUN_S = 60.0  # a setup `run:` command must exit within this
 SETTLE_S = 1.0
 READY_S, READY_GAP_S, READY_EMPTY_S = 5.0, 0.25, 1.5  # the element tree's wait at reset (_ready_tree)
@@ -138,10 +135,6 @@ def xdotool_args(action: Action, screen: Screen) -> list[str]:
     return ["sleep", "0"]  # wait, answer, terminate; back, home and app launches (a desktop has none)
 
 
-class AppExited(DeviceCrashed):
-    """An app quit before it showed a window."""
-
-
 class DesktopEnv:
     """One device slot's display (started on its first episode) and the current episode's apps."""
 
@@ -209,25 +202,13 @@ class DesktopEnv:
 
     def _launch(self, argv: list[str]) -> None:
         """Start an app and wait for its window (a launcher that exits 0 leaves its app to show one in
-        its session). An app that fails at once is started again, up to LAUNCHES times: on a display
-        just started, a GTK app now and then fails to open it (about 1 launch in 20, over 60 fresh
-        displays in a row) where the next client succeeds."""
+        its session); an app that fails first is named with what it said on stderr."""
         display, home = self._device(), self._home
         assert home is not None
-        for attempt in range(1, LAUNCHES + 1):
-            with tempfile.TemporaryFile() as said:  # what the app says on stderr, named if it dies
-                began = time.monotonic()
-                proc = display.launch(argv, home, stderr=said)
-                self._apps.append(proc)
-                try:
-                    self._await_window(argv, proc, said)
-                    return
-                except AppExited as exc:
-                    if attempt == LAUNCHES or time.monotonic() - began > RELAUNCH_S:
-                        raise
-                    log.info("starting %s again: %s", argv[0], exc)
-                    self._apps.remove(proc)
-                    kill_group(proc)  # whatever it started, if anything
+        with tempfile.TemporaryFile() as said:
+            proc = display.launch(argv, home, stderr=said)
+            self._apps.append(proc)
+            self._await_window(argv, proc, said)
 
     def _await_window(self, argv: list[str], proc: subprocess.Popen[bytes], said: Any) -> None:
         display = self._device()
@@ -240,7 +221,7 @@ class DesktopEnv:
             if proc.poll():  # exit 0 is a launcher's: its app may still show a window in its session
                 said.seek(0)
                 last = " | ".join(said.read().decode("utf-8", errors="replace").strip().splitlines()[-2:])
-                raise AppExited(
+                raise DeviceCrashed(
                     f"{argv[0]} exited ({proc.returncode}) before showing a window: {last or 'nothing'}"
                 )
             time.sleep(0.05)
