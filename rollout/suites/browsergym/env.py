@@ -162,14 +162,12 @@ class BrowserGymEnv:
         """BrowserGym's high-level action string for a canonical action (see the module's docstring)."""
         target, at = None, self._pointer
         if action.point is not None:
-            px = self._screen.to_px(action.point)
             target = target_element(action.point, self._shown, self._screen)
-            at = self._pointer = (px[0] / self._scale, px[1] / self._scale)
-        return to_code(action, target, at, self._css(action.to))
+            at = self._pointer = self._css(action.point)
+        return to_code(action, target, at, None if action.to is None else self._css(action.to))
 
-    def _css(self, point: tuple[int, int] | None) -> tuple[float, float] | None:
-        if point is None:
-            return None
+    def _css(self, point: tuple[int, int]) -> tuple[float, float]:
+        """A 0-1000 point in the page's CSS pixels (the screenshot is `_scale` times larger)."""
         px = self._screen.to_px(point)
         return (px[0] / self._scale, px[1] / self._scale)
 
