@@ -13,6 +13,7 @@ COPY rollout ./rollout
 COPY critics ./critics
 COPY curation ./curation
 COPY storage ./storage
+COPY publish ./publish
 COPY annotation ./annotation
 COPY evolve ./evolve
 COPY deploy ./deploy

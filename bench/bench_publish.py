@@ -32,14 +32,14 @@ from PIL import Image, ImageDraw
 from sqlalchemy import update
 
 from bench.common import scratch_postgres, table, timed
+from publish import export_writer
+from publish.export_writer import CACHE_BYTES
+from publish.exports import FORMATS, export
+from publish.versions import PublishConfig, publish
 from rollout.sim.render import FrameRenderer
-from storage import export_writer
 from storage.db import create_db_engine, insert_ignore, session_factory, transaction, upgrade
-from storage.export_writer import CACHE_BYTES
-from storage.exports import FORMATS, export
 from storage.models import Policy, Round, Sample
 from storage.objectstore import LocalObjectStore, put_blob
-from storage.publish import PublishConfig, publish
 from storage.rounds import CURATED, EXTRACTED, JUDGED
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.world.device import SimDevice

@@ -30,7 +30,7 @@ FORMATS = ["qwen", "mobiler1", "uitars15", "uitars", "agentcpm", "canonical", "a
 
 def _smoke_home(home: Path) -> tuple[str, int]:
     from evolve.smoke import run_smoke_round
-    from storage.publish import PublishConfig, publish
+    from publish.versions import PublishConfig, publish
 
     os.environ["TRAJFORGE_HOME"] = str(home)
     os.environ.pop("TRAJFORGE_DB_URL", None)

@@ -4,7 +4,6 @@ that is empty or contradicts the anchor is dropped with its reason."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from collections import defaultdict
@@ -16,6 +15,7 @@ from storage.samples import CATEGORIES
 from trajforge.domain import EMPTY_ANSWER, blank_answer
 from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.progress import gather
 from trajforge.sample import SampleDraft
 
 _PROMPTS = TEMPLATES.get_template("csrs_prompts.j2").module
@@ -76,7 +76,7 @@ async def write_with_model(
             draft.provenance = {**draft.provenance, "model": model, "prompt_hash": result.request_hash}
             draft.reason = _verdict(draft)
 
-    await asyncio.gather(*(one(g) for key, g in steps.items() if chosen(key, share)))
+    await gather("CSRS steps written", (one(g) for key, g in steps.items() if chosen(key, share)))
 
 
 STAGE = "csrs.step"

@@ -40,6 +40,7 @@ from trajforge.episode import Step
 from trajforge.errors import LLMError, LLMRefused
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
+from trajforge.progress import gather, track
 from trajforge.settings import CriticSettings
 from trajforge.world.route_check import RouteStepCheck
 
@@ -91,31 +92,30 @@ def judge_round(
     with transaction(sessions) as s:
         learned = learned_round(s, round_id, store)
         visual = VisualTrajectoryCritic(success_references(s, round_id), frames)
-        for episode, query, steps in round_episodes(s, round_id):
-            views = [st.view() for st in steps]
-            trace = step_critic.follow(query, views)
-            judged = learned[episode.id]
-            by_value = step_verdicts(judged.checkpoint, critic_view(query.instruction, steps))
-            used = trace.verdicts if trace.end is not None else by_value  # the route check where it has a map
-            rows = _step_rows(LEARNED_STEP, LEARNED_STEP_VERSION, steps, by_value)
-            if trace.end is not None:
-                rows += _step_rows(step_critic.name, step_critic.version, steps, trace.verdicts)
-            seen = visual.judge(query, views, backend_of(episode.device))
-            rows.append(
-                _judgment(
-                    visual.name,
-                    visual.version,
-                    "episode",
-                    episode.id,
-                    label(seen.success),
-                    seen.reason,
-                    seen.reason,
+        episodes = round_episodes(s, round_id)
+        with track("judging episodes", len(episodes)) as advance:
+            for episode, query, steps in episodes:
+                views = [st.view() for st in steps]
+                trace = step_critic.follow(query, views)
+                judged = learned[episode.id]
+                by_value = step_verdicts(judged.checkpoint, critic_view(query.instruction, steps))
+                # the route check's step labels where the app has a map
+                used = trace.verdicts if trace.end is not None else by_value
+                rows = _step_rows(LEARNED_STEP, LEARNED_STEP_VERSION, steps, by_value)
+                if trace.end is not None:
+                    rows += _step_rows(step_critic.name, step_critic.version, steps, trace.verdicts)
+                seen = visual.judge(query, views, backend_of(episode.device))
+                why = seen.reason
+                rows.append(
+                    _judgment(
+                        visual.name, visual.version, "episode", episode.id, label(seen.success), why, why
+                    )
                 )
-            )
-            rows.append(_learned(episode.id, judged))
-            insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
-            report.episodes += 1
-            report.steps.update(v.label for v in used)
+                rows.append(_learned(episode.id, judged))
+                insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])
+                report.episodes += 1
+                report.steps.update(v.label for v in used)
+                advance()
     report.correct = compose_round(sessions, round_id, settings)
     mark_stage(sessions, round_id, JUDGED)
     return report
@@ -190,7 +190,7 @@ async def judge_round_llm(
     )
     with sessions() as s:
         episodes = round_episodes(s, round_id)
-    results = await asyncio.gather(*(judges.rows(e, q, st) for e, q, st in episodes))
+    results = await gather("model critics", (judges.rows(e, q, st) for e, q, st in episodes))
     with transaction(sessions) as s:
         for rows in results:
             insert_ignore(s, Judgment, rows, ["critic", "critic_version", "target", "target_id"])

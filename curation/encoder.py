@@ -52,6 +52,7 @@ from storage.models import Episode, Round, Step
 from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError
 from trajforge.features import SIDECAR, AppBar, pooled, screen_and_bar, standardised
+from trajforge.progress import track
 from trajforge.stage_settings import CurationSettings
 from trajforge.stopping import check_stop
 
@@ -227,22 +228,24 @@ def _fit(
 
     losses: list[float] = []
     start = time.perf_counter()
-    for step in range(spec.steps):
-        check_stop()
-        # warm up, then a cosine decay over whichever budget (steps or minutes) runs out first
-        done = max(step / spec.steps, (time.perf_counter() - start) / (spec.minutes * 60))
-        if done >= 1:
-            break
-        warm = min(1.0, (step + 1) / 20)
-        for group in optimiser.param_groups:
-            group["lr"] = spec.lr * warm * 0.5 * (1 + math.cos(math.pi * done))
-        loss = loss_on(bases, partial(augment, kind=kind), (spec.width, spec.height), (spec.rows, 1))
-        if len(bars) >= 2:  # an app whose screens share one bar has nothing to tell apart there
-            loss = loss + loss_on(bars, bar_augment, (view.width, view.height), view.grid)
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
-        losses.append(float(loss.detach()))
+    with track("encoder training steps", spec.steps) as advance:
+        for step in range(spec.steps):
+            check_stop()
+            # warm up, then a cosine decay over whichever budget (steps or minutes) runs out first
+            done = max(step / spec.steps, (time.perf_counter() - start) / (spec.minutes * 60))
+            if done >= 1:
+                break
+            warm = min(1.0, (step + 1) / 20)
+            for group in optimiser.param_groups:
+                group["lr"] = spec.lr * warm * 0.5 * (1 + math.cos(math.pi * done))
+            loss = loss_on(bases, partial(augment, kind=kind), (spec.width, spec.height), (spec.rows, 1))
+            if len(bars) >= 2:  # an app whose screens share one bar has nothing to tell apart there
+                loss = loss + loss_on(bars, bar_augment, (view.width, view.height), view.grid)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            losses.append(float(loss.detach()))
+            advance()
     return losses, time.perf_counter() - start
 
 

@@ -39,6 +39,7 @@ from trajforge.draw import mark_point
 from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
+from trajforge.progress import gather
 
 TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
@@ -232,7 +233,7 @@ async def write_guidance(
             },
         }
 
-    rows = [r for r in await asyncio.gather(*(one(g, rate) for g, rate in hard)) if r is not None]
+    rows = [r for r in await gather("guidance written", (one(g, rate) for g, rate in hard)) if r is not None]
     with transaction(sessions) as s:
         insert_ignore(s, Guidance, rows, ["query_uid", "round_id"])
     return report

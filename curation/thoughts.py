@@ -18,7 +18,6 @@ reads the action back out of it.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from trajforge.domain import Query, StepView, describe, screen_text
 from trajforge.errors import LLM_FAULTS, LLMError
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
+from trajforge.progress import gather
 from trajforge.sample import SampleDraft
 
 CATEGORY = "reasoning"
@@ -198,7 +198,7 @@ async def synthesise(
             report.kept[chosen[0] if gateway is not None else "template"] += 1
         return draft
 
-    drafts = list(await asyncio.gather(*(one(s) for s in steps)))
+    drafts = await gather("thoughts written", (one(s) for s in steps))
     return drafts, report
 
 

@@ -82,7 +82,6 @@ def play(
     *,
     backend: str | None,
     guidance: dict[str, str] | None = None,
-    on_episode: Callable[[], None] | None = None,
     gateway_to_close: LLMGateway | None = None,
 ) -> tuple[RolloutReport, EpisodeRunner]:
     """K rollouts of each query on the farm's devices of `backend`; stored episodes are not redone.
@@ -94,7 +93,6 @@ def play(
         policies,
         config,
         guidance=guidance,
-        on_episode=on_episode,
         backend=backend,
     )
     work = runner.run(queries, round_id, policy_id)

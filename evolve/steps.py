@@ -31,6 +31,7 @@ from evolve.revisits import latest_guidance, revisit_queries, revisit_rates
 from evolve.spine import Spine, open_farm, open_pool, open_prober, open_spine
 from evolve.stages import require
 from evolve.suite_tasks import suite_round_queries
+from publish.versions import PublishConfig, publish
 from querygen.pipeline import generate_round
 from rollout.policies import NoisyOracle, OracleNoise, Policy
 from rollout.runner import RolloutConfig
@@ -40,7 +41,6 @@ from storage.features import FeatureStore, make_featurizer
 from storage.models import App, Dataset, DatasetVersion, Episode, Round, Sample, Step
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
-from storage.publish import PublishConfig, publish
 from trajforge.domain import Query
 from trajforge.endpoints import charge_round
 from trajforge.errors import ConfigError, DeviceError

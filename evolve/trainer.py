@@ -28,9 +28,9 @@ from sqlalchemy import select
 
 from evolve.policies import register_policy, upload_checkpoint
 from evolve.spine import Spine, open_spine
+from publish.exports import export
 from rollout.policies.knn import NAME as KNN
 from storage.db import transaction
-from storage.exports import export
 from storage.models import Policy as PolicyRow
 from storage.models import Round
 from trajforge.errors import ConfigError, TrajforgeError

@@ -11,12 +11,13 @@ from typing import Annotated, Any
 import typer
 
 from flows.cli_annotate import annotate_app
-from flows.cli_common import ConfigOpt, cli_settings, cli_spine, progress_bar
+from flows.cli_common import ConfigOpt, cli_settings, cli_spine
 from flows.cli_critics import critics_app
 from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
 from flows.cli_ops import check_cmd, devices_app, serve_cmd, status_cmd
 from flows.prefect_env import prefect_call, prefect_env
+from flows.progress_view import progress_bar, shown
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.errors import ActionError, TrajforgeError
 from trajforge.logs import RedactingStream, configure_logging, redact, redact_url
@@ -317,7 +318,8 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
     for number in range(1, target + 1):
         started = time.monotonic()
         typer.echo(f"round {number}/{target}: running…")
-        result = call_stoppable(prefect_call, evolve_round_flow, settings, number)
+        with shown():
+            result = call_stoppable(prefect_call, evolve_round_flow, settings, number)
         per_app = ", ".join(f"{a} {w}/{n}" for a, (w, n) in result["per_app"].items())
         state = "already done" if result.get("skipped") else f"{time.monotonic() - started:.0f}s"
         typer.echo(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,33 +52,3 @@ def cli_round(settings: Settings, number: int | None, stage: str | None = None) 
 
 
 RoundOpt = Annotated[int | None, typer.Option("--round", help="Round number (default: the latest).")]
-
-
-@contextmanager
-def progress_bar(label: str, total: int) -> Iterator[Callable[..., None]]:
-    """A progress bar of `total` items with the time spent and an ETA, on standard error and only
-    on a terminal (it leaves nothing behind); yields `advance(by=1)`."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    console = Console(stderr=True)
-    if not console.is_terminal:  # nothing at all, not even the empty line rich leaves
-        yield lambda by=1: None
-        return
-    columns = (
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda by=1: bar.advance(task, by)

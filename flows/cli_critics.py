@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
+from flows.progress_view import shown
 
 critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their calibration.")
 
@@ -25,7 +26,8 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     sessions, round_id, number = cli_round(settings, round_number, "judge")
     store = open_spine(settings).store
     apps = round_apps(sessions, load_apps(settings.apps))
-    report = judge_round(sessions, round_id, apps, store, settings.critics)
+    with shown():
+        report = judge_round(sessions, round_id, apps, store, settings.critics)
     typer.echo(f"round {number}: {report.render()} (offline critics)")
     if settings.llm.for_group("critics").offline:
         return
@@ -42,7 +44,9 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
             await gateway.aclose()
 
     model = settings.llm.for_group("critics").model
-    typer.echo(f"round {number}: {asyncio.run(with_model())} (model critics, {model})")
+    with shown():
+        judged = asyncio.run(with_model())
+    typer.echo(f"round {number}: {judged} (model critics, {model})")
 
 
 @critics_app.command("calibrate")

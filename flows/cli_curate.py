@@ -9,6 +9,7 @@ import typer
 
 from critics.outcomes import round_outcomes
 from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
+from flows.progress_view import shown
 from trajforge.settings import FeaturizerName
 
 curate_app = typer.Typer(
@@ -39,16 +40,17 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     gateway = build_gateway(settings.llm, sessions, "writer")
     typer.echo(f"round {number}")
     spine = open_spine(settings)
-    report = curate_round(
-        sessions,
-        round_id,
-        spine.store,
-        settings.curate,
-        demonstrator(apps, spine.store),
-        round_outcomes(sessions, round_id, settings.critics),
-        gateway,
-        prober=open_prober(spine),
-    )
+    with shown():
+        report = curate_round(
+            sessions,
+            round_id,
+            spine.store,
+            settings.curate,
+            demonstrator(apps, spine.store),
+            round_outcomes(sessions, round_id, settings.critics),
+            gateway,
+            prober=open_prober(spine),
+        )
     typer.echo(report.render())
 
 
@@ -74,9 +76,10 @@ def train_encoder(
     settings = cli_settings(config)
     spine = open_spine(settings)
     round_id = cli_round(settings, round_number)[1] if round_number is not None else None
-    stored, report = train_store_encoder(
-        spine.sessions, spine.store, spine.frames, settings.curate, round_id, device
-    )
+    with shown():
+        stored, report = train_store_encoder(
+            spine.sessions, spine.store, spine.frames, settings.curate, round_id, device
+        )
     typer.echo(report.render())
     typer.echo(f"stored encoder {stored.sha256[:16]} at {stored.prefix}/; dedup uses it from now on")
 

@@ -7,6 +7,7 @@ from typing import Annotated, get_args
 import typer
 
 from flows.cli_common import ConfigOpt, cli_spine
+from flows.progress_view import shown
 from trajforge.actions import CODECS
 from trajforge.settings import ExportFormat
 
@@ -32,13 +33,15 @@ def datasets_publish(
     config: ConfigOpt = None,
 ) -> None:
     """Seal the next version from the kept samples (shards re-used where unchanged)."""
-    from storage.publish import PublishConfig, publish
+    from publish.versions import PublishConfig, publish
 
     picked = _round_numbers(rounds) if rounds else None
     settings, sessions, store = cli_spine(config)
     filters = {"curate": settings.curate.model_dump(mode="json")}
     cfg = PublishConfig(rounds=picked, val_fraction=val_fraction, filters=filters)
-    typer.echo(publish(sessions, store, dataset, cfg).render())
+    with shown():
+        report = publish(sessions, store, dataset, cfg)
+    typer.echo(report.render())
 
 
 @datasets_app.command("list")
@@ -127,23 +130,24 @@ def datasets_export(
     config: ConfigOpt = None,
 ) -> None:
     """Write a version for a trainer (streams: memory stays one shard)."""
-    from storage.exports import export
+    from publish.exports import export
 
     settings, sessions, store = cli_spine(config)
-    report = export(
-        sessions,
-        store,
-        dataset,
-        version,
-        fmt,
-        out,
-        action_format,
-        max_side,
-        settings.curate.point_tolerance,
-        settings,
-        weights,
-        trainer,
-        thoughts,
-        family,
-    )
+    with shown():
+        report = export(
+            sessions,
+            store,
+            dataset,
+            version,
+            fmt,
+            out,
+            action_format,
+            max_side,
+            settings.curate.point_tolerance,
+            settings,
+            weights,
+            trainer,
+            thoughts,
+            family,
+        )
     typer.echo(report.render())

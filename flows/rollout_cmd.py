@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from evolve.lifecycle import close_round, open_round, play
 from evolve.policies import register_policy
 from evolve.spine import Spine, build_gateway, open_pool, open_spine, policy_llm
-from flows.cli_common import progress_bar
+from flows.progress_view import shown
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
@@ -75,7 +75,7 @@ def run_rollout(
     pool = open_pool(spine)
     farm.register(pool, workers)
     config_ = RolloutConfig(rollouts_per_query=rollouts_per_query, workers=workers, max_steps=max_steps)
-    with progress_bar(f"round {number} {spec.name}", len(todo) * rollouts_per_query) as advance:
+    with shown():  # the runner counts the episodes it plays
         report, _ = play(
             spine,
             farm,
@@ -86,7 +86,6 @@ def run_rollout(
             make_policy,
             config_,
             backend=backend,
-            on_episode=advance,
             gateway_to_close=gateway,
         )
     if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it

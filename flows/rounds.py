@@ -25,6 +25,7 @@ from evolve.spine import open_spine
 from evolve.stages import ROUND, check_order
 from evolve.trainer import train_next
 from trajforge.errors import ConfigError, SpecError
+from trajforge.progress import track
 from trajforge.settings import Settings
 from trajforge.stopping import check_stop
 
@@ -41,7 +42,8 @@ def io_task(name: str, *tags: str) -> Callable[[Callable[..., Any]], Any]:
         @functools.wraps(fn)
         def at_boundary(*args: Any, **kwargs: Any) -> Any:
             check_stop()
-            return fn(*args, **kwargs)
+            with track(name):  # a line from the stage's start, under its counted work
+                return fn(*args, **kwargs)
 
         return task(
             name=name,

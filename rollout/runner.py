@@ -37,6 +37,7 @@ from trajforge.domain import Observation, Query
 from trajforge.episode import Attempt, Episode, Step
 from trajforge.errors import DeviceCrashed, DeviceError, DeviceHung, LLMError, ParseError
 from trajforge.logs import counts
+from trajforge.progress import track
 from trajforge.stopping import check_stop
 
 T = TypeVar("T")
@@ -115,7 +116,6 @@ class EpisodeRunner:
     envs: builds (or rebuilds, after a crash) the environment for a leased device slot.
     policies: a fresh policy per episode (policies keep per-episode state).
     guidance: optional query-specific guidance by query uid (GUI-Owl §6.4).
-    on_episode: called after each stored episode (progress bars).
     """
 
     def __init__(
@@ -126,13 +126,11 @@ class EpisodeRunner:
         policies: Callable[[], Policy],
         config: RolloutConfig | None = None,
         guidance: dict[str, str] | None = None,
-        on_episode: Callable[[], None] | None = None,
         backend: str | None = None,
     ) -> None:
         self.sessions, self.pool, self.envs, self.policies = sessions, pool, envs, policies
         self.config = config or RolloutConfig()
         self.guidance = guidance or {}
-        self.on_episode = on_episode
         self.backend = backend  # lease only devices of this backend (None: any)
         self._envs: dict[str, Environment] = {}
         self._closed: list[Environment] = []  # kept for their statistics
@@ -160,7 +158,7 @@ class EpisodeRunner:
         async def one(query: Query, k: int) -> None:
             await self._episode(query, k, round_id, policy_id, query_ids[query.uid], report)
 
-        await self._all([partial(one, q, k) for q, k in pending])
+        await self._all([partial(one, q, k) for q, k in pending], "rollouts")
         report.seconds = time.monotonic() - started
         return report
 
@@ -178,36 +176,39 @@ class EpisodeRunner:
             return query, k, episode.outcome if episode else "not_run"
 
         rollouts = range(self.config.rollouts_per_query)
-        return await self._all([partial(one, q, k) for q in queries for k in rollouts])
+        return await self._all([partial(one, q, k) for q in queries for k in rollouts], "held-out episodes")
 
-    async def _all(self, jobs: list[Callable[[], Awaitable[T]]]) -> list[T]:
-        """Run `jobs`, at most `workers` at once; after a failure, the others stop before the
-        environments close."""
+    async def _all(self, jobs: list[Callable[[], Awaitable[T]]], label: str) -> list[T]:
+        """Run `jobs`, at most `workers` at once, counted as `label`; after a failure, the others
+        stop before the environments close."""
         threads = self.config.io_threads or self.config.workers + 4
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="trajforge-io")
         self._freed = asyncio.Event()
         await self._io(self.pool.reclaim_orphans)  # a killed earlier run leaves leases behind
         gate = asyncio.Semaphore(self.config.workers)
 
-        async def bounded(job: Callable[[], Awaitable[T]]) -> T:
+        async def bounded(job: Callable[[], Awaitable[T]], advance: Callable[[], None]) -> T:
             async with gate:
-                return await job()
+                done = await job()
+            advance()
+            return done
 
-        tasks = [asyncio.ensure_future(bounded(job)) for job in jobs]
-        try:
-            return list(await asyncio.gather(*tasks))
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            futures.wait(self._taking)  # a lease asked for by a coroutine cancelled meanwhile lands
-            for lease in list(self._held.values()):  # an error or a stop ended the run: no slot is kept
-                self._give_back(lease)
-            for env in list(self._envs.values()):
-                await self._io(env.close)
-            self._closed.extend(self._envs.values())
-            self._envs.clear()
-            self._executor.shutdown(wait=False)
+        with track(label, len(jobs)) as advance:
+            tasks = [asyncio.ensure_future(bounded(job, advance)) for job in jobs]
+            try:
+                return list(await asyncio.gather(*tasks))
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                futures.wait(self._taking)  # a lease asked for by a coroutine cancelled meanwhile lands
+                for lease in list(self._held.values()):  # an error or a stop ended the run: no slot is kept
+                    self._give_back(lease)
+                for env in list(self._envs.values()):
+                    await self._io(env.close)
+                self._closed.extend(self._envs.values())
+                self._envs.clear()
+                self._executor.shutdown(wait=False)
 
     async def _lease(self, holder: str) -> Lease:
         """A free slot; while none is, wait for this runner to free one (an event, not a poll),
@@ -389,8 +390,6 @@ class EpisodeRunner:
         report.steps += len(episode.steps)
         if episode.reason:
             report.outcomes[episode.reason.split(":")[0]] += 1
-        if self.on_episode is not None:
-            self.on_episode()
 
 
 def _answer_ends(action_format: str) -> bool:

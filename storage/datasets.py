@@ -1,7 +1,7 @@
 """Versioned datasets: immutable, content-addressed snapshots of the kept samples, with lineage.
 
 The model is lakeFS / DVC / Delta Lake / the Hugging Face Hub on our spine. Versions are
-made by `storage.publish`; this module reads them:
+made by `publish.versions`; this module reads them:
 
 - The manifest lists the shards with their sha256 and row counts, the splits, the schema,
   the filters and thresholds, the lineage and the config hash. It is stored in the object

@@ -28,6 +28,7 @@ from storage.encoders import fetch_encoder, latest_encoder
 from storage.models import ScreenFeature
 from storage.objectstore import ObjectStore
 from trajforge.features import Featurizer, PHashFeaturizer, ResNetFeaturizer, ThumbFeaturizer, Vectoriser
+from trajforge.progress import track
 
 if TYPE_CHECKING:
     from trajforge.settings import CurationSettings
@@ -101,16 +102,18 @@ class FeatureStore:
         unique = list(dict.fromkeys(wanted))
         found = self._load(unique)
         missing = [h for h in unique if h not in found]
-        for start in range(0, len(missing), self.batch):
-            chunk = missing[start : start + self.batch]
-            vecs = self.featurizer.embed([self.frames(h) for h in chunk])
-            rows = [
-                {"featurizer": self.featurizer.key, "sha256": h, "vector": v.astype(np.float32).tobytes()}
-                for h, v in zip(chunk, vecs, strict=True)
-            ]
-            with transaction(self.sessions) as s:
-                insert_ignore(s, ScreenFeature, rows, ["featurizer", "sha256"])
-            found.update(zip(chunk, vecs, strict=True))
+        with track("screenshot features", len(missing)) as advance:
+            for start in range(0, len(missing), self.batch):
+                chunk = missing[start : start + self.batch]
+                vecs = self.featurizer.embed([self.frames(h) for h in chunk])
+                rows = [
+                    {"featurizer": self.featurizer.key, "sha256": h, "vector": v.astype(np.float32).tobytes()}
+                    for h, v in zip(chunk, vecs, strict=True)
+                ]
+                with transaction(self.sessions) as s:
+                    insert_ignore(s, ScreenFeature, rows, ["featurizer", "sha256"])
+                found.update(zip(chunk, vecs, strict=True))
+                advance(len(chunk))
         self.stats.requested += len(wanted)
         self.stats.unique += len(unique)
         self.stats.cached += len(unique) - len(missing)

@@ -1,8 +1,8 @@
 """The house's layout rules, checked on the source: imports run one way, modules stay small and
 functions read top to bottom.
 
-flows -> evolve -> stages (querygen, rollout, critics, curation, annotation) -> storage -> trajforge.
-A stage never imports a sibling stage; what two stages share lives in `storage` or the kernel.
+flows -> evolve -> stages (querygen, rollout, critics, curation, annotation) and publish -> storage ->
+trajforge. A stage never imports a sibling stage; what two stages share lives in `storage` or the kernel.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ ALLOWED = {
     "trajforge": set(),
     "storage": {"trajforge"},
     **{stage: {"storage", "trajforge"} for stage in STAGES},
-    "evolve": STAGES | {"storage", "trajforge"},
-    "flows": STAGES | {"evolve", "storage", "trajforge"},
+    "publish": {"storage", "trajforge"},  # dataset building: shards, manifests, exports
+    "evolve": STAGES | {"publish", "storage", "trajforge"},
+    "flows": STAGES | {"evolve", "publish", "storage", "trajforge"},
 }
 PROJECT = set(ALLOWED) | {"bench", "tests"}
 MAX_LINES = 400

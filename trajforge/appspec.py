@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -20,10 +19,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trajforge.errors import SpecError, yaml_problem
+from trajforge.spec_check import validate_spec
+from trajforge.spec_refs import ROW_VALUE, SLOT_REF
 
 WidgetKind = Literal["button", "list", "toggle", "input", "text"]
-ROW_VALUE = "value"  # in a list's label or phrase, {value} is the row's own value
-SLOT_REF = re.compile(r"\{(\w+)\}")
 
 
 class Widget(BaseModel):
@@ -220,8 +219,6 @@ def parse_spec(data: Any, source: str) -> AppSpec:
             )  # message names a deeper element
             lines.append(f"app spec {source}: {located}{fix}")
         raise SpecError("\n".join(lines), problems=lines) from exc
-    from trajforge.spec_check import validate_spec  # it reads the spec types above
-
     problems = validate_spec(spec, source)
     if problems:
         raise SpecError("\n".join(problems), problems=problems)

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import difflib
 from collections import deque
+from typing import TYPE_CHECKING
 
-from trajforge.appspec import ROW_VALUE, SLOT_REF, AppSpec
+from trajforge.spec_refs import ROW_VALUE, SLOT_REF
+
+if TYPE_CHECKING:  # the spec's types load the spec, and check it here
+    from trajforge.appspec import AppSpec
 
 
 def validate_spec(spec: AppSpec, source: str) -> list[str]:

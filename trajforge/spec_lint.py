@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from trajforge.appspec import SLOT_REF, AppSpec
+from trajforge.appspec import AppSpec
+from trajforge.spec_refs import SLOT_REF
 
 
 def intent_warnings(spec: AppSpec) -> list[str]:

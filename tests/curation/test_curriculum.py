@@ -14,11 +14,11 @@ from curation.rollouts import Rollout, by_query, load_rollouts
 from evolve import steps
 from evolve.smoke import run_smoke_round
 from evolve.spine import open_spine
+from publish.shards import PublishConfig, selected_rows
 from rollout.sim.env import demonstrator
 from storage.db import session_factory, transaction
 from storage.models import Episode, QueryPassRate, Round, Sample
 from storage.models import Query as QueryRow
-from storage.shards import PublishConfig, selected_rows
 from tests.support.evolve import tiny_config
 from trajforge.settings import CurationSettings, load_settings
 

@@ -19,11 +19,11 @@ from evolve.revisits import latest_guidance, revisit_rates
 from evolve.rounds_json import rounds_table
 from evolve.spine import open_spine
 from evolve.trainer import TrainerError, train_next
+from publish.versions import PublishConfig, publish
 from rollout.policies.knn import KnnPolicy
 from rollout.pool import DevicePool
 from rollout.runner import RolloutConfig
 from storage.models import App, Episode, Exclusion, Guidance, Policy, Query, Round, Sample
-from storage.publish import PublishConfig, publish
 from trajforge.errors import ConfigError, DeviceError
 from trajforge.settings import Settings
 from trajforge.world.model import FaultConfig

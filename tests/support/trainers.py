@@ -1,6 +1,6 @@
 """The trainers' own code run on our exports, each in its own virtualenv (`.ci/run` builds them).
 
-Shared by `tests/storage/test_trainer_recipes.py` and `bench/bench_trainer_recipes.py`:
+Shared by `tests/publish/test_trainer_recipes.py` and `bench/bench_trainer_recipes.py`:
 `tap_check` exports a dataset version for a trainer in each action format, hands every
 screenshot to the trainer's own image loading and Qwen2.5-VL's processor, and reads every tap
 on the image as fed against its target element's box.
@@ -18,9 +18,9 @@ from pathlib import Path
 import polars as pl
 from sqlalchemy.orm import Session, sessionmaker
 
+from publish.export_rows import ExportReport
+from publish.exports import export
 from storage.datasets import iter_rows, manifest
-from storage.export_rows import ExportReport
-from storage.exports import export
 from storage.objectstore import ObjectStore
 from trajforge.actions import ActionKind, Screen, get_codec
 from trajforge.errors import ParseError

@@ -9,7 +9,7 @@ from typing import get_args
 import pytest
 import yaml
 
-from storage.exports import FORMATS
+from publish.exports import FORMATS
 from trajforge.actions import CODECS
 from trajforge.errors import ConfigError
 from trajforge.logs import RedactingFilter, redact, redact_url

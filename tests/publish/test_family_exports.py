@@ -17,10 +17,10 @@ from typing import Any
 import polars as pl
 import pytest
 
+from publish.export_family import joined
+from publish.exports import export
 from rollout.policies import VLMPolicy, VLMPolicyConfig
 from rollout.policies.base import PolicyOutput
-from storage.export_family import joined
-from storage.exports import export
 from storage.keys import blob_key
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from trajforge.actions import Action, get_codec

@@ -21,7 +21,7 @@ import jsonschema
 import polars as pl
 import pytest
 
-from storage.exports import export
+from publish.exports import export
 from tests.conftest import service_missing
 from trajforge.actions.space import UITARS15, smart_resize
 from trajforge.rewards import compute_score

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from storage.exports import export
+from publish.exports import export
 from tests.conftest import service_missing
 from trajforge.rewards import compute_score
 

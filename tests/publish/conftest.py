@@ -6,10 +6,10 @@ import pytest
 from sqlalchemy import Engine
 
 from evolve.smoke import run_smoke_round
+from publish.versions import PublishConfig, publish
 from storage.datasets import iter_rows, manifest
 from storage.db import session_factory
 from storage.objectstore import open_object_store
-from storage.publish import PublishConfig, publish
 from trajforge.settings import load_settings
 
 

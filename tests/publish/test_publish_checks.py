@@ -10,12 +10,12 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from evolve.smoke import run_smoke_round
+from publish.versions import PublishConfig, publish
 from storage.datasets import list_versions, manifest, verify
 from storage.db import session_factory, transaction
 from storage.keys import blob_key, manifest_key
 from storage.models import DatasetVersion, Round
 from storage.objectstore import LocalObjectStore, open_object_store
-from storage.publish import PublishConfig, publish
 from storage.rounds import CURATED, EXTRACTED, JUDGED, mark_stage
 from tests.support.spine import new_round
 from trajforge.errors import DatasetError

@@ -27,7 +27,7 @@ format cannot state is skipped with a counted reason; one it states differently 
 same effect (a direction swipe drawn as two points) is counted as converted. Every row starts
 with the system prompt stating the format's action space. SFT rows are repeated `round(weight)`
 times (`weights="repeat"`), because LLaMA-Factory and ms-swift drop a per-row weight; image
-paths are relative to the export folder, so it can be moved (`storage.export_writer`). Rows
+paths are relative to the export folder, so it can be moved (`publish.export_writer`). Rows
 stream shard by shard, so memory is bounded by the shard size. `out` is a directory or
 `s3://bucket/prefix` (written locally, then uploaded file by file).
 """
@@ -45,9 +45,8 @@ from typing import Any, TextIO, get_args
 import polars as pl
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.datasets import Manifest, iter_rows, manifest, read_shard
-from storage.export_family import FamilyShaper
-from storage.export_rows import (
+from publish.export_family import FamilyShaper
+from publish.export_rows import (
     IMAGE_TOKEN,
     THOUGHTS,
     ExportReport,
@@ -60,14 +59,16 @@ from storage.export_rows import (
     write_hf_parquet,
     write_reward,
 )
-from storage.export_target import export_target
-from storage.export_writer import Writer
+from publish.export_target import export_target
+from publish.export_writer import Writer
+from storage.datasets import Manifest, iter_rows, manifest, read_shard
 from storage.objectstore import ObjectStore
 from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
 from trajforge.actions.space import TRAINERS, written_size
 from trajforge.errors import ConfigError
 from trajforge.families import PROMPT_VERSION, Family, get_family
+from trajforge.progress import counted
 from trajforge.settings import ExportFormat, Settings
 
 FORMATS: tuple[str, ...] = get_args(ExportFormat)
@@ -100,7 +101,7 @@ def export(
     size a pixel-coordinate format is written at: the size that trainer feeds the model, so the
     answers' pixels land where they should on the image as fed. `thoughts` is one of THOUGHTS.
     `family` (a `trajforge.families` name) writes each action row as that family's conversation
-    (`storage.export_family`), in its action format and coordinate space.
+    (`publish.export_family`), in its action format and coordinate space.
     """
     fam, action_format = _family(family, fmt, action_format)
     if fmt not in FORMATS:
@@ -187,7 +188,7 @@ def _export_sft(
     files: dict[str, TextIO] = {}
     stem = f"{man.dataset}_v{man.version}"
     try:
-        for row in iter_rows(store, man):
+        for row in counted(iter_rows(store, man), "export: rows", sum(sh.rows for sh in man.shards)):
             writer.image(row["images"][-1])  # its exported size sets the answer's coordinates
             rendered = render(row, size=writer.sizes[row["images"][-1]])
             if rendered is None:
@@ -281,7 +282,7 @@ def _export_parquet(
     parts: dict[str, list[Path]] = {}
     folder = writer.root / ("data" if fmt == "hf" else ".parts")
     folder.mkdir(parents=True, exist_ok=True)
-    for n, shard in enumerate(man.shards):
+    for n, shard in enumerate(counted(man.shards, "export: shards", len(man.shards))):
         out = []
         split = shard.split
         for row in read_shard(store, shard).iter_rows(named=True):

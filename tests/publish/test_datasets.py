@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, delete, select, update
 
-import storage.publish
 from evolve.smoke import run_smoke_round
+from publish import versions as publishing
+from publish.shards import split_of
+from publish.versions import PublishConfig, publish
 from storage.datasets import diff, list_versions, manifest, verify
 from storage.db import session_factory, transaction
 from storage.models import DatasetVersion, Sample, VersionShard
 from storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, open_object_store
-from storage.publish import PublishConfig, publish
-from storage.shards import split_of
 from trajforge.errors import SealedVersion, UnknownVersion, VersionConflict
 from trajforge.settings import load_settings
 
@@ -140,7 +140,7 @@ def test_racing_publishers_one_wins_the_other_gets_a_clear_conflict(
     sessions = session_factory(engine)
     store = open_object_store(load_settings())
     both_staged, loser_done = threading.Barrier(2), threading.Event()
-    claim = storage.publish._claim
+    claim = publishing._claim
 
     def racing_claim(*args: Any, **kwargs: Any) -> Any:
         """Both claim at once, and the winner seals only after the loser tried: a race on a
@@ -154,7 +154,7 @@ def test_racing_publishers_one_wins_the_other_gets_a_clear_conflict(
         loser_done.wait(timeout=120)
         return won
 
-    monkeypatch.setattr(storage.publish, "_claim", racing_claim)
+    monkeypatch.setattr(publishing, "_claim", racing_claim)
     results: list[object] = []
 
     def racer(config: PublishConfig) -> None:
@@ -188,7 +188,7 @@ def test_the_loser_of_a_race_on_one_draft_gets_a_version_conflict(
     store = open_object_store(load_settings())
     claimed: list[object] = []
     second_claimed, first_sealed = threading.Event(), threading.Event()
-    claim = storage.publish._claim
+    claim = publishing._claim
 
     def ordered_claim(*args: Any, **kwargs: Any) -> Any:
         won = claim(*args, **kwargs)
@@ -200,7 +200,7 @@ def test_the_loser_of_a_race_on_one_draft_gets_a_version_conflict(
             first_sealed.wait(timeout=120)  # the second writes after the first sealed
         return won
 
-    monkeypatch.setattr(storage.publish, "_claim", ordered_claim)
+    monkeypatch.setattr(publishing, "_claim", ordered_claim)
     results: list[object] = []
 
     def racer(done: threading.Event | None) -> None:
@@ -223,5 +223,5 @@ def test_the_loser_of_a_race_on_one_draft_gets_a_version_conflict(
     assert [type(r).__name__ for r in results] == ["PublishReport", "VersionConflict"], results
     assert "sealed by another publisher" in str(results[1])
     assert [(v.version, v.status) for v in list_versions(sessions, "race")] == [(1, "sealed")]
-    monkeypatch.setattr(storage.publish, "_claim", claim)
+    monkeypatch.setattr(publishing, "_claim", claim)
     assert publish(sessions, store, "race", CONFIG).unchanged

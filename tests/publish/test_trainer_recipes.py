@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from storage.exports import export
+from publish.exports import export
 from tests.conftest import service_missing
 from tests.support.trainer_recipes import RECIPES, TORCH_PAIR, TRAINERS
 from tests.support.trainers import run_script, tap_check, trainer_python

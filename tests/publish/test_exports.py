@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from storage.export_target import MARKER
-from storage.exports import ACTION_FORMATS, export
+from publish.export_target import MARKER
+from publish.exports import ACTION_FORMATS, export
 from storage.objectstore import S3ObjectStore
 from trajforge.actions import Action, Screen, get_codec
 from trajforge.actions.compare import mismatch
@@ -222,7 +222,7 @@ def test_unknown_formats_are_one_clear_error(version, tmp_path: Path) -> None:
 def test_verl_val_comes_from_whole_train_queries_when_val_has_no_action_rows(version, tmp_path: Path) -> None:
     """verl's recipe passes data.val_files: a version whose val split holds no action rows still
     gets a val.parquet, of whole queries taken out of train."""
-    from storage.publish import PublishConfig, publish
+    from publish.versions import PublishConfig, publish
 
     _, sessions, store, _ = version
     v2 = publish(sessions, store, "gui", PublishConfig(chunk_rows=32, val_fraction=0.0))

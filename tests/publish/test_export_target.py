@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from storage.export_target import MARKER
-from storage.exports import FORMATS, export
+from publish.export_target import MARKER
+from publish.exports import FORMATS, export
+from publish.versions import PublishConfig, publish
 from storage.objectstore import S3ObjectStore
-from storage.publish import PublishConfig, publish
 from trajforge.errors import ConfigError
 
 

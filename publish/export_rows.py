@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import trajforge
+from publish.export_family import FamilyShaper
 from storage.datasets import Manifest
-from storage.export_family import FamilyShaper
 from trajforge.actions import Action, get_codec
 from trajforge.actions.space import (
     BUDGETS,
@@ -89,7 +89,7 @@ class ExportReport:
 class Rendered:
     """One row as a trainer sees it: the system prompt, the answer, and (for actions) its ground truth.
 
-    A family-shaped row (`storage.export_family`) has its whole conversation in `chat` (ending with
+    A family-shaped row (`publish.export_family`) has its whole conversation in `chat` (ending with
     the answer) and the screenshots its `<image>` tags stand for in `images`."""
 
     system: str

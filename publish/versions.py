@@ -3,7 +3,7 @@
 - A version's rows are the samples curation kept (selected by round), split train/val by
   query (no query is in both), written as Parquet shards (polars) under their sha256.
 - Shards are partitioned by (split, round, category) and cut inside a partition where a
-  row's uid hash says so (content-defined chunking, `storage.shards`), so a new version
+  row's uid hash says so (content-defined chunking, `publish.shards`), so a new version
   re-uses every shard whose rows did not change, however many rows were added elsewhere.
 - The manifest holds no timestamps, so rebuilding from the same inputs and configuration
   gives the same manifest hash.
@@ -28,6 +28,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from publish.shards import PublishConfig, chunks, selected_rows, shard_bytes, write_shards
 from storage.datasets import (
     SCHEMA,
     Lineage,
@@ -54,8 +55,8 @@ from storage.models import (
 )
 from storage.objectstore import ObjectStore
 from storage.rounds import numbers, ready_rounds, sampling_by_round
-from storage.shards import PublishConfig, chunks, selected_rows, shard_bytes, write_shards
 from trajforge.errors import DatasetError, ObjectNotFound, SealedVersion, VersionConflict
+from trajforge.progress import counted
 from trajforge.stage_settings import dataset_name_problem
 
 
@@ -307,7 +308,7 @@ def _stage(
     """Build every shard into `staging` (memory: one shard); the shard list and every image named."""
     shards: list[ShardRef] = []
     images: set[str] = set()
-    for chunk in chunks(selected_rows(sessions, config), config):
+    for chunk in counted(chunks(selected_rows(sessions, config), config), "dataset shards"):
         data = shard_bytes(chunk)
         digest = sha256_hex(data)
         (staging / digest).write_bytes(data)

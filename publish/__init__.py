@@ -1,0 +1,1 @@
+"""Dataset building: a version's shards and manifest, sealed; exports for the trainers."""

@@ -1,0 +1,82 @@
+"""`trajforge evolve` on a terminal: a line for every stage from its start and counts for the long
+work (round 2 trains the screen encoder), all gone by the round lines, which read as they do off a
+terminal."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.evolve import tiny_config
+
+pytestmark = pytest.mark.slow
+
+TRAJFORGE = shutil.which("trajforge", path=str(Path(sys.executable).parent)) or "trajforge"
+STAGES = [
+    "start-round",
+    "rollout-shard",
+    "judge",
+    "calibrate-and-extract",
+    "train-encoder",
+    "curate",
+    "publish",
+]
+COUNTED = ["rollouts", "judging episodes", "encoder training steps", "dataset shards", "held-out episodes"]
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _on_a_terminal(args: list[str], cwd: Path, limit_s: float) -> tuple[int, str, dict[str, float]]:
+    """Run `args` with a pseudo-terminal as stdout and stderr: exit code, what it showed (escape
+    codes removed) and when each label of `STAGES` and `COUNTED` first showed (seconds)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    env |= {"TERM": "xterm-256color", "COLUMNS": "160"}
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, stdin=follower, stdout=follower, stderr=follower, cwd=cwd, env=env)
+    os.close(follower)
+    start, raw, first = time.monotonic(), b"", {}
+    try:
+        while time.monotonic() - start < limit_s:
+            if not select.select([leader], [], [], 1)[0]:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:  # the terminal closed with the process
+                break
+            raw += chunk
+            shown = _ANSI.sub("", raw.decode(errors="replace"))
+            for label in STAGES + COUNTED:
+                if label not in first and label in shown:
+                    first[label] = round(time.monotonic() - start, 1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+    return proc.wait(), _ANSI.sub("", raw.decode(errors="replace")), first
+
+
+def test_evolve_on_a_terminal_shows_every_stage_and_its_counts(tmp_path: Path) -> None:
+    config = tiny_config(tmp_path / "run.yaml", f"sqlite:///{tmp_path / 'run.db'}")
+    code, shown, first = _on_a_terminal(
+        [TRAJFORGE, "evolve", "--rounds", "2", "--config", str(config)], tmp_path, 600
+    )
+    assert code == 0, shown[-3000:]
+    assert set(first) == set(STAGES + COUNTED), f"never shown: {set(STAGES + COUNTED) - set(first)}"
+    assert first["rollouts"] >= first["rollout-shard"] and first["judge"] >= first["rollouts"]
+    lines = [
+        ln.rstrip()
+        for ln in shown.splitlines()
+        if ln.startswith(("round 1/2: policy ", "round 2/2: policy "))
+    ]
+    assert len(lines) == 2 and all(ln.endswith("s]") for ln in lines), lines
+    assert lines[0].startswith("round 1/2: policy random-explorer@0: success ")
