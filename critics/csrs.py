@@ -105,8 +105,7 @@ def extract(
             "query": query.uid,
         }
         drafts = _seeing(query, i, view, done, success and i == len(steps) - 1, prov)
-        if view.action is not None:
-            action = Action.model_validate(view.action)
+        if (action := view.act) is not None:
             words = describe(action, view)
             after = screen_text(steps[i + 1].elements) if i + 1 < len(steps) else EPISODE_ENDS
             drafts += _acting(query, i, view, action, words, after, verdict, done, prov)

@@ -33,7 +33,6 @@ from storage.episodes import round_episodes
 from storage.models import Episode, Exclusion, Judgment
 from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import JUDGED, mark_stage
-from trajforge.actions import Action
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query, StepVerdict, backend_of, describe
 from trajforge.episode import Step
@@ -230,9 +229,7 @@ class _ModelJudges:
     async def _judged(self, episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
         step_critic, channels = self.step_critic, self.channels
         views = [st.view() for st in steps]
-        history = [
-            describe(Action.model_validate(v.action), v) if v.action else "(unparseable)" for v in views
-        ]
+        history = [describe(v.act, v) if v.act else "(unparseable)" for v in views]
         verdict_steps = await asyncio.gather(
             *(step_critic.judge(query, v, history[:i]) for i, v in enumerate(views))
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from trajforge.actions import Action, Screen
+from trajforge.actions import Screen
 from trajforge.domain import STEP_LABELS, Query, StepView, describe
 from trajforge.draw import mark_point
 from trajforge.endpoints import fit_views
@@ -60,9 +60,8 @@ class LLMStepCritic:
         self.version = f"1:{model or gateway.model_for('critic.step')}"
 
     async def judge(self, query: Query, view: StepView, history: list[str]) -> LLMJudgment:
-        if view.action is None:
+        if (action := view.act) is None:
             return LLMJudgment("NEUTRAL", "The output could not be parsed; nothing happened.", "", "", None)
-        action = Action.model_validate(view.action)
         # decoding and drawing a phone-sized PNG is CPU work: keep it off the event loop
         before = await asyncio.to_thread(
             mark_point, self.frames(view.before), action, Screen(view.width, view.height)

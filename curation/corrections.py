@@ -52,9 +52,7 @@ def correction_samples(sessions: sessionmaker[Session], round_id: int) -> tuple[
         for episode, query, steps in round_episodes(s, round_id):
             if episode.id in by_episode:
                 views = [st.view() for st in steps]
-                done = [
-                    describe(Action.model_validate(v.action), v) if v.action else "(no action)" for v in views
-                ]
+                done = [describe(v.act, v) if v.act else "(no action)" for v in views]
                 drafts = [
                     draft
                     for correction, ls_id in by_episode[episode.id]
@@ -80,7 +78,7 @@ def _corrected(
         tally[correction.parse_error] += 1
         return None
     view = views[correction.step_index]
-    original = Action.model_validate(view.action) if view.action is not None else None
+    original = view.act
     target = correction.action or (
         original.core().model_dump(mode="json", exclude_none=True) if original else None
     )

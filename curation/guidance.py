@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from curation.rollouts import Rollout, pass_rate
 from storage.db import insert_ignore, transaction
 from storage.models import Guidance
-from trajforge.actions import Action, Screen
+from trajforge.actions import Screen
 from trajforge.actions.compare import target_bbox
 from trajforge.domain import Query, StepView, describe, screen_text
 from trajforge.draw import mark_point
@@ -102,10 +102,10 @@ def pick_reference(
 def describe_offline(views: list[StepView], labels: list[str] | None) -> list[Described]:
     out = []
     for i, view in enumerate(views):
-        if view.action is None:
+        if view.act is None:
             out.append(Described(i, "(unparsed output)", "nothing happens", False, "unparsed_action"))
             continue
-        words = describe(Action.model_validate(view.action), view)
+        words = describe(view.act, view)
         changed = view.after != view.before
         shows = screen_text(views[i + 1].elements)[:160] if i + 1 < len(views) else ""
         outcome = f"{words}; the screen then shows: {shows}" if changed and shows else words
@@ -135,9 +135,8 @@ async def describe_with_model(
     frames: Callable[[str], bytes],
 ) -> list[Described]:
     async def one(i: int, view: StepView) -> Described:
-        if view.action is None:
+        if (action := view.act) is None:
             return Described(i, "(unparsed output)", "nothing happens", False, "unparsed_action")
-        action = Action.model_validate(view.action)
         words = describe(action, view)
         rationale = (action.thought or action.intent or "") if model_made else ""
         prompt = TEMPLATES.get_template("guidance_describe.j2").render(
@@ -242,9 +241,8 @@ async def write_guidance(
 def demonstration(view: StepView) -> dict[str, Any] | None:
     """A reference step as a demonstration a policy can learn from: the screenshot before it, the
     action, and the 0-1000 bbox of the element it targets (None for unparsed output)."""
-    if view.action is None:
+    if (action := view.act) is None:
         return None
-    action = Action.model_validate(view.action)
     screen = Screen(view.width, view.height)
     return {
         "screenshot": view.before,

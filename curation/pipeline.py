@@ -36,7 +36,6 @@ from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import CURATED, mark_stage
 from storage.samples import CATEGORIES, store_drafts
-from trajforge.actions import Action
 from trajforge.features import Featurizer
 from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
@@ -292,9 +291,8 @@ def _accepted_steps(
     out = []
     for episode_id, index in sorted(kept, key=lambda k: (k[0] or 0, k[1] or 0)):
         r = by_id.get(episode_id or -1)
-        if r is None or index is None or r.steps[index].action is None:
+        if r is None or index is None or (action := r.steps[index].act) is None:
             continue
-        action = Action.model_validate(r.steps[index].action)
         out.append(StepToThink(r.query, r.uid, index, r.steps[index], r.words(index), action))
     return out
 

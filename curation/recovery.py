@@ -149,7 +149,9 @@ def _site(
     harmful = other.labels[at] == "HARMFUL"
     if other.success and not harmful:
         return None  # another way to succeed, not an error
-    wrong = Action.model_validate(other.steps[at].action).model_copy(update={"thought": None, "intent": None})
+    played = other.steps[at].act  # a played step acted
+    assert played is not None
+    wrong = played.model_copy(update={"thought": None, "intent": None})
     steps = tuple(ref.steps[i] for i in ref_played)
     source = "harmful" if harmful else "diverged"
     site = RecoverySite(ref.query, ref.uid, steps, d, wrong, other.uid, source, ref_played[d])
@@ -161,9 +163,9 @@ def _site(
 
 def _same_move(a: StepView, b: StepView) -> bool:
     """Two recorded steps make the same move: the same kind on the same element (or text)."""
-    if a.action is None or b.action is None:
+    x, y = a.act, b.act
+    if x is None or y is None:
         return False
-    x, y = Action.model_validate(a.action), Action.model_validate(b.action)
     if x.kind != y.kind:
         return False
     if x.point is not None and y.point is not None:
@@ -212,7 +214,8 @@ def _pair(result: ProbeResult) -> list[SampleDraft]:
     assert error is not None and escape is not None
     history = [describe(a, v) for a, v in zip(site.prefix, site.steps, strict=False)]
     wrong = describe(site.wrong, error)
-    escaped = Action.model_validate(escape.action)
+    escaped = escape.act
+    assert escaped is not None  # an escape that worked was an action
     prov = {
         "episode": site.episode,
         "reference": site.reference,

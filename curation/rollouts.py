@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
-from trajforge.actions import Action
 from trajforge.domain import Query, StepView, describe
 from trajforge.verdicts import Outcome
 
@@ -29,10 +28,7 @@ class Rollout:
 
     def words(self, upto: int) -> list[str]:
         """The steps before `upto` in words (the history a policy is shown)."""
-        return [
-            describe(Action.model_validate(v.action), v) if v.action else "(unparsed output)"
-            for v in self.steps[:upto]
-        ]
+        return [describe(v.act, v) if v.act else "(unparsed output)" for v in self.steps[:upto]]
 
 
 def load_rollouts(

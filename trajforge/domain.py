@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -93,6 +94,11 @@ class StepView:
     elements: list[dict[str, Any]]
     width: int
     height: int
+
+    @cached_property
+    def act(self) -> Action | None:
+        """The action, typed: parsed from `action` once (None when the output did not parse)."""
+        return Action.model_validate(self.action) if self.action is not None else None
 
     @classmethod
     def observed(cls, action: Action, before: Observation, after: Observation) -> StepView:

@@ -73,9 +73,9 @@ Prober = Callable[[list[RecoverySite]], list[ProbeResult]]
 
 def step_action(view: StepView) -> Action:
     """The action of a reference's step (a reference's steps are the ones that acted)."""
-    if view.action is None:
+    if view.act is None:
         raise ValueError("a recovery reference has an unparsed step; references are successful rollouts")
-    return Action.model_validate(view.action)
+    return view.act
 
 
 def same_screen(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trajforge.actions import Action, ActionKind
+from trajforge.actions import ActionKind
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query, StepVerdict, StepView, describe, hit_element
 from trajforge.world.route import AppModel, Goal, Tracker
@@ -75,11 +75,10 @@ class RouteStepCheck:
 
     @staticmethod
     def _step(t: Tracker, view: StepView) -> StepVerdict:
-        if view.action is None:
+        if (action := view.act) is None:
             return StepVerdict(
                 "NEUTRAL", "unparseable_output", "The output could not be parsed; nothing happened."
             )
-        action = Action.model_validate(view.action)
         before = t.remaining()
         if action.kind == ActionKind.TERMINATE:
             if action.status == "success" and t.at_goal():
@@ -117,7 +116,7 @@ class RouteGoalCheck:
         end = trace.end
         if end is None:
             return GoalVerdict(None, trace.verdicts[0].reason)
-        last = Action.model_validate(steps[-1].action) if steps[-1].action else None
+        last = steps[-1].act
         claimed = last is not None and last.kind == ActionKind.TERMINATE and last.status == "success"
         if end.app != end.goal.app or end.screen != end.goal.screen:
             return GoalVerdict(False, "wrong_screen" if claimed else "no_success_claim")
