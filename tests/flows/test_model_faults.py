@@ -23,18 +23,23 @@ from trajforge.settings import load_settings
 FAULTS = {  # what the server answers to the one request that keeps failing, and the reason kept
     "500": (Reply(status=500), "llm_error", 500),
     "429": (Reply(status=429), "llm_rate_limited", 429),
-    "timeout": (Reply(delay_s=1.5), "llm_timeout", None),
+    "timeout": (Reply(delay_s=3.0), "llm_timeout", None),  # past TIMEOUT_FAULT_S
     "no_choices": (Reply(no_choices=True), "llm_error", 200),
     "not_json": (Reply(body="<html><h1>502 Bad Gateway</h1></html>"), "llm_error", 200),
 }
 
 
-def llm_env(url: str) -> dict[str, str]:
+# The scripted server answers at once, but a loaded 2-core CI machine can hold an answer past a
+# short timeout: only the timeout fault's test runs with one.
+TIMEOUT_S, TIMEOUT_FAULT_S = 10.0, 1.5
+
+
+def llm_env(url: str, timeout_s: float = TIMEOUT_S) -> dict[str, str]:
     return {
         "TRAJFORGE_LLM_BASE_URL": url,
         "TRAJFORGE_LLM_MAX_RETRIES": "1",
         "TRAJFORGE_LLM_BACKOFF_BASE_S": "0.01",
-        "TRAJFORGE_LLM_TIMEOUT_S": "0.5",
+        "TRAJFORGE_LLM_TIMEOUT_S": str(timeout_s),
     }
 
 
@@ -61,7 +66,8 @@ def test_queries_generate_drops_the_failing_query_and_keeps_the_rest(tmp_path: P
     reply, reason, status = FAULTS[fault]
     script = OneBadRequest(querygen_responder({}), reply)
     with ScriptedLLM(responder=script) as llm:
-        done = cli("queries", "generate", "--app", "takeout", "--n", "6", env=llm_env(llm.url), cwd=tmp_path)
+        env = llm_env(llm.url, TIMEOUT_FAULT_S if fault == "timeout" else TIMEOUT_S)
+        done = cli("queries", "generate", "--app", "takeout", "--n", "6", env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("takeout: 6 queries kept") and f"{reason}=1" in done.stdout
     with _db(tmp_path) as conn:
