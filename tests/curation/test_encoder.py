@@ -28,6 +28,8 @@ from storage.encoders import latest_encoder
 from storage.features import FeatureStore, make_featurizer
 from storage.models import Step
 from storage.objectstore import LocalObjectStore, frame_reader, open_object_store
+from tests.support.progress import Recorder
+from trajforge import progress
 from trajforge.domain import StepView
 from trajforge.errors import ConfigError
 from trajforge.features import PHashFeaturizer, ResNetFeaturizer
@@ -74,7 +76,15 @@ def test_pages_get_no_status_bar_and_the_budget_is_sized_to_the_screens(replayed
 @pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_training_lowers_the_loss_and_the_checkpoint_loads_as_a_featurizer(replayed, tmp_path: Path) -> None:
     screens = _screens(replayed)
-    model, report, bar = train_encoder(screens, SMALL, device="cpu")
+    shown = Recorder()
+    previous = progress.show(shown)
+    try:
+        model, report, bar = train_encoder(screens, SMALL, device="cpu")
+    finally:
+        progress.show(previous)
+    label = "encoder training steps"  # counted on a terminal, one step at a time
+    assert shown.calls[0] == ("open", label, report.planned) and shown.calls[-1] == ("close", label, None)
+    assert shown.calls.count(("advance", label, 1)) == report.steps
     assert report.images == len(screens) and report.steps == report.planned == SMALL.planned_steps(
         len(screens)
     )

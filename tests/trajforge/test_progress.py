@@ -4,32 +4,12 @@ loops and gathers advance once per item."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.progress import Recorder
 from trajforge import progress
-
-
-class Recorder:
-    """A display that keeps every call, in order."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, int | None]] = []
-        self.lock = threading.Lock()
-
-    def open(self, label: str, total: int | None) -> None:
-        with self.lock:
-            self.calls.append(("open", label, total))
-
-    def advance(self, label: str, by: int) -> None:
-        with self.lock:
-            self.calls.append(("advance", label, by))
-
-    def close(self, label: str) -> None:
-        with self.lock:
-            self.calls.append(("close", label, None))
 
 
 @pytest.fixture
