@@ -240,8 +240,10 @@ class EpisodeRunner:
         return lease
 
     def _give_back(self, lease: Lease) -> None:
-        self._held.pop(lease.id, None)
+        # released, then forgotten: a run that ends while a thread is here still sees the slot as
+        # held and releases it again (a release is keyed by the lease's holder, so twice is once)
         self.pool.release(lease)
+        self._held.pop(lease.id, None)
 
     def _io(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """`fn(*args)` on the runner's own threads (sized to the farm, not to the CPU)."""
