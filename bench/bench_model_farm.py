@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from bench.common import scripted_server, table
+from critics.stages import calibrate, judge
 from evolve import lifecycle
 from evolve.policies import register_policy
 from evolve.spine import Spine, new_spine, policy_llm
@@ -39,6 +40,7 @@ from rollout.runner import RolloutConfig
 from rollout.sim.farm import SimFarm
 from storage.db import transaction
 from storage.llm_cache import usage_by_stage
+from storage.models import Round
 from trajforge.actions import Screen
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
@@ -122,8 +124,11 @@ def roll(spine: Spine, devices: int, queries: list[Query], args: argparse.Namesp
 
 def judge_and_write(spine: Spine, round_id: int) -> Counter[str]:
     """The round's model critics and CSRS on the same endpoint: paid calls by stage."""
-    lifecycle.judge(spine, round_id)
-    lifecycle.calibrate(spine, round_id)
+    with spine.sessions() as s:
+        row = s.get(Round, round_id)
+        assert row is not None
+    judge(spine, row.number, {})
+    calibrate(spine, row.number, {})
     return Counter({stage: u.calls for stage, u in usage_by_stage(spine.sessions, round_id).items()})
 
 

@@ -9,23 +9,21 @@ from typing import Any
 
 from sqlalchemy import select
 
-from evolve.lifecycle import find_round
 from evolve.policies import policy_factory, register_policy
-from evolve.spine import open_spine
-from evolve.steps import EXPLORER, load_queries, roll
+from evolve.rollouts import EXPLORER, load_queries, roll, rolled_line
+from evolve.spine import Spine
 from rollout.runner import RolloutConfig
 from storage.db import transaction
 from storage.models import App, Episode
 from storage.models import Query as QueryRow
-from trajforge.settings import Settings
+from trajforge.stage import DEVICES, PART, Facts, Given, Stage, one_or_none
 
 
-def unsolved_queries(settings: Settings, number: int, uids: list[str]) -> list[str]:
+def unsolved_queries(spine: Spine, number: int, uids: list[str]) -> list[str]:
     """Round N > 1's queries of the apps (suite tasks) that no episode of an earlier round solved."""
-    if number == 1 or settings.evolve.explore_share <= 0:
+    if number == 1 or spine.settings.evolve.explore_share <= 0:
         return []
-    spine = open_spine(settings)
-    rnd = find_round(spine, number)
+    rnd = spine.round(number)
     with spine.sessions() as s:
         solved = set(
             s.scalars(
@@ -39,12 +37,18 @@ def unsolved_queries(settings: Settings, number: int, uids: list[str]) -> list[s
     return [q.uid for q in load_queries(spine, uids) if q.app not in solved]
 
 
-def explore(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
+def unsolved_part(spine: Spine, number: int, given: Given) -> list[list[str]]:
+    """One part, the round's unsolved queries, where there are any."""
+    unsolved = unsolved_queries(spine, number, given["queries"])
+    return [unsolved] if unsolved else []
+
+
+def explore(spine: Spine, number: int, given: Given) -> Facts:
     """`explore_share` of K rollouts of the random explorer on each of these unsolved queries, after
     the round's own K (and any demonstration): a first success there gives the next policy a reference."""
-    spine = open_spine(settings)
-    rnd = find_round(spine, number)
-    ev = settings.evolve
+    rnd = spine.round(number)
+    uids: list[str] = given[PART]
+    ev = spine.settings.evolve
     with transaction(spine.sessions) as s:
         policy_id = register_policy(s, *EXPLORER, meta={"max_actions": ev.max_steps})
     config = RolloutConfig(
@@ -54,5 +58,21 @@ def explore(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
         max_steps=ev.max_steps,
     )
     make = policy_factory(spine, policy_id)
-    played = roll(spine, rnd, load_queries(spine, uids), policy_id, make, config)
-    return {"queries": len(uids), **played}
+    played: dict[str, Any] = {
+        "queries": len(uids),
+        **roll(spine, rnd, load_queries(spine, uids), policy_id, make, config),
+    }
+    return Facts(played, f"explored {len(uids)} unsolved queries: {rolled_line(played)}")
+
+
+EXPLORE: Stage[Spine] = Stage(
+    "explore",
+    "exploration",
+    explore,
+    reads=("query", "episode", "device"),
+    writes=("episode", "step", "anchor", "policy"),
+    after=("rollout",),
+    tags=(DEVICES,),
+    fan_out=unsolved_part,
+    merge=one_or_none,
+)

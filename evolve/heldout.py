@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy import select
 
 from evolve.policies import policy_factory
-from evolve.spine import Spine, open_farm, open_pool, open_spine
+from evolve.spine import Spine, open_farm, open_pool
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.suites.queries import environment_queries, heldout_seeds
@@ -44,7 +44,7 @@ from storage.models import Query as QueryRow
 from trajforge.domain import Query
 from trajforge.endpoints import charge_round
 from trajforge.errors import ConfigError, DeviceError
-from trajforge.settings import Settings
+from trajforge.stage import DEVICES, MODEL_CALLS, Facts, Given, Stage
 
 log = logging.getLogger("trajforge.heldout")
 
@@ -212,10 +212,9 @@ def _rate(figures: dict[str, Any]) -> str:
     return f"{shown} ({figures['successes']}/{figures['episodes'] - figures['unknown']}; {per_app})"
 
 
-def promote(settings: Settings, number: int) -> dict[str, Any]:
+def promote(spine: Spine, number: int, _given: Given) -> Facts:
     """Choose round `number + 1`'s policy: the candidate trained after this round when the gate
     lets it through (`gate`), else this round's policy again. Decided once."""
-    spine = open_spine(settings)
     with spine.sessions() as s:
         rnd = s.scalars(select(Round).where(Round.number == number)).one()
     stats = dict(rnd.stats or {})
@@ -239,4 +238,16 @@ def promote(settings: Settings, number: int) -> dict[str, Any]:
     with spine.sessions() as s:
         chosen = s.get(PolicyRow, stats["next_policy_id"])
         assert chosen is not None
-    return {**decision, "policy": f"{chosen.name}@{chosen.version}", "policy_id": chosen.id}
+    promoted = {**decision, "policy": f"{chosen.name}@{chosen.version}", "policy_id": chosen.id}
+    return Facts(promoted, f"next policy {promoted['policy']} ({promoted.get('reason', '')})")
+
+
+PROMOTE: Stage[Spine] = Stage(
+    "promote",
+    "promote-policy",
+    promote,
+    reads=("policy", "query"),
+    writes=("policy", "round"),
+    after=("train",),
+    tags=(DEVICES, MODEL_CALLS),
+)

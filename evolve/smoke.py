@@ -19,8 +19,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.csrs import ExtractionReport
+from critics.stages import calibrate, judge
 from curation.pipeline import CurationReport
-from evolve.lifecycle import calibrate, close_round, curate, judge, open_round, play
+from curation.stages import curate_with
+from evolve.lifecycle import close_round, open_round, play
 from evolve.policies import register_policy
 from evolve.spine import new_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
@@ -91,7 +93,8 @@ class SmokeReport:
 
 def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int = ROLLOUTS) -> SmokeReport:
     """One round on the configured database and object store; each call is the next round. It
-    goes through the loop's own lifecycle (`evolve.lifecycle`) with the noisy oracle as policy."""
+    goes through the loop's own stages (`critics.stages`, `curation.stages`), the noisy oracle
+    as policy."""
     spine = new_spine(settings)
     farm = SimFarm(store=spine.store)
     pool = DevicePool(spine.sessions)
@@ -119,11 +122,11 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
     report.frames_written = sum(getattr(env, "frames_written", 0) for env in runner.environments())
     report.frames_deduped = sum(getattr(env, "frames_deduped", 0) for env in runner.environments())
     _count(spine.sessions, round_id, report)
-    report.labels.update(judge(spine, round_id).offline.steps)
-    report.calibration, report.samples = calibrate(spine, round_id)
-    report.curation = curate(
-        spine, round_id, device_prober(pool, farm, farm.backend, settings.curate.recovery_escapes)
-    )
+    report.labels.update(judge(spine, number, {}).offline.steps)
+    calibrated = calibrate(spine, number, {})
+    report.calibration, report.samples = calibrated.consensus, calibrated.samples
+    prober = device_prober(pool, farm, farm.backend, settings.curate.recovery_escapes)
+    report.curation = curate_with(spine, number, prober).report
     stats = {
         "episodes": report.rollout.completed,
         "successes": report.rollout.successes,

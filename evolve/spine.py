@@ -8,29 +8,35 @@ another process opens its own spine the first time it runs a step.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.outcomes import round_outcomes
 from rollout.pool import DevicePool
 from rollout.recovery import device_prober
+from rollout.sim.env import demonstrator
 from rollout.sim.farm import SimFarm
 from rollout.suites import Suite, is_suite_ref, resolve, split_ref
 from rollout.suites.farm import SuiteFarm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
-from storage.apps import check_apps
+from storage.apps import check_apps, round_apps
 from storage.db import engine_from_settings, session_factory, upgrade
 from storage.llm_cache import SqlResponseCache
+from storage.models import Round
 from storage.objectstore import ObjectStore, frame_reader, open_object_store
 from trajforge.appspec import AppSpec, load_apps
+from trajforge.domain import Query, StepView
 from trajforge.errors import ConfigError
 from trajforge.gateway import LLMGateway
 from trajforge.recovery import Prober
 from trajforge.settings import LLMSettings, Settings
+from trajforge.verdicts import Outcome
 
 _OPEN: dict[str, Spine] = {}
 _LOCK = threading.Lock()
@@ -87,6 +93,33 @@ class Spine:
         one per event loop."""
         return build_gateway(self.settings.llm, self.sessions, group)
 
+    def round(self, number: int) -> Round:
+        """Round `number`, which `trajforge evolve` must have started."""
+        with self.sessions() as s:
+            row = s.scalars(select(Round).where(Round.number == number)).first()
+        if row is None:
+            raise ConfigError(f"round {number} has not been started; run `trajforge evolve` to start it")
+        return row
+
+    def outcomes(self, number: int) -> Mapping[int, Outcome]:
+        return round_outcomes(self.sessions, self.round(number).id, self.settings.critics)
+
+    def prober(self) -> Prober:
+        return open_prober(self)
+
+    def demonstrator(self) -> Callable[[Query], list[StepView] | None]:
+        return demonstrator(self.apps, self.store)
+
+
+class RoundApps(Spine):
+    """The spine of a command run on a stored round (`trajforge critics run`, `curate`): the
+    configured apps, then every other app stored in the database, so a round rolled out from a
+    spec file is judged and curated with no config (`storage.apps.round_apps`)."""
+
+    @cached_property
+    def apps(self) -> list[AppSpec]:
+        return round_apps(self.sessions, load_apps(self.settings.apps))
+
 
 def build_gateway(llm: LLMSettings, sessions: sessionmaker[Session], group: str) -> LLMGateway | None:
     """The one way a gateway is built: the endpoints' settings and the run's response cache; None
@@ -124,6 +157,11 @@ def open_spine(settings: Settings) -> Spine:
         if key not in _OPEN:
             _OPEN[key] = new_spine(settings)
         return _OPEN[key]
+
+
+def round_context(settings: Settings) -> RoundApps:
+    """A `RoundApps` spine on the process's database connection for these settings."""
+    return RoundApps(settings, open_spine(settings).sessions)
 
 
 def open_farm(spine: Spine) -> SimFarm | WebFarm | SuiteFarm:

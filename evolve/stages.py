@@ -1,144 +1,114 @@
-"""The round's stages as data: what each reads and writes, which stage must have run before it,
-and how to tell that one has run.
+"""The round's order of stages, and running one.
 
-`ROUND` is the loop's order; `check_order` proves it sound (every stage comes after the stages
-it needs, and every table it reads is an input of the round or written by an earlier stage),
-and the flow checks it before a round starts. `require` is checked when a stage starts, alone
-(`trajforge curate`) or in the loop, before it writes anything: a stage run out of order fails
-with one line naming the command that does what is missing.
+Each stage is declared beside its code (`trajforge.stage.Stage`): `critics/stages.py`,
+`curation/stages.py`, `publish/stages.py`, and the loop's own in `evolve/steps.py`,
+`evolve/rollouts.py`, `evolve/exploration.py`, `evolve/trainer.py` and `evolve/heldout.py`.
+`ROUND` keeps only their order; `check_order` proves it sound (every stage after the stages it
+needs, every table it reads an input of the round or written by an earlier stage), and the flow
+checks it before a round starts.
+
+Running one is the runner's job, the same for the round flow (`flows/rounds.py`), `trajforge
+stage NAME` and the tests: `require` before it writes anything (a stage run out of order fails with
+one line naming the command that does what is missing), then the stage, then `record`, which keeps
+its report in the round so that a resumed round reuses it instead of running the stage again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import exists, select
-from sqlalchemy.orm import Session, sessionmaker
-
-from storage.models import Episode, Judgment, QueryPassRate, Round, Step
-from storage.models import Query as QueryRow
+from critics.stages import CALIBRATE, JUDGE
+from curation.stages import CURATE, ENCODER, FEATURISE
+from evolve.exploration import EXPLORE
+from evolve.heldout import PROMOTE
+from evolve.rollouts import GUIDED_DEMOS, ROLLOUT
+from evolve.spine import Spine
+from evolve.steps import FINISH, QUERIES, REGISTER_DEVICES, REPORTS, START
+from evolve.trainer import TRAIN
+from publish.stages import PUBLISH
+from storage.context import RoundContext
+from storage.db import transaction
+from storage.models import Round
 from trajforge.errors import ConfigError, StageError
+from trajforge.stage import PART, Given, Stage
+from trajforge.stage import check_order as check_stages
 
-INPUTS = ("app", "round", "policy", "device")  # what a round starts from (`start_round`, the farm)
+INPUTS = ("app",)  # what a round starts from: the configured apps (and suite tasks)
 
-
-def _has_query(s: Session, round_id: int) -> bool:
-    return bool(s.scalar(select(exists().where(QueryRow.round_id == round_id))))
-
-
-def _has_episode(s: Session, round_id: int) -> bool:
-    return bool(s.scalar(select(exists().where(Episode.round_id == round_id))))
-
-
-def _judged(s: Session, round_id: int) -> bool:
-    """Every step of the round has a step critic's label (and the round has episodes)."""
-    unjudged = (
-        select(Step.id)
-        .join(Episode, Episode.id == Step.episode_id)
-        .where(
-            Episode.round_id == round_id,
-            ~exists().where(Judgment.target == "step", Judgment.target_id == Step.id),
-        )
-    )
-    return _has_episode(s, round_id) and not s.scalar(select(exists(unjudged)))
-
-
-def _calibrated(s: Session, round_id: int) -> bool:
-    row = s.get(Round, round_id)
-    return row is not None and "calibration" in (row.stats or {})
-
-
-def _curated(s: Session, round_id: int) -> bool:
-    return bool(s.scalar(select(exists().where(QueryPassRate.round_id == round_id))))
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    reads: tuple[str, ...]  # tables
-    writes: tuple[str, ...]
-    after: tuple[str, ...]  # stages that must have run on the round first
-    done: str  # the round "is not <done> yet"
-    command: str  # what runs it alone, {n} the round number
-    ran: Callable[[Session, int], bool] | None = None  # whether it has run on a round (by id)
-
-
-ROUND: tuple[Stage, ...] = (
-    Stage("queries", ("app", "round"), ("query",), (), "given queries", "trajforge evolve", _has_query),
-    Stage(
-        "rollout",
-        ("query", "policy", "device"),
-        ("episode", "step", "anchor", "exclusion"),
-        ("queries",),
-        "rolled out",
-        "trajforge evolve",
-        _has_episode,
-    ),
-    Stage(
-        "judge",
-        ("episode", "step", "anchor"),
-        ("judgment",),
-        ("rollout",),
-        "judged",
-        "trajforge critics run --round {n}",
-        _judged,
-    ),
-    Stage(
-        "calibrate",
-        ("judgment", "anchor"),
-        ("round", "sample", "exclusion"),
-        ("judge",),
-        "calibrated",
-        "trajforge critics calibrate --round {n}",
-        _calibrated,
-    ),
-    Stage(
-        "curate",
-        ("episode", "step", "judgment", "anchor"),
-        ("sample", "guidance", "screen_feature", "query_pass_rate", "exclusion"),
-        ("judge",),
-        "curated",
-        "trajforge curate --round {n}",
-        _curated,
-    ),
-    Stage(
-        "publish",
-        ("sample",),
-        ("dataset_version", "shard"),
-        ("calibrate", "curate"),
-        "published",
-        "trajforge datasets publish",
-    ),
+ROUND: tuple[Stage[Spine], ...] = (
+    START,
+    QUERIES,
+    REGISTER_DEVICES,
+    ROLLOUT,
+    GUIDED_DEMOS,
+    EXPLORE,
+    JUDGE,
+    CALIBRATE,
+    ENCODER,
+    FEATURISE,
+    CURATE,
+    PUBLISH,
+    TRAIN,
+    PROMOTE,
+    FINISH,
 )
+BY_NAME = {stage.name: stage for stage in ROUND}
 
 
-def check_order(stages: Sequence[Stage] = ROUND) -> None:
+def stage_named(name: str) -> Stage[Spine]:
+    """The stage called `name`; ConfigError naming the stages there are otherwise."""
+    if name not in BY_NAME:
+        raise ConfigError(f"no stage {name!r}; the stages are {', '.join(BY_NAME)}")
+    return BY_NAME[name]
+
+
+def check_order(stages: Sequence[Stage[Any]] = ROUND) -> None:
     """Raises ConfigError where a stage comes before a stage it needs, or reads a table that
     neither the round's inputs nor an earlier stage provide."""
-    seen: set[str] = set()
-    written = set(INPUTS)
-    for stage in stages:
-        if missing := [a for a in stage.after if a not in seen]:
-            raise ConfigError(f"stage {stage.name!r} runs before {', '.join(missing)}, which it needs")
-        if unread := sorted(set(stage.reads) - written):
-            raise ConfigError(
-                f"stage {stage.name!r} reads {', '.join(unread)}, which no earlier stage writes"
-            )
-        seen.add(stage.name)
-        written |= set(stage.writes)
+    check_stages(stages, INPUTS)
 
 
-def require(
-    sessions: sessionmaker[Session], round_id: int, name: str, stages: Sequence[Stage] = ROUND
-) -> None:
+def require(ctx: RoundContext, number: int, name: str, stages: Sequence[Stage[Any]] = ROUND) -> None:
     """Raises StageError, naming the command to run, when a stage `name` needs has not run on the round."""
     by_name = {stage.name: stage for stage in stages}
-    with sessions() as s:
-        row = s.get(Round, round_id)
-        assert row is not None, f"no round with id {round_id}"
-        for before in by_name[name].after:
-            stage = by_name[before]
-            if stage.ran is not None and not stage.ran(s, round_id):
-                command = stage.command.format(n=row.number)
-                raise StageError(f"round {row.number} is not {stage.done} yet; run `{command}` first")
+    for before in by_name[name].after:
+        stage = by_name[before]
+        if stage.done is not None and not stage.done(ctx, number):
+            raise StageError(
+                f"round {number} is not {stage.not_done} yet; run `{stage.command.format(n=number)}` first"
+            )
+
+
+def recorded(ctx: RoundContext, number: int) -> dict[str, Any]:
+    """The reports the round's finished stages left (`record`), by stage name."""
+    return dict((ctx.round(number).stats or {}).get(REPORTS) or {})
+
+
+def record(ctx: RoundContext, number: int, name: str, report: Any) -> None:
+    """Keep a finished stage's report (JSON) in the round."""
+    with transaction(ctx.sessions) as s:
+        row = s.get(Round, ctx.round(number).id)
+        assert row is not None
+        stats = dict(row.stats or {})
+        row.stats = {**stats, REPORTS: {**(stats.get(REPORTS) or {}), name: report}}
+
+
+def execute(
+    ctx: Spine, stage: Stage[Spine], number: int, given: Given, show: Callable[[str], None] | None = None
+) -> Any:
+    """Run one stage in this process, its parts one after another, and return its report as JSON
+    (what the round flow runs as Prefect tasks; for the CLI and the tests). `show` gets each
+    report's lines."""
+    require(ctx, number, stage.name)
+    parts: list[Any] = [None] if stage.fan_out is None else stage.fan_out(ctx, number, given)
+    out = []
+    for part in parts:
+        report = stage.run(ctx, number, given if part is None else {**given, PART: part})
+        if show is not None:
+            show(report.render())
+        out.append(report.as_json())
+    if stage.fan_out is None:
+        return out[0]
+    assert stage.merge is not None, f"stage {stage.name} fans out with no merge"
+    return stage.merge(out)

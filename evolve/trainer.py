@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import select
 
 from evolve.policies import register_policy, upload_checkpoint
-from evolve.spine import Spine, open_spine
+from evolve.spine import Spine
 from publish.exports import export
 from rollout.policies.knn import NAME as KNN
 from storage.db import transaction
@@ -37,6 +37,7 @@ from trajforge.errors import ConfigError, TrajforgeError
 from trajforge.families import get_family
 from trajforge.procs import sweep_partials
 from trajforge.settings import Settings
+from trajforge.stage import Facts, Given, Stage
 
 log = logging.getLogger("trajforge.trainer")
 
@@ -116,10 +117,16 @@ def _run_trainer(settings: Settings, data: Path, number: int, folder: Path) -> N
         raise TrainerError(f"trainer command left no checkpoint in {{output}} ({folder})")
 
 
-def train_next(settings: Settings, number: int, dataset_version: int) -> dict[str, Any]:
+def train(spine: Spine, number: int, given: Given) -> Facts:
+    """The candidate policy of round `number + 1`, trained on the version `publish` sealed."""
+    trained = train_next(spine, number, given["publish"]["version"])
+    return Facts(trained, f"candidate policy {trained['policy']}")
+
+
+def train_next(spine: Spine, number: int, dataset_version: int) -> dict[str, Any]:
     """Train on `dataset_version` and register the result as the candidate policy of round
     `number + 1` (`evolve.heldout.promote` decides whether it rolls that round out)."""
-    spine = open_spine(settings)
+    settings = spine.settings
     trainer = settings.trainer
     builtin = trainer.command is None
     if not builtin and not trainer.endpoint:
@@ -178,3 +185,13 @@ def _nothing_to_train(spine: Spine, number: int, current_id: int) -> dict[str, A
         kept = s.get(PolicyRow, current_id)
         assert kept is not None
     return {"policy": f"{kept.name}@{kept.version}", "policy_id": current_id, "skipped": NO_TRAINING_ROWS}
+
+
+TRAIN: Stage[Spine] = Stage(
+    "train",
+    "train-next-policy",
+    train,
+    reads=("dataset_version", "shard"),
+    writes=("policy", "round"),
+    after=("publish",),
+)

@@ -16,6 +16,7 @@ from flows.cli_critics import critics_app
 from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
 from flows.cli_ops import check_cmd, devices_app, serve_cmd, status_cmd
+from flows.cli_stage import stage_cmd
 from flows.prefect_env import prefect_call, prefect_env
 from flows.progress_view import progress_bar, shown
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
@@ -310,7 +311,7 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
     from curation.curriculum import curriculum_line
     from evolve.heldout import heldout_line
     from evolve.report import success_text, write_report
-    from flows.rounds import evolve_round_flow
+    from flows.rounds import round_flow
 
     typer.echo(
         f"evolving to {target} rounds on {redact_url(settings.db_url)} (runner: {settings.evolve.runner})"
@@ -319,7 +320,7 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
         started = time.monotonic()
         typer.echo(f"round {number}/{target}: running…")
         with shown():
-            result = call_stoppable(prefect_call, evolve_round_flow, settings, number)
+            result = call_stoppable(prefect_call, round_flow(settings), settings, number)
         per_app = ", ".join(f"{a} {w}/{n}" for a, (w, n) in result["per_app"].items())
         state = "already done" if result.get("skipped") else f"{time.monotonic() - started:.0f}s"
         typer.echo(
@@ -363,6 +364,7 @@ def report_cmd(
 
 
 app.command("check")(check_cmd)
+app.command("stage")(stage_cmd)
 app.command("serve")(serve_cmd)
 app.command("status")(status_cmd)
 

@@ -38,7 +38,8 @@ def cli_round(settings: Settings, number: int | None, stage: str | None = None) 
     from storage.models import Round
     from trajforge.errors import ConfigError
 
-    sessions = open_spine(settings).sessions
+    spine = open_spine(settings)
+    sessions = spine.sessions
     with sessions() as s:
         wanted = number if number is not None else s.scalar(select(func.max(Round.number)))
         row = s.scalars(select(Round).where(Round.number == wanted)).first() if wanted is not None else None
@@ -47,7 +48,7 @@ def cli_round(settings: Settings, number: int | None, stage: str | None = None) 
             f"no round {number if number is not None else ''} in the database; run `trajforge run` first"
         )
     if stage is not None:
-        require(sessions, row.id, stage)
+        require(spine, row.number, stage)
     return sessions, row.id, row.number
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
-from flows.progress_view import shown
+from flows.cli_stage import run_stage_here
 
 critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their calibration.")
 
@@ -14,39 +14,16 @@ critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their 
 def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
     """Judge every step and episode of a round (idempotent): the offline critics, and the model
     critics too when TRAJFORGE_LLM_BASE_URL is set (a rerun costs no model calls)."""
-    import asyncio
-
-    from critics.judge import judge_round, judge_round_llm
-    from evolve.spine import build_gateway, open_spine
-    from storage.apps import round_apps
-    from storage.objectstore import frame_reader
-    from trajforge.appspec import load_apps
+    from critics.stages import JUDGE
 
     settings = cli_settings(config)
-    sessions, round_id, number = cli_round(settings, round_number, "judge")
-    store = open_spine(settings).store
-    apps = round_apps(sessions, load_apps(settings.apps))
-    with shown():
-        report = judge_round(sessions, round_id, apps, store, settings.critics)
-    typer.echo(f"round {number}: {report.render()} (offline critics)")
-    if settings.llm.for_group("critics").offline:
-        return
+    number = cli_round(settings, round_number)[2]
 
-    async def with_model() -> str:
-        gateway = build_gateway(settings.llm, sessions, "critics")
-        assert gateway is not None  # not offline
-        try:
-            judged = await judge_round_llm(
-                sessions, round_id, gateway, frame_reader(store), settings=settings.critics
-            )
-            return judged.render()
-        finally:
-            await gateway.aclose()
+    def show(text: str) -> None:
+        for line in text.splitlines():
+            typer.echo(f"round {number}: {line}")
 
-    model = settings.llm.for_group("critics").model
-    with shown():
-        judged = asyncio.run(with_model())
-    typer.echo(f"round {number}: {judged} (model critics, {model})")
+    run_stage_here(settings, JUDGE, number, show)
 
 
 @critics_app.command("calibrate")

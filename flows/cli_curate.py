@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from critics.outcomes import round_outcomes
 from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
+from flows.cli_stage import run_stage_here
 from flows.progress_view import shown
 from trajforge.settings import FeaturizerName
 
@@ -28,30 +28,12 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     """
     if ctx.invoked_subcommand is not None:
         return
-    from curation.pipeline import curate_round
-    from evolve.spine import build_gateway, open_prober, open_spine
-    from rollout.sim.env import demonstrator
-    from storage.apps import round_apps
-    from trajforge.appspec import load_apps
+    from curation.stages import CURATE
 
     settings = cli_settings(config)
-    sessions, round_id, number = cli_round(settings, round_number, "curate")
-    apps = round_apps(sessions, load_apps(settings.apps))
-    gateway = build_gateway(settings.llm, sessions, "writer")
+    number = cli_round(settings, round_number)[2]
     typer.echo(f"round {number}")
-    spine = open_spine(settings)
-    with shown():
-        report = curate_round(
-            sessions,
-            round_id,
-            spine.store,
-            settings.curate,
-            demonstrator(apps, spine.store),
-            round_outcomes(sessions, round_id, settings.critics),
-            gateway,
-            prober=open_prober(spine),
-        )
-    typer.echo(report.render())
+    run_stage_here(settings, CURATE, number, typer.echo)
 
 
 @curate_app.command("train-encoder")

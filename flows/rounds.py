@@ -1,60 +1,56 @@
-"""The round's Prefect flows: one per stage, and `evolve_round`, which runs them in order.
+"""The round as one Prefect flow, `evolve_round`: every stage of `evolve.stages.ROUND` in order,
+each run by one generic task (`stage_task`), and `evolve`, the deployment entry point.
 
-Composition only: every task calls one step of `evolve.steps` (plain, idempotent
-Python), so a retried task, a rerun flow or a flow killed half-way redoes nothing that
-is stored. Tasks that touch devices or model endpoints carry tags, so Prefect tag
-concurrency limits (`trajforge serve` creates them from the config) cap them. The
-rollout and featurisation fan-out runs on the configured task runner: threads, or Dask
-(`evolve.runner: dask`, a local cluster of `dask_workers` processes or `dask_address`).
+A task runs one stage (`trajforge.stage.Stage`) on the round's context: the stage's own code,
+idempotent, so a retried task, a rerun flow or a flow killed half-way redoes nothing that is
+stored; a stage that finished keeps its report in the round, and a resumed round reuses it. Tasks
+take the stage's tags, so Prefect tag concurrency limits (`trajforge serve` creates them from the
+config) cap the ones that touch devices or model endpoints. A fanned-out stage (rollout by query
+shard, screenshot features by episode shard) maps its parts on the configured task runner:
+threads, or Dask (`evolve.runner: dask`, a local cluster of `dask_workers` processes or
+`dask_address`).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from curation.encoder import round_encoder
-from evolve import exploration, heldout, steps
+from evolve import steps
 from evolve.ownership import loop_lock
-from evolve.spine import open_spine
-from evolve.stages import ROUND, check_order
-from evolve.trainer import train_next
+from evolve.spine import Spine, open_spine
+from evolve.stages import ROUND, check_order, record, recorded, require, stage_named
 from trajforge.errors import ConfigError, SpecError
 from trajforge.progress import track
 from trajforge.settings import Settings
+from trajforge.stage import DEVICES, MODEL_CALLS, PART, Given, Stage
 from trajforge.stopping import check_stop
 
-DEVICES = "trajforge-devices"  # tag of tasks that lease devices
-MODEL_CALLS = "trajforge-model-calls"  # tag of tasks that may call model endpoints
+__all__ = [
+    "DEVICES",
+    "MODEL_CALLS",
+    "evolve_flow",
+    "evolve_round_flow",
+    "round_flow",
+    "run_stage",
+    "stage_flow",
+]
 
 
-def io_task(name: str, *tags: str) -> Callable[[Callable[..., Any]], Any]:
-    """A task around one step: retried on failure (every step is safe to rerun) but for a wrong
-    configuration, never cached; its start is a step boundary where a requested stop
-    (`trajforge.stopping`) ends the run."""
-
-    def wrap(fn: Callable[..., Any]) -> Any:
-        @functools.wraps(fn)
-        def at_boundary(*args: Any, **kwargs: Any) -> Any:
-            check_stop()
-            with track(name):  # a line from the stage's start, under its counted work
-                return fn(*args, **kwargs)
-
-        return task(
-            name=name,
-            tags=list(tags),
-            retries=2,
-            retry_delay_seconds=2,
-            retry_condition_fn=_worth_retrying,
-            cache_policy=NO_CACHE,
-        )(at_boundary)
-
-    return wrap
+@task(retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def stage_task(name: str, settings: Settings, number: int, given: dict[str, Any]) -> Any:
+    """One stage (or one part of a fanned-out stage) on the round: retried on failure (every stage
+    is safe to rerun) but for a wrong configuration, never cached; its start is a step boundary
+    where a requested stop (`trajforge.stopping`) ends the run."""
+    check_stop()
+    stage = stage_named(name)
+    with track(stage.label):  # a line from the stage's start, under its counted work
+        spine = open_spine(settings)
+        require(spine, number, name)
+        return stage.run(spine, number, given).as_json()
 
 
 def _worth_retrying(_task: Any, _run: Any, state: Any) -> bool:
@@ -76,171 +72,55 @@ def task_runner(settings: Settings) -> TaskRunner[Any]:
     return ThreadPoolTaskRunner(max_workers=max(ev.shards, 1))
 
 
-@io_task("start-round")
-def start_round_task(settings: Settings, number: int) -> dict[str, Any]:
-    return steps.start_round(settings, number)
-
-
-@io_task("round-queries")
-def round_queries_task(settings: Settings, number: int) -> list[str]:
-    return steps.round_queries(settings, number)
-
-
-@io_task("register-devices")
-def register_devices_task(settings: Settings) -> int:
-    return steps.register_devices(settings)
-
-
-@io_task("rollout-shard", DEVICES, MODEL_CALLS)
-def rollout_shard_task(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
-    return steps.rollout_shard(settings, number, uids)
-
-
-@io_task("guided-demonstrations", DEVICES)
-def demonstrate_task(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
-    return steps.demonstrate(settings, number, uids)
-
-
-@io_task("exploration", DEVICES)
-def explore_task(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
-    return exploration.explore(settings, number, uids)
-
-
-@io_task("train-encoder")
-def encoder_task(settings: Settings, number: int) -> dict[str, Any]:
+def run_stage(stage: Stage[Spine], settings: Settings, number: int, given: Given) -> Any:
+    """The stage as Prefect tasks (one, or one per part on the flow's runner), its report kept in
+    the round; a stage whose report the round already keeps is not run again."""
     spine = open_spine(settings)
-    return round_encoder(spine.sessions, spine.store, spine.frames, settings.curate, number)
-
-
-@io_task("featurise-shard")
-def featurise_shard_task(settings: Settings, number: int, uids: list[str]) -> dict[str, Any]:
-    return steps.featurise_shard(settings, number, uids)
-
-
-@io_task("judge", MODEL_CALLS)
-def judge_task(settings: Settings, number: int) -> dict[str, Any]:
-    return steps.judge(settings, number)
-
-
-@io_task("calibrate-and-extract", MODEL_CALLS)
-def calibrate_task(settings: Settings, number: int) -> dict[str, Any]:
-    return steps.calibrate(settings, number)
-
-
-@io_task("curate", MODEL_CALLS)
-def curate_task(settings: Settings, number: int) -> dict[str, Any]:
-    return steps.curate(settings, number)
-
-
-@io_task("publish")
-def publish_task(settings: Settings, number: int) -> dict[str, Any]:
-    return steps.publish_round(settings, number)
-
-
-@io_task("train-next-policy")
-def train_task(settings: Settings, number: int, version: int) -> dict[str, Any]:
-    return train_next(settings, number, version)
-
-
-@io_task("promote-policy", DEVICES, MODEL_CALLS)
-def promote_task(settings: Settings, number: int) -> dict[str, Any]:
-    return heldout.promote(settings, number)
-
-
-@io_task("finish-round", DEVICES, MODEL_CALLS)
-def finish_task(settings: Settings, number: int, extra: dict[str, Any]) -> dict[str, Any]:
-    return steps.finish_round(settings, number, extra)
-
-
-@flow(name="generate_queries")
-def generate_queries_flow(settings: Settings, number: int) -> list[str]:
-    """Open the round (its policy version) and sample its task queries on every app's DAG."""
-    start_round_task(settings, number)
-    return round_queries_task(settings, number)
-
-
-@flow(name="rollout_round")
-def rollout_round_flow(settings: Settings, number: int) -> dict[str, Any]:
-    """K rollouts per query, fanned out by query shard; round 1 adds guided demonstrations."""
-    uids = round_queries_task(settings, number)
-    register_devices_task(settings)
-    parts = steps.shards(uids, settings.evolve.shards)
-    reports = [f.result() for f in rollout_shard_task.map(unmapped(settings), unmapped(number), parts)]
-    guided = steps.guided_queries(settings, number, uids)
-    demos = demonstrate_task(settings, number, guided) if guided else {}
-    unsolved = exploration.unsolved_queries(settings, number, uids)
-    explored = explore_task(settings, number, unsolved) if unsolved else {}
-    total = {k: sum(r[k] for r in reports) for k in ("episodes", "already_stored", "successes", "steps")}
-    return {**total, "guided": demos, "explored": explored}
-
-
-@flow(name="judge_round")
-def judge_round_flow(settings: Settings, number: int) -> dict[str, Any]:
-    """Step and trajectory critics on every episode of the round."""
-    return judge_task(settings, number)
-
-
-@flow(name="calibrate")
-def calibrate_flow(settings: Settings, number: int) -> dict[str, Any]:
-    """Critics against verifier and human anchors, then CSRS sample extraction."""
-    return calibrate_task(settings, number)
-
-
-@flow(name="curate_round")
-def curate_round_flow(settings: Settings, number: int) -> dict[str, Any]:
-    """Screenshot features fanned out by episode shard, then dedup, guidance, thoughts, recovery."""
-    encoder = encoder_task(settings, number)
-    episodes = steps.episode_uids(settings, number)
-    parts = steps.shards(episodes, settings.evolve.shards)
-    for future in featurise_shard_task.map(unmapped(settings), unmapped(number), parts):
-        future.result()
-    return {**curate_task(settings, number), "encoder": encoder}
-
-
-@flow(name="publish_dataset")
-def publish_dataset_flow(settings: Settings, number: int) -> dict[str, Any]:
-    """Seal the dataset version of rounds 1..N; train a candidate on it and choose policy N + 1."""
-    published = publish_task(settings, number)
-    train_task(settings, number, published["version"])
-    promoted = promote_task(settings, number)
-    return {**published, "next_policy": promoted["policy"], "promotion": promoted}
+    if stage.resumable and stage.name in (done := recorded(spine, number)):
+        return done[stage.name]
+    one = stage_task.with_options(name=stage.label, tags=list(stage.tags), retry_condition_fn=_worth_retrying)
+    if stage.fan_out is None:
+        report = one(stage.name, settings, number, dict(given))
+    else:
+        assert stage.merge is not None, f"stage {stage.name} fans out with no merge"
+        parts = [{**given, PART: part} for part in stage.fan_out(spine, number, given)]
+        futures = one.map(unmapped(stage.name), unmapped(settings), unmapped(number), parts)
+        report = stage.merge([f.result() for f in futures])
+    if stage.resumable:
+        record(spine, number, stage.name, report)
+    return report
 
 
 @flow(name="evolve_round")
 def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
     """Round N with the policy of round N: every stage in order; a finished round is not redone."""
     check_order(ROUND)  # the stages' contracts, before anything runs
-    opened = start_round_task(settings, number)
+    start, *middle, finish = ROUND
+    opened = run_stage(start, settings, number, {})
     if opened["done"]:
         return {**opened["stats"], "round": number, "policy": opened["policy"], "skipped": True}
-    runner = task_runner(settings)
-    generate_queries_flow(settings, number)
-    rolled = rollout_round_flow.with_options(task_runner=runner)(settings, number)
-    judge_round_flow(settings, number)
-    calibrated = calibrate_flow(settings, number)
-    curated = curate_round_flow.with_options(task_runner=runner)(settings, number)
-    published = publish_dataset_flow(settings, number)
-    extra = {
-        "policy": opened["policy"],
-        "dataset": published["dataset"],
-        "dataset_version": published["version"],
-        "manifest_sha256": published["manifest_sha256"],
-        "next_policy": published["next_policy"],
-        "promotion": published["promotion"],
-        "consensus": calibrated["consensus"],
-        "dedup": curated["dedup"],
-        "curriculum": {**curated["curriculum"], "explored": rolled["explored"]},
-        "recovery": curated["recovery"],
-        "encoder": curated["encoder"],
-        "rollout_steps": rolled["steps"],
-    }
-    return {"round": number, **finish_task(settings, number, extra)}
+    given: dict[str, Any] = {start.name: opened}
+    for stage in middle:
+        given[stage.name] = run_stage(stage, settings, number, given)
+    return {"round": number, **run_stage(finish, settings, number, given)}
+
+
+def round_flow(settings: Settings) -> Any:
+    """`evolve_round_flow` on the task runner the settings ask for."""
+    return evolve_round_flow.with_options(task_runner=task_runner(settings))
+
+
+@flow(name="stage")
+def stage_flow(name: str, settings: Settings, number: int) -> Any:
+    """One stage of a started round alone, on the reports its earlier stages kept (`trajforge stage`)."""
+    spine = open_spine(settings)
+    return run_stage(stage_named(name), settings, number, recorded(spine, number))
 
 
 def target_rounds(settings: Settings, rounds: int | None, more: int | None) -> int:
     """The round the loop runs to: `rounds` absolute, or `more` past the last finished one."""
     if more is not None:
-        return steps.finished_rounds(settings) + more
+        return steps.finished_rounds(open_spine(settings)) + more
     return rounds if rounds is not None else settings.evolve.rounds
 
 
@@ -262,4 +142,4 @@ def evolve_flow(
     # One run of the loop at a time: an overlapping scheduled run fails at once, naming the holder.
     with loop_lock(settings, "prefect evolve run"):
         target = target_rounds(settings, rounds, more)
-        return [evolve_round_flow(settings, n) for n in range(1, target + 1)]
+        return [round_flow(settings)(settings, n) for n in range(1, target + 1)]

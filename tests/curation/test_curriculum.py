@@ -11,7 +11,6 @@ from critics.outcomes import round_outcomes
 from curation.curriculum import HELD, ZERO_PASS, label_and_hold, tier_of
 from curation.pipeline import curate_round
 from curation.rollouts import Rollout, by_query, load_rollouts
-from evolve import steps
 from evolve.smoke import run_smoke_round
 from evolve.spine import open_spine
 from publish.shards import PublishConfig, selected_rows
@@ -19,7 +18,7 @@ from rollout.sim.env import demonstrator
 from storage.db import session_factory, transaction
 from storage.models import Episode, QueryPassRate, Round, Sample
 from storage.models import Query as QueryRow
-from tests.support.evolve import tiny_config
+from tests.support.evolve import rollout_shard, stage, tiny_config
 from trajforge.settings import CurationSettings, load_settings
 
 
@@ -27,12 +26,12 @@ from trajforge.settings import CurationSettings, load_settings
 def curated(tmp_path: Path, db_url: str, engine: Engine):
     """Round 1 of the loop, random explorer only (no guided demonstrations): 4 queries, 4 rollouts, curated."""
     settings = load_settings(tiny_config(tmp_path / "evolve.yaml", db_url, guided_fraction=0, rollouts=4))
-    steps.start_round(settings, 1)
-    uids = steps.round_queries(settings, 1)
-    steps.register_devices(settings)
-    steps.rollout_shard(settings, 1, uids)
-    steps.judge(settings, 1)
-    steps.calibrate(settings, 1)
+    stage(settings, "start", 1)
+    uids = stage(settings, "queries", 1)
+    stage(settings, "devices", 1)
+    rollout_shard(settings, 1, uids)
+    stage(settings, "judge", 1)
+    stage(settings, "calibrate", 1)
     spine = open_spine(settings)
     report = curate_round(
         spine.sessions,

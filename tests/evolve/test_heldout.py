@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from evolve import heldout, steps
+from evolve import heldout, rollouts
 from evolve.policies import register_policy
 from evolve.spine import open_spine
 from storage.db import transaction
 from storage.models import Episode, Policy
 from storage.models import Query as QueryRow
+from tests.support.evolve import stage
 from trajforge.settings import Settings
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -20,8 +21,8 @@ pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def _policies(settings: Settings) -> tuple[int, int]:
     """(the perfect demonstrator, the random explorer)."""
     with transaction(open_spine(settings).sessions) as s:
-        return register_policy(s, *steps.GUIDED), register_policy(
-            s, *steps.EXPLORER, meta={"max_actions": 12}
+        return register_policy(s, *rollouts.GUIDED), register_policy(
+            s, *rollouts.EXPLORER, meta={"max_actions": 12}
         )
 
 
@@ -34,8 +35,8 @@ def test_the_heldout_set_is_sampled_once_and_no_round_samples_it_again(evolve_se
     with spine.sessions() as s:
         rows = s.scalars(select(QueryRow).where(QueryRow.uid.in_([q.uid for q in held]))).all()
     assert all(r.round_id is None and r.meta["heldout"] is True for r in rows)
-    steps.start_round(settings, 1)
-    rounds = steps.load_queries(spine, steps.round_queries(settings, 1))
+    stage(settings, "start", 1)
+    rounds = rollouts.load_queries(spine, stage(settings, "queries", 1))
     assert len(rounds) == 8 * len(spine.apps)
     assert not {q.instruction for q in rounds} & {q.instruction for q in held}
     assert not {q.uid for q in rounds} & {q.uid for q in held}
@@ -45,7 +46,7 @@ def test_evaluation_stores_no_episode_and_is_run_once_per_policy(
     evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spine = open_spine(evolve_settings)
-    steps.register_devices(evolve_settings)
+    stage(evolve_settings, "devices", 1)
     demonstrator, _ = _policies(evolve_settings)
     held = heldout.heldout_queries(spine)
     figures = heldout.evaluate_policy(spine, demonstrator, held)
@@ -66,7 +67,7 @@ def test_evaluation_stores_no_episode_and_is_run_once_per_policy(
 
 def test_a_candidate_that_does_worse_on_the_heldout_set_is_not_promoted(evolve_settings: Settings) -> None:
     spine = open_spine(evolve_settings)
-    steps.register_devices(evolve_settings)
+    stage(evolve_settings, "devices", 1)
     demonstrator, explorer = _policies(evolve_settings)
     worse = heldout.gate(spine, incumbent_id=demonstrator, candidate_id=explorer)
     assert worse["promoted"] is False and worse["reason"] == "heldout_regression"

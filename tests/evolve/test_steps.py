@@ -11,9 +11,8 @@ import pytest
 from sqlalchemy import func, select
 
 from curation.encoder import round_encoder
-from evolve import exploration, heldout, steps
+from evolve import exploration, rollouts, steps
 from evolve import spine as spine_module
-from evolve.lifecycle import find_round
 from evolve.policies import policy_factory
 from evolve.revisits import latest_guidance, revisit_rates
 from evolve.rounds_json import rounds_table
@@ -24,32 +23,34 @@ from rollout.policies.knn import KnnPolicy
 from rollout.pool import DevicePool
 from rollout.runner import RolloutConfig
 from storage.models import App, Episode, Exclusion, Guidance, Policy, Query, Round, Sample
+from tests.support.evolve import rollout_shard, stage
 from trajforge.errors import ConfigError, DeviceError
 from trajforge.settings import Settings
+from trajforge.stage import split
 from trajforge.world.model import FaultConfig
 
 
 def run_round_one(settings: Settings) -> dict:
-    assert steps.start_round(settings, 1) == {
+    assert stage(settings, "start", 1) == {
         "round": 1,
         "round_id": 1,
         "policy": "random-explorer@0",
         "done": False,
         "stats": {},
     }
-    uids = steps.round_queries(settings, 1)
-    assert len(uids) == 4 and steps.round_queries(settings, 1) == uids  # stored, not sampled again
-    steps.register_devices(settings)
-    for part in steps.shards(uids, 2):
-        steps.rollout_shard(settings, 1, part)
-    guided = steps.guided_queries(settings, 1, uids)
+    uids = stage(settings, "queries", 1)
+    assert len(uids) == 4 and stage(settings, "queries", 1) == uids  # stored, not sampled again
+    stage(settings, "devices", 1)
+    for part in split(uids, 2):
+        rollout_shard(settings, 1, part)
+    guided = rollouts.guided_queries(open_spine(settings), 1, uids)
     assert len(guided) == 4  # one per app (half of one query, rounded up)
-    demos = steps.demonstrate(settings, 1, guided)
+    demos = stage(settings, "guided", 1, queries=uids)
     assert demos["successes"] == 4  # the ground truth replayed succeeds
-    steps.judge(settings, 1)
-    steps.calibrate(settings, 1)
-    steps.curate(settings, 1)
-    return steps.publish_round(settings, 1)
+    stage(settings, "judge", 1)
+    stage(settings, "calibrate", 1)
+    stage(settings, "curate", 1)
+    return stage(settings, "publish", 1)
 
 
 @pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
@@ -60,33 +61,33 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     with spine.sessions() as s:
         episodes = s.scalar(select(func.count()).select_from(Episode))
     assert episodes == 4 * 2 + 4
-    again = steps.rollout_shard(settings, 1, steps.round_queries(settings, 1))
+    again = rollout_shard(settings, 1, stage(settings, "queries", 1))
     assert again["episodes"] == 0 and again["already_stored"] == 8  # nothing redone
-    assert steps.publish_round(settings, 1) == {**published, "reused": True}
+    assert stage(settings, "publish", 1) == {**published, "reused": True}
 
-    trained = train_next(settings, 1, published["version"])
+    trained = train_next(open_spine(settings), 1, published["version"])
     assert trained["policy"] == "knn@1" and trained["checkpoint"] == "store:checkpoints/knn/v1/"
-    assert train_next(settings, 1, published["version"])["resumed"] is True
+    assert train_next(open_spine(settings), 1, published["version"])["resumed"] is True
     with pytest.raises(ConfigError, match="round 1 has not trained a policy yet"):
-        steps.start_round(settings, 2)  # trained is not chosen before the gate runs
-    promoted = heldout.promote(settings, 1)
+        stage(settings, "start", 2)  # trained is not chosen before the gate runs
+    promoted = stage(settings, "promote", 1)
     assert promoted["promoted"] is True and promoted["policy"] == "knn@1"  # the explorer solves nothing
     assert promoted["current"]["successes"] == 0 and promoted["candidate"]["episodes"] == 4
-    assert heldout.promote(settings, 1) == promoted  # decided once
-    stats = steps.finish_round(settings, 1, {"dataset_version": published["version"]})
+    assert stage(settings, "promote", 1) == promoted  # decided once
+    stats = steps.finish_round(open_spine(settings), 1, {"dataset_version": published["version"]})
     assert stats["episodes"] == 8 and stats["guided"] == {"success": 4}
     assert stats["heldout"] == promoted["current"]  # the round's policy on the held-out set, evaluated once
     with spine.sessions() as s:
         queries = s.scalar(select(func.count()).select_from(Query))  # the held-out set's too
 
-    opened = steps.start_round(settings, 2)
+    opened = stage(settings, "start", 2)
     assert opened["policy"] == "knn@1"
     with spine.sessions() as s:
         rnd = s.scalars(select(Round).where(Round.number == 2)).one()
         assert s.scalar(select(func.count()).select_from(Query)) == queries
     policy = policy_factory(spine, rnd.policy_id)()
     assert isinstance(policy, KnnPolicy) and len(policy.memory) > 0
-    assert steps.finished_rounds(settings) == 1
+    assert steps.finished_rounds(open_spine(settings)) == 1
 
     # the screen encoder: none before round 2; round 2 trains one on round 1's screenshots, once
     def encoder(number: int) -> dict:
@@ -102,44 +103,48 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     assert encoder(2) == {"featurizer": "resnet", "source": "stored", "encoder": encoded["encoder"]}
 
     # revisits: round 1's hard queries come back in round 2, chosen once, with their guidance
-    uids = steps.round_queries(settings, 2)
+    uids = stage(settings, "queries", 2)
     new, revisits = uids[:4], uids[4:]
-    assert steps.round_queries(settings, 2) == uids
+    assert stage(settings, "queries", 2) == uids
     with spine.sessions() as s:
         guided = set(s.scalars(select(Guidance.query_uid).where(Guidance.round_id == 1)))
     assert revisits and set(revisits) <= guided and not set(revisits) & set(new)
     _, demos = latest_guidance(spine, revisits)
     assert demos and all(d["screenshot"] and d["action"]["kind"] for d in demos)
-    assert {d["instruction"] for d in demos} <= {q.instruction for q in steps.load_queries(spine, revisits)}
+    assert {d["instruction"] for d in demos} <= {
+        q.instruction for q in rollouts.load_queries(spine, revisits)
+    }
     taught = policy_factory(spine, rnd.policy_id, demos)()
     assert isinstance(taught, KnnPolicy) and len(taught.memory) == len(policy.memory) + len(demos)
-    steps.rollout_shard(settings, 2, revisits)
-    rates = revisit_rates(spine, find_round(spine, 2))
+    rollout_shard(settings, 2, revisits)
+    rates = revisit_rates(spine, spine.round(2))
     assert [r["query"] for r in rates] == revisits
     assert all(0 <= r["after"] <= 1 and r["before"] <= settings.curate.guidance_pass_rate for r in rates)
-    assert steps.round_stats(settings, 2)["episodes"] == 0  # success curves count new queries only
+    assert (
+        steps.round_stats(open_spine(settings), 2)["episodes"] == 0
+    )  # success curves count new queries only
 
     # exploration: round 1's demonstrations solved every app, so nothing is unsolved; an app whose
     # every earlier episode failed gets the explorer's extra rollouts on its queries, once
-    assert exploration.unsolved_queries(settings, 2, uids) == []
-    app_of = {q.uid: q.app for q in steps.load_queries(spine, uids)}
+    assert exploration.unsolved_queries(open_spine(settings), 2, uids) == []
+    app_of = {q.uid: q.app for q in rollouts.load_queries(spine, uids)}
     app = app_of[new[0]]
     with spine.sessions() as s, s.begin():
         ids = select(Query.id).join(App, App.id == Query.app_id).where(App.name == app)
         for episode in s.scalars(select(Episode).where(Episode.round_id == 1, Episode.query_id.in_(ids))):
             episode.outcome = "failure"
-    unsolved = exploration.unsolved_queries(settings, 2, uids)
+    unsolved = exploration.unsolved_queries(open_spine(settings), 2, uids)
     assert unsolved and {app_of[u] for u in unsolved} == {app}
-    explored = exploration.explore(settings, 2, unsolved)
+    explored = stage(settings, "explore", 2, queries=uids)
     assert explored["queries"] == len(unsolved) and explored["episodes"] == len(unsolved)  # ceil(0.5 x 2)
-    assert exploration.explore(settings, 2, unsolved)["already_stored"] == len(unsolved)
+    assert stage(settings, "explore", 2, queries=uids)["already_stored"] == len(unsolved)
     with spine.sessions() as s:
         names = s.scalars(
             select(Policy.name).join(Episode, Episode.policy_id == Policy.id).where(Episode.round_id == 2)
         ).all()
     assert names.count("random-explorer") == len(unsolved)
-    assert steps.round_stats(settings, 2)["guided"] == {}  # the explorer is not a demonstration
-    steps.finish_round(settings, 2, {})
+    assert steps.round_stats(open_spine(settings), 2)["guided"] == {}  # the explorer is not a demonstration
+    steps.finish_round(open_spine(settings), 2, {})
     second = rounds_table(spine.sessions)["rounds"][1]
     assert second["overall"]["episodes"] == 0 and [r["query"] for r in second["revisits"]] == revisits
 
@@ -151,7 +156,7 @@ def test_round_one_can_be_the_users_checkpoint_sent_its_familys_requests(evolve_
         update={"evolve": evolve_settings.evolve.model_copy(update={"first_policy": "vlm"})}
     )
     with pytest.raises(ConfigError, match="first_policy: vlm needs the checkpoint's endpoint"):
-        steps.start_round(settings, 1)
+        stage(settings, "start", 1)
     served = settings.model_copy(
         update={
             "llm": settings.llm.model_copy(
@@ -160,7 +165,7 @@ def test_round_one_can_be_the_users_checkpoint_sent_its_familys_requests(evolve_
             "policy": settings.policy.model_copy(update={"family": "uitars15"}),
         }
     )
-    started = steps.start_round(served, 1)
+    started = stage(served, "start", 1)
     assert started["policy"] == "vlm-uitars15@0"
     spine = open_spine(served)
     with spine.sessions() as s:
@@ -176,30 +181,30 @@ def test_episodes_that_find_no_free_device_fail_the_shard_and_a_rerun_plays_them
     evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = evolve_settings
-    monkeypatch.setattr(steps, "RolloutConfig", functools.partial(RolloutConfig, lease_wait_s=0.3))
-    steps.start_round(settings, 1)
-    uids = steps.round_queries(settings, 1)
-    steps.register_devices(settings)
+    monkeypatch.setattr(rollouts, "RolloutConfig", functools.partial(RolloutConfig, lease_wait_s=0.3))
+    stage(settings, "start", 1)
+    uids = stage(settings, "queries", 1)
+    stage(settings, "devices", 1)
     pool = DevicePool(open_spine(settings).sessions)
     held = [pool.lease("another-user", "sim") for _ in range(settings.evolve.devices)]
     assert all(held)  # every device busy elsewhere
     with pytest.raises(DeviceError, match=r"8 episodes of round 1 found no free device within 0.3s; rerun"):
-        steps.rollout_shard(settings, 1, uids)
+        rollout_shard(settings, 1, uids)
     for lease in held:
         assert lease is not None
         pool.release(lease)
-    played = steps.rollout_shard(settings, 1, uids)
+    played = rollout_shard(settings, 1, uids)
     assert played["episodes"] == 8 and played["already_stored"] == 0  # nothing was stored half-way
 
 
 def test_round_two_needs_round_one_and_a_config_change_is_refused(evolve_settings: Settings) -> None:
     settings = evolve_settings
     with pytest.raises(ConfigError, match="round 1 has not trained a policy yet"):
-        steps.start_round(settings, 2)
-    steps.start_round(settings, 1)
+        stage(settings, "start", 2)
+    stage(settings, "start", 1)
     other = settings.model_copy(update={"evolve": settings.evolve.model_copy(update={"rollouts": 3})})
     with pytest.raises(ConfigError, match="round 1 was started with another evolve config"):
-        steps.start_round(other, 1)
+        stage(other, "start", 1)
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -209,24 +214,24 @@ def test_the_tier_mix_shapes_new_queries_and_the_round_reports_its_curriculum(
     mix = [{"localization": 1.0}]
     ev = evolve_settings.evolve.model_copy(update={"tier_mix": mix, "queries_per_app": 2})
     settings = evolve_settings.model_copy(update={"evolve": ev})
-    steps.start_round(settings, 1)
-    uids = steps.round_queries(settings, 1)
+    stage(settings, "start", 1)
+    uids = stage(settings, "queries", 1)
     other = settings.model_copy(update={"evolve": ev.model_copy(update={"tier_mix": []})})
     with pytest.raises(ConfigError, match="another evolve config"):
-        steps.start_round(other, 1)  # the mix decides the queries: a round keeps the mix it began with
+        stage(other, "start", 1)  # the mix decides the queries: a round keeps the mix it began with
     spine = open_spine(settings)
     with spine.sessions() as s:
         tiers = {q.uid: (q.meta or {}).get("tier") for q in s.scalars(select(Query))}
     assert set(tiers) == set(uids) and len(uids) == 8
     assert sum(t == "localization" for t in tiers.values()) >= 4  # settings and shopping offer them
-    steps.register_devices(settings)
-    steps.rollout_shard(settings, 1, uids)
-    steps.judge(settings, 1)
-    steps.calibrate(settings, 1)
-    curated = steps.curate(settings, 1)["curriculum"]
+    stage(settings, "devices", 1)
+    rollout_shard(settings, 1, uids)
+    stage(settings, "judge", 1)
+    stage(settings, "calibrate", 1)
+    curated = stage(settings, "curate", 1)["curriculum"]
     assert curated["tier_mix"] == {"localization": 1.0}
     assert sum(curated["tiers"].values()) == 8 and curated["held"] >= 0
-    steps.finish_round(settings, 1, {"curriculum": curated})
+    steps.finish_round(open_spine(settings), 1, {"curriculum": curated})
     row = rounds_table(spine.sessions)["rounds"][0]
     assert row["curriculum"] == curated
     assert sum(t["episodes"] for t in row["tiers"].values()) == row["overall"]["episodes"] == 8 * 2
@@ -257,7 +262,7 @@ def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_pa
     )
     external = settings.model_copy(update={"trainer": trainer})
     with pytest.raises(ConfigError, match=r"trainer\.endpoint is not"):
-        train_next(external, 1, published["version"])
+        train_next(open_spine(external), 1, published["version"])
     failing = external.model_copy(
         update={
             "trainer": trainer.model_copy(
@@ -269,13 +274,13 @@ def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_pa
         }
     )
     with pytest.raises(TrainerError, match="exited 3"):
-        train_next(failing, 1, published["version"])
+        train_next(open_spine(failing), 1, published["version"])
     with spine.sessions() as s:
         assert s.scalar(select(func.count()).select_from(Policy).where(Policy.name == "my-agent")) == 0
     served = external.model_copy(
         update={"trainer": trainer.model_copy(update={"endpoint": "http://gpu-box:8000/v1"})}
     )
-    trained = train_next(served, 1, published["version"])
+    trained = train_next(open_spine(served), 1, published["version"])
     assert trained["policy"] == "my-agent@1" and trained["endpoint"] == "http://gpu-box:8000/v1"
     with spine.sessions() as s:
         row = s.scalars(select(Policy).where(Policy.name == "my-agent")).one()
@@ -297,7 +302,7 @@ def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_pa
         rnd = s.scalars(select(Round).where(Round.number == 1)).one()
         rnd.stats = {k: v for k, v in (rnd.stats or {}).items() if k != "candidate_policy_id"}
         s.commit()
-    train_next(family, 1, published["version"])
+    train_next(open_spine(family), 1, published["version"])
     with spine.sessions() as s:
         tars = s.scalars(select(Policy).where(Policy.name == "tars-ft")).one()
     assert (tars.meta["family"], tars.meta["format"]) == ("uitars15", "uitars15")
@@ -321,7 +326,7 @@ def test_a_round_runs_on_the_web_backend_and_the_critics_agree_with_its_verifier
     with spine.sessions() as s:
         devices = set(s.scalars(select(Episode.device)))
     assert devices and all(str(d).startswith("chromium-") for d in devices)
-    consensus = steps.calibrate(settings, 1)["consensus"]
+    consensus = stage(settings, "calibrate", 1)["consensus"]
     # 12 anchored episodes: a fold of queries whose other folds hold too few anchors of both outcomes
     # leaves its episodes unjudged (the learned critic abstains); every verdict given agrees
     assert consensus["n"] >= 4 and consensus["accuracy"] >= 0.95, consensus
@@ -335,7 +340,7 @@ def test_the_web_backend_without_chromium_is_one_clear_error(
         update={"evolve": evolve_settings.evolve.model_copy(update={"backend": "web"})}
     )
     with pytest.raises(ConfigError, match=r"evolve\.backend 'web' needs Chromium"):
-        steps.register_devices(settings)
+        stage(settings, "devices", 1)
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -354,11 +359,11 @@ def test_a_fault_drill_in_the_config_then_a_calm_round_plays_every_episode(evolv
             )
         }
     )
-    steps.start_round(drill, 1)
-    uids = steps.round_queries(drill, 1)
-    steps.register_devices(drill)
+    stage(drill, "start", 1)
+    uids = stage(drill, "queries", 1)
+    stage(drill, "devices", 1)
     with contextlib.suppress(DeviceError):  # devices resting when the last episodes asked: rerun
-        steps.rollout_shard(drill, 1, uids)
+        rollout_shard(drill, 1, uids)
     sessions = open_spine(drill).sessions
     with sessions() as s:
         attempts = s.scalar(
@@ -366,8 +371,8 @@ def test_a_fault_drill_in_the_config_then_a_calm_round_plays_every_episode(evolv
         )
     assert attempts, "the drill's faults reached the devices"
     calm = evolve_settings.model_copy(update={"evolve": ev.model_copy(update={"device_cooldown_s": 0.2})})
-    steps.start_round(calm, 1)  # same round: faults are not in its config hash
-    played = steps.rollout_shard(calm, 1, uids)
+    stage(calm, "start", 1)  # same round: faults are not in its config hash
+    played = rollout_shard(calm, 1, uids)
     assert played["episodes"] + played["already_stored"] == len(uids) * ev.rollouts
 
 
@@ -378,17 +383,17 @@ def test_a_round_whose_every_policy_call_failed_has_no_success_rate(evolve_setti
     from evolve.report import collect, success_text
 
     settings = evolve_settings
-    steps.start_round(settings, 1)
-    uids = steps.round_queries(settings, 1)
-    steps.register_devices(settings)
-    steps.rollout_shard(settings, 1, uids)
+    stage(settings, "start", 1)
+    uids = stage(settings, "queries", 1)
+    stage(settings, "devices", 1)
+    rollout_shard(settings, 1, uids)
     spine = open_spine(settings)
     with spine.sessions() as s:
         for episode in s.scalars(select(Episode)):
             episode.reason, episode.outcome = "policy_error", "failure"
         s.commit()
         played = s.scalar(select(func.count()).select_from(Episode))
-    stats = steps.round_stats(settings, 1)
+    stats = steps.round_stats(open_spine(settings), 1)
     assert (stats["success_rate"], stats["episodes"], stats["model_faults"]) == (None, 0, played)
     overall = rounds_table(spine.sessions)["rounds"][0]["overall"]
     assert (overall["success_rate"], overall["model_faults"]) == (None, played)

@@ -9,12 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prefect import flow
 from prefect.testing.utilities import prefect_test_harness
 from sqlalchemy import select
 
 from evolve.ownership import check_loop_rounds
 from evolve.report import collect, write_report
 from evolve.spine import open_spine
+from evolve.stages import ROUND
 from flows import rounds
 from storage.datasets import list_versions
 from storage.models import Episode, Step
@@ -90,6 +92,15 @@ def test_evolve_rounds_then_rerun_and_report(
         check_loop_rounds(settings)
 
 
+@flow
+def through_curation(settings: Settings) -> None:
+    """Round 1's stages up to curation, as the round flow runs them: the rollout and the screenshot
+    features fan out on the flow's runner."""
+    given: dict = {}
+    for stage in ROUND[: [s.name for s in ROUND].index("curate") + 1]:
+        given[stage.name] = rounds.run_stage(stage, settings, 1, given)
+
+
 def _episodes(settings: Settings) -> list[tuple]:
     spine = open_spine(settings)
     with spine.sessions() as s:
@@ -110,10 +121,7 @@ def test_dask_runner_with_two_workers_matches_the_thread_runner(
             tmp_path / runner / "evolve.yaml", f"sqlite:///{tmp_path / runner / 'db.sqlite'}", runner=runner
         )
         settings = load_settings(cfg)
-        rounds.generate_queries_flow(settings, 1)
-        rounds.rollout_round_flow.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
-        rounds.judge_round_flow(settings, 1)  # curation reads the stored step labels
-        rounds.curate_round_flow.with_options(task_runner=rounds.task_runner(settings))(settings, 1)
+        through_curation.with_options(task_runner=rounds.task_runner(settings))(settings)
         results[runner] = _episodes(settings)
     assert len(results["thread"]) == 12
     assert results["dask"] == results["thread"]

@@ -29,3 +29,22 @@ def tiny_config(path: Path, db_url: str, **evolve: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
+
+
+def stage(settings: Any, name: str, number: int, **given: Any) -> Any:
+    """One stage of round `number`, run as the round flow's task runs it (`evolve.stages.execute`),
+    on `given` as the earlier stages' reports (`queries=uids` for the stages that read them)."""
+    from evolve.spine import open_spine
+    from evolve.stages import execute, stage_named
+
+    return execute(open_spine(settings), stage_named(name), number, given)
+
+
+def rollout_shard(settings: Any, number: int, uids: list[str]) -> dict[str, Any]:
+    """One part of the rollout stage: K rollouts of the round's policy on these queries."""
+    from evolve.rollouts import rollout_shard as shard
+    from evolve.spine import open_spine
+    from trajforge.stage import PART
+
+    played: dict[str, Any] = shard(open_spine(settings), number, {PART: uids}).as_json()
+    return played
