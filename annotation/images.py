@@ -51,14 +51,14 @@ def image_mode(settings: AnnotationSettings, store: ObjectStore) -> Mode:
     return settings.images
 
 
-def overlay(png: bytes, action: dict[str, Any] | None, max_side: int, box: list[int] | None = None) -> bytes:
+def overlay(png: bytes, action: Action | None, max_side: int, box: list[int] | None = None) -> bytes:
     """The screenshot with the action's point circled (a swipe's arrow from start to end) and
     the target element's pixel `box` outlined in blue, scaled to `max_side`, as JPEG."""
     img = Image.open(io.BytesIO(png)).convert("RGB")
     if box is not None:
         ImageDraw.Draw(img).rectangle(tuple(box), outline="#1f6feb", width=max(2, img.width // 200))
     if action is not None:
-        draw_action(img, Action.model_validate(action))
+        draw_action(img, action)
     img.thumbnail((max_side, max_side))
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=85)
@@ -83,10 +83,8 @@ class ImageLinks:
         self._pending: dict[str, bytes] = {}  # file name -> JPEG, not uploaded yet
         self._uploaded: dict[str, str] = {}  # placeholder -> URL
 
-    def __call__(
-        self, sha256: str, action: dict[str, Any] | None = None, box: list[int] | None = None
-    ) -> str:
-        key = (sha256, repr((action, box)))
+    def __call__(self, sha256: str, action: Action | None = None, box: list[int] | None = None) -> str:
+        key = (sha256, repr((action.to_json() if action else None, box)))
         if key not in self._made:
             self._made[key] = self._make(sha256, action, box)
         made = self._made[key]
@@ -112,7 +110,7 @@ class ImageLinks:
             return type(value)(self._replace(v) for v in value)
         return value
 
-    def _make(self, sha256: str, action: dict[str, Any] | None, box: list[int] | None) -> str:
+    def _make(self, sha256: str, action: Action | None, box: list[int] | None) -> str:
         jpeg = overlay(self.store.get(blob_key(sha256)), action, self.settings.image_max_side, box)
         if self.mode == "data":
             return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()

@@ -134,5 +134,5 @@ def signature(s: Session, episode_ids: list[int]) -> dict[int, str]:
         .where(Step.episode_id.in_(episode_ids))
         .order_by(Step.episode_id, Step.index)
     ):
-        parts[e].append([shot, after, action])
+        parts[e].append([shot, after, action.stored() if action is not None else None])
     return {e: hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest() for e, p in parts.items()}

@@ -119,7 +119,7 @@ def parse_correction(text: str, screen: Screen) -> tuple[dict[str, Any] | None, 
             action = CODECS[name].parse(text, screen)
         except ActionError:
             continue
-        return action.core().model_dump(mode="json", exclude_none=True), name, None
+        return action.core().stored(), name, None
     return None, None, "unparseable_correction"
 
 

@@ -21,7 +21,7 @@ from annotation.queue import Candidate
 from storage.episodes import steps_by_episode
 from storage.models import Anchor, Episode, Judgment
 from storage.models import Query as QueryRow
-from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions import ActionKind, Screen
 from trajforge.actions.compare import target_element
 from trajforge.episode import Step as PlayedStep
 from trajforge.settings import AnnotationSettings
@@ -50,7 +50,7 @@ def show_step(st: PlayedStep, i: int, n: int) -> StepShown:
     if st.action is None:
         note = f"no action: {st.parse_error or 'none'}"
         return StepShown(note, f"Step {i + 1} of {n}: {note}", None)
-    action = Action.model_validate(st.action)
+    action = st.action
     screen = Screen(st.width, st.height)
     element = target_element(action.point, st.elements or [], screen) if action.point is not None else None
     label = str(element.get("text") or element.get("id") or element.get("kind") or "") if element else ""

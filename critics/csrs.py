@@ -177,7 +177,7 @@ def _acting(
         "response": f"{verdict.label}: {verdict.summary}",
         **({"polarity": verdict.label == "GOOD"} if verdict.label != "NEUTRAL" else {}),
     }
-    target = action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
+    target = action.core().stored()
     answer = json.dumps(target, ensure_ascii=False)
     grounding = {  # what exports and RL rewards need: action, intent, screen, the target's bbox
         "action": target,

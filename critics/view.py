@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajforge.actions import Screen
+from trajforge.actions.compare import inside
 from trajforge.episode import Step
 
 SLOP_SHARE = 0.03  # touch slop as a share of the screen's shorter side
@@ -79,9 +80,9 @@ class SeenStep:
             return None
         x, y = Screen(self.width, self.height).to_px((int(point[0]), int(point[1])))
         slop = max(SLOP_MIN_PX, SLOP_SHARE * min(self.width, self.height))
-        inside = [e for e in self.elements if _distance(e, x, y) == 0]
-        if inside:  # the innermost element under the finger takes the tap (a link inside its paragraph)
-            return min(inside, key=_area)
+        under = [e for e in self.elements if inside(e.bounds, x, y)]
+        if under:  # the innermost element under the finger takes the tap (a link inside its paragraph)
+            return min(under, key=_area)
         near = [(d, e) for e in self.elements if (d := _distance(e, x, y)) <= slop]
         return min(near, key=lambda t: (t[0], _area(t[1])))[1] if near else None
 
@@ -100,7 +101,7 @@ class CriticView:
 def seen_step(step: Step) -> SeenStep:
     """A recorded step as a critic sees it."""
     return SeenStep(
-        action=step.action,
+        action=None if step.action is None else step.action.stored(),
         raw_output=step.raw_output,
         parse_error=step.parse_error,
         before=step.screenshot,

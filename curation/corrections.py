@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes
 from storage.models import Correction, Episode, HumanAnnotation, Sample
-from trajforge.actions import Action, Screen
+from trajforge.actions import Screen
 from trajforge.actions.compare import target_bbox
 from trajforge.domain import Query, StepView, describe
 from trajforge.sample import SampleDraft
@@ -79,13 +79,11 @@ def _corrected(
         return None
     view = views[correction.step_index]
     original = view.act
-    target = correction.action or (
-        original.core().model_dump(mode="json", exclude_none=True) if original else None
-    )
-    if target is None:
+    action = correction.action or (original.core() if original else None)
+    if action is None:
         tally["no_action_to_explain"] += 1
         return None
-    action = Action.model_validate(target)
+    target = action.stored()
     thought = correction.thought or (original.thought if original else None)
     tally["action" if correction.action else "thought_or_instruction_only"] += 1
     payload = {

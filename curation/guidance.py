@@ -246,7 +246,7 @@ def demonstration(view: StepView) -> dict[str, Any] | None:
     screen = Screen(view.width, view.height)
     return {
         "screenshot": view.before,
-        "action": action.core().model_dump(mode="json", exclude_none=True),
+        "action": action.core().stored(),
         "bbox": target_bbox(action, view.elements, screen),
     }
 

@@ -107,7 +107,7 @@ def _detail(site: RecoverySite) -> dict[str, Any]:
     return {
         "query": site.query.uid,
         "episode": site.episode,
-        "wrong_action": site.wrong.model_dump(mode="json", exclude_none=True),
+        "wrong_action": site.wrong.stored(),
         "source": site.source,
     }
 
@@ -196,16 +196,16 @@ def _spread(sites: list[RecoverySite], limit: int) -> list[RecoverySite]:
 
 
 def _payload(images: list[str], prompt: str, action: Action, view: StepView) -> dict[str, object]:
-    target = action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
+    core = action.core()  # what is done, not why
     screen = Screen(view.width, view.height)
     return {
         "images": images,
         "prompt": prompt,
-        "action": target,
+        "action": core.stored(),
         "intent": describe(action, view),  # Mobile-R1's clear low-level action
         "bbox": target_bbox(action, view.elements, screen),
         "screen": [view.width, view.height],
-        "response": Action.model_validate(target).to_json(),
+        "response": core.to_json(),
     }
 
 
@@ -229,7 +229,7 @@ def _pair(result: ProbeResult) -> list[SampleDraft]:
     }
     task = f"Task: {site.query.instruction}\nHistory: "
     here = site.steps[site.index]
-    back = StepView(here.action, None, escape.after, here.after, here.elements, here.width, here.height)
+    back = StepView.of(here.act, None, escape.after, here.after, here.elements, here.width, here.height)
     return [
         SampleDraft(
             "error_escape",

@@ -209,7 +209,7 @@ def _draft(
     gateway: Any,
     measured: Bottleneck | None = None,
 ) -> SampleDraft:
-    target = step.action.model_dump(mode="json", exclude_none=True, exclude={"thought", "intent"})
+    core = step.action.core()  # what is done, not why
     thought = chosen[2] if chosen else ""
     return SampleDraft(
         CATEGORY,
@@ -219,10 +219,10 @@ def _draft(
             "prompt": f"Task: {step.query.instruction}\nHistory: " + ("; ".join(step.history) or "none"),
             "thought": thought,
             "intent": describe(step.action, step.view),  # Mobile-R1's clear low-level action
-            "action": target,
+            "action": core.stored(),
             "screen": [step.view.width, step.view.height],
             "bbox": target_bbox(step.action, step.view.elements, Screen(step.view.width, step.view.height)),
-            "response": f"<think>{thought}</think>\n{Action.model_validate(target).to_json()}",
+            "response": f"<think>{thought}</think>\n{core.to_json()}",
             "bottleneck": measured.is_bottleneck if measured else None,
         },
         {

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.episodes import steps_by_episode
 from storage.models import Episode
-from trajforge.actions import Action, Screen, get_codec
+from trajforge.actions import Screen, get_codec
 from trajforge.actions.space import conform
 from trajforge.domain import describe
 from trajforge.episode import Step
@@ -76,7 +76,7 @@ class FamilyShaper:
             if step.index >= row["step"] or step.action is None:  # an unparsed answer did nothing
                 continue
             screen = self.screen(self.size_of(step.width, step.height))
-            action = Action.model_validate(step.action)
+            action = step.action
             if "intent" in self.codec.notes and action.intent is None:  # the step in words, as rows say it
                 action = action.model_copy(update={"intent": describe(action, step.view())})
             stated, _ = conform(self.codec, action, screen)

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import trajforge
 from publish.export_family import FamilyShaper
 from storage.datasets import Manifest
-from trajforge.actions import Action, get_codec
+from trajforge.actions import get_codec
 from trajforge.actions.space import (
     BUDGETS,
     KNOWLEDGE_SYSTEM,
@@ -26,6 +26,7 @@ from trajforge.actions.space import (
     system_prompt,
 )
 from trajforge.logs import counts
+from trajforge.sample import target_action
 
 IMAGE_TOKEN = "<image>"
 # recorded: a row's prompt asks for a thought only where its answer has one (a format that
@@ -134,7 +135,7 @@ def render_row(
     if "thought" in notes and notes["thought"] is None and wanted:
         notes["thought"] = offline_thought(row["prompt"], payload)
         report.offline_thoughts += 1
-    action = Action.model_validate({**target, **notes})
+    action = target_action({**target, **notes})
     stated, how = conform(codec, action, screen)
     if stated is None:
         report.skipped[how] += 1
@@ -164,7 +165,7 @@ def offline_thought(prompt: str, payload: dict[str, Any]) -> str:
     """A thought from the step's own evidence: the task and the history its prompt states, and the
     move it made (`intent`, the words the step's action was described in on its screen)."""
     lines = dict(line.split(": ", 1) for line in prompt.splitlines() if ": " in line)
-    move = payload.get("intent") or Action.model_validate(payload["action"]).to_json()
+    move = payload.get("intent") or target_action(payload["action"]).to_json()
     task = lines.get("Task") or lines.get("Instruction")
     history = lines.get("History")
     said = [f"The task is: {task.rstrip('.')}." if task else ""]

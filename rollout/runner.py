@@ -361,7 +361,7 @@ class EpisodeRunner:
                 parse_error=error,
                 latency_ms=int((time.monotonic() - t0) * 1000),
                 elements=obs.elements,
-                action=action.model_dump(mode="json", exclude_none=True) if action else None,
+                action=action,
             )
         )
         if error is not None and cfg.on_parse_error == "end":

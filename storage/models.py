@@ -22,7 +22,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from storage.base import NAMING_CONVENTION, Base, Id, Json
+from storage.base import NAMING_CONVENTION, ActionJson, Base, Id, Json
+from trajforge.actions import Action
 from trajforge.domain import Query as DomainQuery
 
 __all__ = ["NAMING_CONVENTION", "Base", "Id", "Json"]  # and the tables below
@@ -114,7 +115,7 @@ class Step(Base):
     screenshot_after: Mapped[str | None] = mapped_column(String(64))
     width: Mapped[int] = mapped_column(Integer)
     height: Mapped[int] = mapped_column(Integer)
-    action: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    action: Mapped[Action | None] = mapped_column(ActionJson)
     raw_output: Mapped[str] = mapped_column(Text, default="")
     parse_error: Mapped[str | None] = mapped_column(String(64))
     latency_ms: Mapped[int] = mapped_column(Integer, default=0)
@@ -385,7 +386,7 @@ class Correction(Base):
     step_index: Mapped[int] = mapped_column(Integer)
     annotator: Mapped[str] = mapped_column(String(256))
     action_text: Mapped[str | None] = mapped_column(Text)  # as typed
-    action: Mapped[dict[str, Any] | None] = mapped_column(Json)  # canonical, when it parsed
+    action: Mapped[Action | None] = mapped_column(ActionJson)  # canonical, when it parsed
     action_format: Mapped[str | None] = mapped_column(String(32))  # the codec that parsed it
     thought: Mapped[str | None] = mapped_column(Text)
     instruction: Mapped[str | None] = mapped_column(Text)  # the clear low-level instruction (Mobile-R1)

@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions.compare import elements_at
 
 Sha256 = str
 
@@ -70,13 +71,9 @@ class Observation(BaseModel):
 def tapped(
     elements: list[dict[str, Any]], width: int, height: int, point: tuple[int, int]
 ) -> dict[str, Any] | None:
-    """The element a tap at a per-mille point hits, in the tree shown before it."""
-    x, y = Screen(width, height).to_px(point)
-    for e in elements:
-        x1, y1, x2, y2 = e["bounds"]
-        if x1 <= x <= x2 and y1 <= y <= y2:
-            return e
-    return None
+    """The element a tap at a per-mille point hits, in the tree shown before it (the first it lands in)."""
+    hits = elements_at(point, elements, Screen(width, height))
+    return hits[0] if hits else None
 
 
 Label = Literal["GOOD", "NEUTRAL", "HARMFUL"]
@@ -101,10 +98,27 @@ class StepView:
         return Action.model_validate(self.action) if self.action is not None else None
 
     @classmethod
+    def of(
+        cls,
+        action: Action | None,
+        parse_error: str | None,
+        before: str,
+        after: str,
+        elements: list[dict[str, Any]],
+        width: int,
+        height: int,
+    ) -> StepView:
+        """The view of a step whose action is typed already: `act` is that action, not parsed again."""
+        stored = None if action is None else action.stored()
+        view = cls(stored, parse_error, before, after, elements, width, height)
+        view.__dict__["act"] = action  # the cached property, filled
+        return view
+
+    @classmethod
     def observed(cls, action: Action, before: Observation, after: Observation) -> StepView:
         """The step an action made between two observations of a live environment."""
-        return cls(
-            action.model_dump(mode="json", exclude_none=True),
+        return cls.of(
+            action,
             None,
             before.screenshot,
             after.screenshot,

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
+from trajforge.actions import Action
 from trajforge.domain import Sha256, StepView
 from trajforge.world.verify import UNVERIFIABLE, VerifierResult
 
@@ -36,15 +37,21 @@ class Step(BaseModel):
     elements: list[dict[str, Any]] | None = Field(
         None, description="The element tree the device reported before the action (None: none)."
     )
-    action: dict[str, Any] | None = Field(None, description="The parsed action; None when it did not parse.")
+    action: Action | None = Field(
+        None, description="The parsed action (read back from its stored JSON); None when it did not parse."
+    )
 
     @property
     def after(self) -> Sha256:
         return self.screenshot_after or self.screenshot
 
+    @field_serializer("action")
+    def _stored_action(self, action: Action | None) -> dict[str, Any] | None:
+        return None if action is None else action.stored()
+
     def view(self) -> StepView:
         """The step as critics, curation and annotation see it."""
-        return StepView(
+        return StepView.of(
             self.action,
             self.parse_error,
             self.screenshot,

@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from trajforge.actions import Action
+
+
+def target_action(target: Mapping[str, Any]) -> Action:
+    """A sample's target action, read back from its stored JSON (the payload's `action`, an exported
+    row's ground truth, a knn memory row made from one). The one place such a target is parsed."""
+    return Action.model_validate(target)
 
 
 @dataclass

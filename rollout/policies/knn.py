@@ -51,10 +51,12 @@ from rollout.policies.knn_text import (
     said,
     shared,
 )
-from rollout.policies.oracle import box_overlap, element_bounds, element_center, point_inside
+from rollout.policies.oracle import box_overlap, element_bounds, element_center
 from trajforge.actions import Action, ActionKind, get_codec
+from trajforge.actions.compare import inside
 from trajforge.domain import Observation, Query
 from trajforge.features import ThumbFeaturizer
+from trajforge.sample import target_action
 from trajforge.text import words
 
 NAME = "knn"
@@ -119,6 +121,8 @@ class KnnPolicy:
         self.codec = get_codec(fmt)
         self.featurizer = ThumbFeaturizer()
         self._vectors = vectors if vectors is not None else {}
+        self._actions = [target_action(a) for a in memory.actions]  # parsed once, at load
+        self._voted: dict[str, Action] = {}  # the last vote's actions, by their JSON
         self._instr = [set(words(i)) for i in memory.instructions]
         self._idf = Rarity(memory.instructions)
         self._steps = np.asarray(memory.steps, np.float32)
@@ -162,11 +166,11 @@ class KnnPolicy:
             keys = [k for k, _ in ranked]
             odds = np.array([v for _, v in ranked], np.float64) ** (1.0 / TEMPERATURE)
             choice = keys[int(self._rng.choice(len(keys), p=odds / odds.sum()))]
-        action = Action.model_validate_json(choice) if choice else Action(kind=ActionKind.PRESS, key="back")
+        action = self._voted[choice].model_copy() if choice else Action(kind=ActionKind.PRESS, key="back")
         hit: list[dict[str, Any]] = []
         if action.kind == ActionKind.CLICK and action.point is not None:  # a named control is tapped once
             at = observed(obs).to_px(action.point)
-            hit = [e for e in obs.elements or [] if point_inside(at, element_bounds(e))]
+            hit = [e for e in obs.elements or [] if inside(element_bounds(e), *at)]
             self._spent |= {label(e) for e in hit if self._said(e)}
             self._tapped |= {_widget(e) for e in hit}
         self._focused = any(e.get("kind") == "input" for e in hit)
@@ -178,6 +182,7 @@ class KnnPolicy:
 
     def _votes(self, obs: Observation) -> dict[str, float]:
         votes: dict[str, float] = {}
+        self._voted = {}
         self._common = shared(obs.elements or [])
         if not len(self.memory):
             return votes
@@ -199,11 +204,11 @@ class KnnPolicy:
         best = max(score.values())
         self._cover.see(obs.elements or [])
         done = self._cover.done()
-        stop = Action(kind=ActionKind.TERMINATE, status="success").to_json()
+        stop = self._vote_key(Action(kind=ActionKind.TERMINATE, status="success"))
         for i in sorted(score, key=lambda j: (-score[j], j))[:K]:
             action, why = self._map(i, obs)
             vote = float(self.memory.weights[i]) * math.exp(SHARPNESS * (score[i] - best))
-            key = action.to_json()
+            key = self._vote_key(action)
             if done and why:  # the task's named moves are done, and the neighbour did its own task's:
                 key = stop  # a new one says "that task went on", ours ends here; one we made is spent
                 vote *= 1.0 if why == THEIRS else AGAIN_VOTE
@@ -219,7 +224,7 @@ class KnnPolicy:
             key=lambda se: (se[0] < 1.0 and se[1].get("kind") != "input", self._cover.position(se[1]))
         )  # then in the order the task says them
         for rank, (share, e) in enumerate(named_here):
-            key = Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(e))).to_json()
+            key = self._vote_key(Action(kind=ActionKind.CLICK, point=here.from_px(*element_center(e))))
             bonus = NAMED_VOTE * share * top * (1.0 if rank == 0 else LATER_NAMED)
             votes[key] = bonus + votes.get(key, 0.0)  # the demonstrated one first
         return votes
@@ -232,6 +237,12 @@ class KnnPolicy:
         """A value the task quotes before this control is still to be typed or picked."""
         return self._cover.value_pending(self._cover.position(element))
 
+    def _vote_key(self, action: Action) -> str:
+        """The action's JSON, which votes are counted under; the action is kept for `decide`."""
+        key = action.to_json()
+        self._voted.setdefault(key, action)
+        return key
+
     def _said(self, element: dict[str, Any]) -> float:
         return said(element, self._words, self._common)
 
@@ -242,7 +253,7 @@ class KnnPolicy:
         """Neighbour i's action, carried over to the current screen and task; and why it tapped what
         it did when its own task named that: THEIRS (ours does not name it), AGAIN (we tapped that
         widget already), "" otherwise."""
-        action = Action.model_validate(self.memory.actions[i])
+        action = self._actions[i].model_copy()
         if action.kind == ActionKind.TYPE and self._query is not None:
             text = copy_span(action.text or "", self.memory.instructions[i], self._query.instruction)
             return action.model_copy(update={"text": text}), ""

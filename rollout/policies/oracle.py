@@ -52,10 +52,6 @@ def box_overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> f
     return inter / max(union, 1)
 
 
-def point_inside(point: tuple[int, int], box: tuple[int, int, int, int]) -> bool:
-    return box[0] <= point[0] <= box[2] and box[1] <= point[1] <= box[3]
-
-
 class NoisyOracle:
     """Follows the query's ground-truth moves through the element tree, with seeded errors."""
 

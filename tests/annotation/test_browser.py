@@ -151,7 +151,7 @@ def test_annotator_judges_a_blind_audit_in_the_compact_view_and_corrects_by_clic
         and fix.source == "clicked"
         and fix.instruction == "Tap the back arrow at the top left"
     )
-    assert fix.action is not None and fix.action["kind"] == "click"
-    x, y = fix.action["point"]
+    assert fix.action is not None and fix.action.kind == "click" and fix.action.point is not None
+    x, y = fix.action.point
     assert abs(x - 250) <= 15 and abs(y - 500) <= 15, fix.action  # per mille of the screen
     assert before  # the screen the click corrected is the step's own

@@ -21,7 +21,7 @@ from storage.db import insert_ignore, transaction
 from storage.models import Anchor, Judgment
 from storage.objectstore import LocalObjectStore, put_blob
 from tests.support.spine import seed_episodes
-from trajforge.actions import Screen
+from trajforge.actions import Action, ActionKind, Screen
 from trajforge.errors import ConfigError
 from trajforge.settings import AnnotationSettings
 from trajforge.verdicts import CONSENSUS
@@ -161,7 +161,7 @@ def _png(width: int = 540, height: int = 1200) -> bytes:
 
 
 def test_overlay_circles_the_action_point_and_scales_down() -> None:
-    jpeg = overlay(_png(), {"kind": "click", "point": [500, 500]}, max_side=600)
+    jpeg = overlay(_png(), Action(kind=ActionKind.CLICK, point=(500, 500)), max_side=600)
     img = Image.open(io.BytesIO(jpeg)).convert("RGB")
     assert img.size == (270, 600)
     # the circle's rim passes left of the centre: some pixel on that row is red
@@ -169,6 +169,9 @@ def test_overlay_circles_the_action_point_and_scales_down() -> None:
     assert any(p[0] > 200 and p[1] < 80 and p[2] < 80 for p in row)  # type: ignore[index]
     plain = Image.open(io.BytesIO(overlay(_png(), None, max_side=600))).convert("RGB")
     assert all(min(plain.getpixel((x, 300))) > 240 for x in range(0, 135))  # type: ignore[arg-type]
+
+
+TAP = Action(kind=ActionKind.CLICK, point=(10, 10))
 
 
 def test_image_links_on_the_local_store_are_uploads_or_data_urls_and_s3_modes_are_refused(
@@ -184,7 +187,7 @@ def test_image_links_on_the_local_store_are_uploads_or_data_urls_and_s3_modes_ar
 
     links = ImageLinks(store, AnnotationSettings(), upload=upload)
     assert links.mode == "upload"
-    marked = links(sha, {"kind": "click", "point": [10, 10]})
+    marked = links(sha, TAP)
     plain = links(sha)
     task: dict[str, Any] = {"steps": [{"image": marked, "after": plain}], "html": f'<img src="{marked}"/>'}
     assert not sent  # nothing is uploaded until the batch is resolved
@@ -194,20 +197,20 @@ def test_image_links_on_the_local_store_are_uploads_or_data_urls_and_s3_modes_ar
     url = got["steps"][0]["image"]
     assert url.startswith("/data/upload/1/abcd-") and url.endswith(".jpg") and url in got["html"]
     assert got["steps"][0]["after"] != url
-    assert links(sha, {"kind": "click", "point": [10, 10]}) == url  # known now: no second upload
+    assert links(sha, TAP) == url  # known now: no second upload
     assert links.resolve([]) == [] and len(sent) == 1
     assert Image.open(io.BytesIO(sent[0][0][1])).format == "JPEG"
     with pytest.raises(ConfigError, match="needs a Label Studio project"):
         ImageLinks(store, AnnotationSettings())
     data = ImageLinks(store, AnnotationSettings(images="data"))
-    assert data(sha, {"kind": "click", "point": [10, 10]}).startswith("data:image/jpeg;base64,")
+    assert data(sha, TAP).startswith("data:image/jpeg;base64,")
     for mode in ("presign", "storage"):
         with pytest.raises(ConfigError, match="needs the S3 object store"):
             image_mode(AnnotationSettings(images=mode), store)
 
 
 def test_a_swipe_is_drawn_as_an_arrow_that_ends_where_the_finger_ends() -> None:
-    jpeg = overlay(_png(), {"kind": "swipe", "point": [500, 800], "to": [500, 200]}, max_side=600)
+    jpeg = overlay(_png(), Action(kind=ActionKind.SWIPE, point=(500, 800), to=(500, 200)), max_side=600)
     img = Image.open(io.BytesIO(jpeg)).convert("RGB")
 
     def red_width(y: int) -> int:

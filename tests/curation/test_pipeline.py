@@ -114,16 +114,14 @@ def test_recovery_samples_come_from_escapes_observed_on_a_device(curated) -> Non
                 .where(Episode.uid == prov["reference"], Step.index == prov["steps"][0])
             ).one()
             wrong = s.scalars(select(Step).join(Episode).where(Episode.uid == prov["episode"])).all()
-            assert any(w.action and w.action["kind"] == prov["wrong_action"]["kind"] for w in wrong)
+            assert any(w.action and w.action.kind == prov["wrong_action"]["kind"] for w in wrong)
             # The device was back on the reference's screen before the wrong action, and after the escape.
             assert seen["before"] == seen["back"] == step.screenshot != seen["error"]
             assert esc.payload["images"] == [seen["error"]] and store.exists(blob_key(seen["error"]))
             assert esc.payload["action"] == prov["escape"]
             track = next(t for t in tracks if t.provenance == prov)
             assert track.payload["images"] == [seen["back"]]
-            assert track.payload["action"] == {
-                k: v for k, v in step.action.items() if k not in ("thought", "intent")
-            }
+            assert step.action is not None and track.payload["action"] == step.action.core().stored()
     assert "the pixel-coincidence method would pair" in rec.render()
 
 

@@ -250,7 +250,12 @@ def test_a_uitars_finished_with_content_answers_and_ends_the_episode(
         episode = s.scalars(select(Episode)).one()
         step = s.scalars(select(Step)).one()
     assert episode.num_steps == 1 and episode.meta.get("status", "success") == "success"
-    assert step.action == {"kind": "answer", "text": "Wi-Fi is on", "thought": "the answer is on screen."}
+    assert step.action is not None
+    assert step.action.stored() == {
+        "kind": "answer",
+        "text": "Wi-Fi is on",
+        "thought": "the answer is on screen.",
+    }
 
 
 def _family_responder(rec: Recorded) -> Reply:
@@ -292,7 +297,7 @@ def test_a_family_policy_sends_its_own_request_and_is_read_in_its_coordinate_spa
     assert later[-2] == {"role": "assistant", "content": _family_responder(requests[0]).content}
     with sessions() as s:
         episode = s.scalars(select(Episode)).one()
-        actions = [st.action or {} for st in s.scalars(select(Step).order_by(Step.index))]
+        actions = [st.action.stored() for st in s.scalars(select(Step).order_by(Step.index)) if st.action]
     taps = [a for a in actions if a.get("kind") == "click"]
     assert (episode.meta or {})["sampling"]["family"] == "uitars15" and episode.num_steps == 7
     assert taps and all(t["point"] == [500, 500] for t in taps)

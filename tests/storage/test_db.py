@@ -65,7 +65,7 @@ def test_bulk_insert_is_idempotent(sessions: sessionmaker[Session]) -> None:
     with sessions() as s:
         assert s.scalar(select(func.count()).select_from(Step)) == 510
         step = s.scalars(select(Step).where(Step.index == 7)).one()
-        assert step.action == {"kind": "click", "point": [7, 49]}
+        assert step.action is not None and step.action.stored() == {"kind": "click", "point": [7, 49]}
 
 
 def test_unique_keys_protect_reruns(sessions: sessionmaker[Session]) -> None:

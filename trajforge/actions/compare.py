@@ -11,6 +11,7 @@ element the reference point falls in; outside any element it must lie within
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from trajforge.actions.model import POINTED_KINDS, Action, ActionKind, Screen
@@ -19,11 +20,24 @@ THOUGHT_ACTION_MISMATCH = "thought_action_mismatch"  # the drop reason of a thou
 DEFAULT_TOLERANCE = 40
 
 
+def inside(bounds: Sequence[float], x: float, y: float) -> bool:
+    """Whether a pixel lands in pixel bounds x1,y1,x2,y2, edges included: the one hit test, which
+    every element lookup (the simulator's, the critics', the policies', the exports') uses."""
+    x1, y1, x2, y2 = bounds
+    return x1 <= x <= x2 and y1 <= y <= y2
+
+
+def elements_at(
+    point: tuple[int, int], elements: list[dict[str, Any]], screen: Screen
+) -> list[dict[str, Any]]:
+    """The elements (pixel `bounds`) a 0-1000 point lands in, in the tree's order."""
+    x, y = screen.to_px(point)
+    return [e for e in elements if inside(e["bounds"], x, y)]
+
+
 def target_element(point: tuple[int, int], elements: list[dict[str, Any]], screen: Screen) -> dict | None:
     """The smallest element (pixel `bounds` x1,y1,x2,y2) containing a 0-1000 point."""
-    x, y = screen.to_px(point)
-    inside = [e for e in elements if _contains(e["bounds"], x, y)]
-    return min(inside, key=lambda e: _area(e["bounds"]), default=None)
+    return min(elements_at(point, elements, screen), key=lambda e: _area(e["bounds"]), default=None)
 
 
 def on_screen(bounds: list[int], screen: Screen) -> list[int]:
@@ -61,7 +75,7 @@ def mismatch(
         target = target_element(reference.point, elements, screen)
         if target is not None:
             x, y = screen.to_px(predicted.point)
-            return None if _contains(target["bounds"], x, y) else "point_outside_target"
+            return None if inside(target["bounds"], x, y) else "point_outside_target"
         return None if math.dist(predicted.point, reference.point) <= tolerance else "point_beyond_tolerance"
     if kind == ActionKind.SWIPE:
         return None if predicted.swipe_direction() == reference.swipe_direction() else "direction_mismatch"
@@ -80,11 +94,6 @@ def mismatch(
         assert predicted.to is not None and reference.to is not None
         return None if math.dist(predicted.to, reference.to) <= tolerance else "point_beyond_tolerance"
     return None  # wait
-
-
-def _contains(bounds: list[int], x: int, y: int) -> bool:
-    x1, y1, x2, y2 = bounds
-    return x1 <= x <= x2 and y1 <= y <= y2
 
 
 def _area(bounds: list[int]) -> int:

@@ -187,13 +187,14 @@ class Action(BaseModel):
             return "right" if dx > 0 else "left"
         return "down" if dy > 0 else "up"
 
+    def stored(self) -> dict[str, Any]:
+        """The action as it is stored (a step's `action` column, a sample's target): its JSON
+        fields, unset ones left out."""
+        return self.model_dump(mode="json", exclude_none=True)
+
     def to_json(self) -> str:
         """Compact canonical JSON (the `canonical` format)."""
-        return json.dumps(
-            self.model_dump(mode="json", exclude_none=True),
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
+        return json.dumps(self.stored(), ensure_ascii=False, separators=(",", ":"))
 
 
 def _clamp(value: int) -> int:

@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from trajforge.actions.compare import inside
+
 LAUNCHER = "__launcher__"
 # Layout at 1080 px wide, scaled for other widths.
 STATUS_H, APPBAR_H, NAV_H, GAP, MARGIN = 90, 160, 140, 16, 48
@@ -67,8 +69,7 @@ class Element:
         return ((x1 + x2) // 2, (y1 + y2) // 2)
 
     def contains(self, x: int, y: int) -> bool:
-        x1, y1, x2, y2 = self.bounds
-        return x1 <= x <= x2 and y1 <= y <= y2
+        return inside(self.bounds, x, y)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

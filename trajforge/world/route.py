@@ -22,35 +22,18 @@ from typing import Any
 
 from trajforge.actions import Action, ActionKind
 from trajforge.appspec import AppSpec, Widget
+from trajforge.world.verify import Goal
 
 LAUNCHER = "__launcher__"  # the home screen's name in the step record
 UNREACHABLE = 10_000
 INPUT_COST = 3  # tap the field, type, press enter
 
 
-@dataclass(frozen=True)
-class Goal:
-    """What the task asks of the final state: the app, the screen and these slot values."""
-
-    app: str
-    screen: str
-    state: tuple[tuple[str, str], ...]
-
-    @classmethod
-    def of(cls, goal: dict[str, Any]) -> Goal | None:
-        if not goal.get("app") or not goal.get("screen"):
-            return None
-        return cls(goal["app"], goal["screen"], tuple(sorted(goal.get("state", {}).items())))
-
-    def satisfied(self, values: dict[str, str]) -> frozenset[str]:
-        return frozenset(k for k, v in self.state if values.get(k) == v)
-
-
 class AppModel:
     def __init__(self, spec: AppSpec) -> None:
         self.spec = spec
         self.widgets = {name: {w.id: w for w in s.widgets} for name, s in spec.screens.items()}
-        self._dist: dict[tuple[Goal, str, frozenset[str]], int] = {}
+        self._dist: dict[tuple[tuple[str, str, tuple[tuple[str, str], ...]], str, frozenset[str]], int] = {}
 
     def identify(self, elements: list[dict[str, Any]], hint: str | None) -> str | None:
         """The screen an element tree shows; None when it cannot tell (pop-up, loading, no widgets)."""
@@ -78,7 +61,7 @@ class AppModel:
         return best
 
     def _forward(self, goal: Goal, screen: str, sat: frozenset[str]) -> int:
-        key = (goal, screen, sat)
+        key = (goal.key, screen, sat)
         if key not in self._dist:
             self._dist[key] = self._search(goal, screen, sat)
         return self._dist[key]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from trajforge.actions import ActionKind
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query, StepVerdict, StepView, describe, hit_element
-from trajforge.world.route import AppModel, Goal, Tracker
+from trajforge.world.route import AppModel, Tracker
+from trajforge.world.verify import Goal
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class RouteStepCheck:
         hit = hit_element(view, action.point) if action.point is not None else None
         values = dict(t.values)
         event = t.advance(action, hit, view.before != view.after)
-        wrong = any(t.values.get(k) not in (values.get(k), v) for k, v in t.goal.state)
+        wrong = any(t.values.get(k) not in (values.get(k), v) for k, v in t.goal.state.items())
         after = t.remaining()
         what = describe(action, view)
         if after < before:

@@ -28,6 +28,22 @@ class Goal(BaseModel):
     def constraints(self) -> int:
         return 1 + len(self.state)
 
+    @classmethod
+    def of(cls, goal: dict[str, Any]) -> Goal | None:
+        """A query's stored goal; None where it names no app and screen (a suite task's query)."""
+        if not goal.get("app") or not goal.get("screen"):
+            return None
+        return cls(app=goal["app"], screen=goal["screen"], state=dict(goal.get("state") or {}))
+
+    @property
+    def key(self) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+        """The goal as a hashable value (its state sorted)."""
+        return self.app, self.screen, tuple(sorted(self.state.items()))
+
+    def satisfied(self, values: dict[str, str]) -> frozenset[str]:
+        """The goal's slots these values already have right."""
+        return frozenset(k for k, v in self.state.items() if values.get(k) == v)
+
 
 @dataclass(frozen=True)
 class VerifierResult:
