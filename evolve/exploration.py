@@ -72,6 +72,7 @@ EXPLORE: Stage[Spine] = Stage(
     reads=("query", "episode", "device"),
     writes=("episode", "step", "anchor", "policy"),
     after=("rollout",),
+    needs=("queries",),
     tags=(DEVICES,),
     fan_out=unsolved_part,
     merge=one_or_none,

@@ -99,8 +99,17 @@ def execute(
 ) -> Any:
     """Run one stage in this process, its parts one after another, and return its report as JSON
     (what the round flow runs as Prefect tasks; for the CLI and the tests). `show` gets each
-    report's lines."""
+    report's lines.
+
+    Raises:
+        StageError: a stage it needs has not run on the round, or has kept no report to read.
+    """
     require(ctx, number, stage.name)
+    if missing := [name for name in stage.needs if name not in given]:
+        raise StageError(
+            f"stage {stage.name} reads the reports of {', '.join(missing)}, which round {number} has not "
+            f"kept; run `trajforge stage {missing[0]} --round {number}` first (or `trajforge evolve`)"
+        )
     parts: list[Any] = [None] if stage.fan_out is None else stage.fan_out(ctx, number, given)
     out = []
     for part in parts:

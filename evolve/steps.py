@@ -187,11 +187,11 @@ def finished_rounds(spine: Spine) -> int:
     return n
 
 
-def round_extra(given: Given) -> dict[str, Any]:
-    """What the earlier stages' reports add to the round's figures."""
+def round_extra(policy: str, given: Given) -> dict[str, Any]:
+    """What the round's policy and the earlier stages' reports add to the round's figures."""
     published, promoted, curated = given["publish"], given["promote"], given["curate"]
     return {
-        "policy": given["start"]["policy"],
+        "policy": policy,
         "dataset": published["dataset"],
         "dataset_version": published["version"],
         "manifest_sha256": published["manifest_sha256"],
@@ -208,7 +208,10 @@ def round_extra(given: Given) -> dict[str, Any]:
 
 def finish(spine: Spine, number: int, given: Given) -> Facts:
     """The round done, with its figures and the earlier stages' (`round_extra`)."""
-    stats = finish_round(spine, number, round_extra(given))
+    with spine.sessions() as s:
+        policy = s.get(PolicyRow, spine.round(number).policy_id)
+        assert policy is not None
+    stats = finish_round(spine, number, round_extra(f"{policy.name}@{policy.version}", given))
     return Facts(stats, f"round {number} done: {stats['successes']}/{stats['episodes']} successful")
 
 
@@ -224,6 +227,7 @@ FINISH: Stage[Spine] = Stage(
     reads=("episode", "sample", "dataset_version"),
     writes=("round",),
     after=("publish",),
+    needs=("rollout", "explore", "calibrate", "encoder", "curate", "publish", "promote"),
     tags=(DEVICES, MODEL_CALLS),
     resumable=False,
 )

@@ -194,4 +194,5 @@ TRAIN: Stage[Spine] = Stage(
     reads=("dataset_version", "shard"),
     writes=("policy", "round"),
     after=("publish",),
+    needs=("publish",),
 )

@@ -36,7 +36,6 @@ __all__ = [
     "evolve_round_flow",
     "round_flow",
     "run_stage",
-    "stage_flow",
 ]
 
 
@@ -108,13 +107,6 @@ def evolve_round_flow(settings: Settings, number: int) -> dict[str, Any]:
 def round_flow(settings: Settings) -> Any:
     """`evolve_round_flow` on the task runner the settings ask for."""
     return evolve_round_flow.with_options(task_runner=task_runner(settings))
-
-
-@flow(name="stage")
-def stage_flow(name: str, settings: Settings, number: int) -> Any:
-    """One stage of a started round alone, on the reports its earlier stages kept (`trajforge stage`)."""
-    spine = open_spine(settings)
-    return run_stage(stage_named(name), settings, number, recorded(spine, number))
 
 
 def target_rounds(settings: Settings, rounds: int | None, more: int | None) -> int:

@@ -81,6 +81,12 @@ def test_a_stage_runs_alone_from_the_cli_and_keeps_its_report(
     judged = runner.invoke(cli, ["critics", "run", "--config", str(evolve_config)])
     assert judged.exit_code == 0 and judged.output.startswith("round 1: judged 8 episodes"), judged.output
     assert "(offline critics)" in judged.output and recorded(spine, 1)["judge"]["episodes"] == 8
+    finish = runner.invoke(cli, ["stage", "finish", "--config", str(evolve_config)])
+    assert isinstance(finish.exception, StageError), finish.output
+    assert str(finish.exception) == (
+        "stage finish reads the reports of explore, calibrate, encoder, curate, publish, promote, which "
+        "round 1 has not kept; run `trajforge stage explore --round 1` first (or `trajforge evolve`)"
+    )
 
 
 def test_a_stage_declares_what_it_needs_beside_its_code() -> None:
