@@ -169,14 +169,20 @@ def test_push_annotate_pull_round_trip(
         corrections = {
             c.step_index: c for c in s.scalars(select(Correction).where(Correction.episode_id == e_override))
         }
-    assert corrections[0].action == {"kind": "click", "point": [500, 300]}
+    assert corrections[0].action is not None and corrections[0].action.stored() == {
+        "kind": "click",
+        "point": [500, 300],
+    }
     assert (
         corrections[0].thought == "The search box is at the top."
         and corrections[0].annotator == label_studio.username
     )
     assert corrections[1].action is None and corrections[1].parse_error == "unparseable_correction"
     assert corrections[1].instruction == "Tap the search box at the top"
-    assert corrections[2].action == {"kind": "long_press", "point": [250, 333]}
+    assert corrections[2].action is not None and corrections[2].action.stored() == {
+        "kind": "long_press",
+        "point": [250, 333],
+    }
     assert corrections[2].source == "clicked" and corrections[0].source == "typed"
     with sessions() as s:
         for twin, primary in twins:  # an identical trajectory takes its task's human verdict

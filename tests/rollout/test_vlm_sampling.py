@@ -115,7 +115,7 @@ def test_k_rollouts_of_a_query_are_diverse_and_record_their_sampling(
         episodes = s.scalars(select(Episode)).all()
         actions = {
             e.id: tuple(
-                json.dumps(st.action, sort_keys=True)
+                json.dumps(st.action.stored() if st.action else None, sort_keys=True)
                 for st in s.scalars(select(Step).where(Step.episode_id == e.id).order_by(Step.index))
             )
             for e in episodes
