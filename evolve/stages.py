@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sqlalchemy import select
+
 from critics.stages import CALIBRATE, JUDGE
 from curation.stages import CURATE, ENCODER, FEATURISE
 from evolve.exploration import EXPLORE
@@ -88,8 +90,7 @@ def recorded(ctx: RoundContext, number: int) -> dict[str, Any]:
 def record(ctx: RoundContext, number: int, name: str, report: Any) -> None:
     """Keep a finished stage's report (JSON) in the round."""
     with transaction(ctx.sessions) as s:
-        row = s.get(Round, ctx.round(number).id)
-        assert row is not None
+        row = s.scalars(select(Round).where(Round.number == number)).one()
         stats = dict(row.stats or {})
         row.stats = {**stats, REPORTS: {**(stats.get(REPORTS) or {}), name: report}}
 

@@ -47,9 +47,7 @@ def stage_task(name: str, settings: Settings, number: int, given: dict[str, Any]
     check_stop()
     stage = stage_named(name)
     with track(stage.label):  # a line from the stage's start, under its counted work
-        spine = open_spine(settings)
-        require(spine, number, name)
-        return stage.run(spine, number, given).as_json()
+        return stage.run(open_spine(settings), number, given).as_json()
 
 
 def _worth_retrying(_task: Any, _run: Any, state: Any) -> bool:
@@ -77,6 +75,7 @@ def run_stage(stage: Stage[Spine], settings: Settings, number: int, given: Given
     spine = open_spine(settings)
     if stage.resumable and stage.name in (done := recorded(spine, number)):
         return done[stage.name]
+    require(spine, number, stage.name)  # once, before any task: a retry would fail the same way
     one = stage_task.with_options(name=stage.label, tags=list(stage.tags), retry_condition_fn=_worth_retrying)
     if stage.fan_out is None:
         report = one(stage.name, settings, number, dict(given))
