@@ -5,16 +5,16 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.smoke import run_smoke_round
 from storage.db import engine_from_settings, session_factory
 from storage.models import Round
+from tests.support import smoke
 from trajforge.settings import Settings, load_settings
 
 
 def smoke_round(rollouts: int) -> tuple[Settings, sessionmaker[Session], int]:
     """Round 1 (one query per app, `rollouts` each): settings, sessions and the round id."""
     settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=rollouts)
+    smoke.smoke_round(settings, queries_per_app=1, rollouts=rollouts)
     sessions = session_factory(engine_from_settings(settings))
     with sessions() as s:
         round_id = s.scalars(select(Round.id).where(Round.number == 1)).one()

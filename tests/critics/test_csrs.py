@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bench.evalset import build_eval_set
 from critics.csrs import extract, extract_round
-from evolve.smoke import run_smoke_round
 from storage.db import session_factory
 from storage.models import Exclusion, Sample
 from storage.samples import CATEGORIES
+from tests.support.smoke import smoke_round
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import PLACEHOLDERS, StepVerdict
 from trajforge.settings import load_settings
@@ -89,7 +89,7 @@ def test_a_screen_with_no_text_gives_no_summary_and_no_prediction(episodes) -> N
 
 def test_extract_round_is_idempotent(engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    report = run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)  # extracts once
+    report = smoke_round(load_settings(), queries_per_app=1, rollouts=1)  # extracts once
     sessions: sessionmaker[Session] = session_factory(engine)
     csrs = Sample.category.in_(CATEGORIES)  # the round was curated too: those samples are not CSRS's
     with sessions() as s:
@@ -121,7 +121,7 @@ def test_model_writes_knowledge_samples_through_the_gateway(
 
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=1)  # offline samples first
+    smoke_round(settings, queries_per_app=1, rollouts=1)  # offline samples first
     sessions: sessionmaker[Session] = session_factory(engine)
     store = open_object_store(settings)
 
@@ -205,7 +205,7 @@ def test_a_reply_that_answers_nothing_leaves_the_template_answers(
 
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=1)
+    smoke_round(settings, queries_per_app=1, rollouts=1)
     sessions: sessionmaker[Session] = session_factory(engine)
     store = open_object_store(settings)
     with sessions() as s:

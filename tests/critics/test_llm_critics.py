@@ -11,12 +11,12 @@ from PIL import Image
 from sqlalchemy import Engine, select
 
 from critics.judge import judge_round_llm
-from evolve.smoke import run_smoke_round
 from storage.db import session_factory
 from storage.keys import blob_key
 from storage.models import Judgment
 from storage.objectstore import open_object_store
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from tests.support.smoke import smoke_round
 from trajforge.actions import Action, Screen
 from trajforge.draw import mark_point
 from trajforge.gateway import LLMGateway
@@ -38,7 +38,7 @@ def judged_round(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch):
     """Round 1 of the main job (offline critics already run), its sessions and object store."""
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=1)
+    smoke_round(settings, queries_per_app=1, rollouts=1)
     return session_factory(engine), open_object_store(settings)
 
 

@@ -16,13 +16,13 @@ from critics.calibration import calibrate_round
 from critics.consensus import compose_round
 from critics.judge import judge_round_llm
 from critics.outcomes import decide_outcomes, measure_trust
-from evolve.smoke import run_smoke_round
 from storage.anchors import episode_apps
 from storage.db import session_factory
 from storage.models import Anchor, Episode
 from storage.models import Query as QueryRow
 from storage.objectstore import frame_reader, open_object_store
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from tests.support.smoke import smoke_round
 from trajforge.gateway import LLMGateway
 from trajforge.settings import CriticSettings, LLMSettings, load_settings
 
@@ -37,7 +37,7 @@ def _judged_by_a_scripted_model(
     `wrong_share` of them (the same episodes for both channels), composed by `settings`."""
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     loaded = load_settings()
-    run_smoke_round(loaded, queries_per_app=5, rollouts=1)
+    smoke_round(loaded, queries_per_app=5, rollouts=1)
     sessions = session_factory(engine)
     with sessions() as s:
         rows = s.execute(

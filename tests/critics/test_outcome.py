@@ -11,12 +11,12 @@ from annotation.queue import review_queue
 from critics.csrs import extract_round
 from critics.judge import judge_round
 from critics.outcomes import decide_outcomes, measure_trust
-from evolve.smoke import run_smoke_round
 from storage.anchors import episode_apps
 from storage.db import session_factory
 from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
 from storage.objectstore import open_object_store
 from storage.samples import OUTCOME_STAGE
+from tests.support.smoke import smoke_round
 from trajforge.appspec import load_apps
 from trajforge.settings import AnnotationSettings, CriticSettings, load_settings
 from trajforge.verdicts import UNTRUSTED
@@ -40,7 +40,7 @@ def hidden(
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
     for _ in range(ROUND):
-        run_smoke_round(settings, queries_per_app=3, rollouts=2)
+        smoke_round(settings, queries_per_app=3, rollouts=2)
     sessions = session_factory(engine)
     with sessions.begin() as s:
         episodes = s.execute(

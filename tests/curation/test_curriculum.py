@@ -11,7 +11,6 @@ from critics.outcomes import round_outcomes
 from curation.curriculum import HELD, ZERO_PASS, label_and_hold, tier_of
 from curation.pipeline import curate_round
 from curation.rollouts import Rollout, by_query, load_rollouts
-from evolve.smoke import run_smoke_round
 from evolve.spine import open_spine
 from publish.shards import PublishConfig, selected_rows
 from rollout.sim.env import demonstrator
@@ -19,6 +18,7 @@ from storage.db import session_factory, transaction
 from storage.models import Episode, QueryPassRate, Round, Sample
 from storage.models import Query as QueryRow
 from tests.support.evolve import rollout_shard, stage, tiny_config
+from tests.support.smoke import smoke_round
 from trajforge.settings import CurationSettings, load_settings
 
 
@@ -115,7 +115,7 @@ def test_the_hold_out_can_be_turned_off(engine: Engine, db_url: str, monkeypatch
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     monkeypatch.setenv("TRAJFORGE_CURATE_HOLD_ZERO_PASS", "false")
     settings = load_settings()
-    report = run_smoke_round(settings, queries_per_app=1, rollouts=2).curation
+    report = smoke_round(settings, queries_per_app=1, rollouts=2).curation
     sessions = session_factory(engine)
     assert report.curriculum.held == 0
     with sessions() as s:

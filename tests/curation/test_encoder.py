@@ -117,14 +117,14 @@ def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trai
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from evolve.smoke import run_smoke_round
     from storage.db import session_factory
+    from tests.support.smoke import smoke_round
     from trajforge.settings import load_settings
 
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
     with caplog.at_level(logging.INFO, logger="trajforge.features"):
-        report = run_smoke_round(settings, queries_per_app=1, rollouts=2)
+        report = smoke_round(settings, queries_per_app=1, rollouts=2)
     assert report.curation.featurizer == PHashFeaturizer.key  # nothing trained yet: the fallback, logged
     assert "no screen encoder trained on this store yet" in caplog.text
 
@@ -173,13 +173,13 @@ def test_a_round_with_too_few_screenshots_keeps_phash_and_says_why(
     engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from curation.encoder import round_encoder
-    from evolve.smoke import run_smoke_round
     from storage.db import session_factory
+    from tests.support.smoke import smoke_round
     from trajforge.settings import load_settings
 
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=1)
+    smoke_round(settings, queries_per_app=1, rollouts=1)
     sessions: sessionmaker = session_factory(engine)
     with sessions.begin() as s:  # every step of round 1 on one screen: nothing to contrast
         one = s.scalars(select(Step.screenshot).limit(1)).one()

@@ -11,7 +11,6 @@ from critics.outcomes import round_outcomes
 from curation.guidance import load_guidance
 from curation.pipeline import curate_round
 from curation.rollouts import load_rollouts
-from evolve.smoke import run_smoke_round
 from flows.cli import app as cli
 from rollout.pool import DevicePool
 from rollout.recovery import device_prober
@@ -22,6 +21,7 @@ from storage.keys import blob_key
 from storage.models import Episode, Exclusion, Guidance, Sample, ScreenFeature, Step
 from storage.objectstore import open_object_store
 from storage.samples import CATEGORIES
+from tests.support.smoke import smoke_round
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.recovery import PROBE_REASONS
 from trajforge.settings import CriticSettings, load_settings
@@ -35,7 +35,7 @@ def curated(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     monkeypatch.setenv("TRAJFORGE_CURATE_GUIDANCE_PASS_RATE", "1.0")  # every query gets guidance
     settings = load_settings()
-    report = run_smoke_round(settings, queries_per_app=1, rollouts=4)
+    report = smoke_round(settings, queries_per_app=1, rollouts=4)
     return settings, session_factory(engine), report.curation
 
 
@@ -155,7 +155,7 @@ def test_balancing_reasons_are_counted_and_kept(curated) -> None:
 
 def test_cli_curates_a_round_and_prints_counts_by_reason(engine: Engine, db_url: str, monkeypatch) -> None:
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    run_smoke_round(load_settings(), queries_per_app=1, rollouts=2)
+    smoke_round(load_settings(), queries_per_app=1, rollouts=2)
     result = CliRunner().invoke(cli, ["curate", "--round", "1"])
     assert result.exit_code == 0, result.output
     assert "round 1" in result.output and "dedup: kept" in result.output

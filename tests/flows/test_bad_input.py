@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evolve.smoke import run_smoke_round
 from storage.datasets import manifest
 from storage.db import create_db_engine, session_factory
 from storage.objectstore import open_object_store
 from tests.flows.test_cli import cli
+from tests.support.smoke import smoke_round
 from trajforge.settings import load_settings
 
 
@@ -34,7 +34,7 @@ def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) ->
 @pytest.fixture
 def published(tmp_path: Path) -> Path:
     """A judged, curated round published as v1 in ./.trajforge; the SQLite file's path."""
-    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
+    smoke_round(load_settings(), queries_per_app=1, rollouts=1)
     done = cli("datasets", "publish", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     return tmp_path / ".trajforge" / "trajforge.db"

@@ -6,19 +6,19 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from evolve.smoke import run_smoke_round
 from flows.cli import app
+from tests.support.smoke import smoke_round
 from trajforge.settings import load_settings
 
 
 def test_publish_show_diff_verify_export(tmp_path: Path) -> None:
     run = CliRunner().invoke
     settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=1)
+    smoke_round(settings, queries_per_app=1, rollouts=1)
     first = run(app, ["datasets", "publish"])
     assert first.exit_code == 0, first.output
     assert first.output.startswith("trajforge v1 sealed: ")
-    run_smoke_round(settings, queries_per_app=1, rollouts=1)
+    smoke_round(settings, queries_per_app=1, rollouts=1)
     second = run(app, ["datasets", "publish", "--rounds", "1,2"])
     assert "trajforge v2 sealed" in second.output and "reused from earlier versions" in second.output
     listed = run(app, ["datasets", "list"]).output.splitlines()

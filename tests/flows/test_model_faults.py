@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from evolve.smoke import run_smoke_round
 from tests.critics.test_llm_critics import responder as critic_responder
 from tests.flows.test_cli import cli
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM, querygen_responder
+from tests.support.smoke import smoke_round
 from trajforge.settings import load_settings
 
 FAULTS = {  # what the server answers to the one request that keeps failing, and the reason kept
@@ -81,7 +81,7 @@ def test_queries_generate_drops_the_failing_query_and_keeps_the_rest(tmp_path: P
 
 
 def test_critics_run_writes_every_other_verdict_and_a_rerun_retries_only_the_pending(tmp_path: Path) -> None:
-    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
+    smoke_round(load_settings(), queries_per_app=1, rollouts=1)
     script = OneBadRequest(critic_responder, Reply(status=503))
     with ScriptedLLM(responder=script) as llm:
         first = cli("critics", "run", env=llm_env(llm.url), cwd=tmp_path)
@@ -161,7 +161,7 @@ def test_critics_extract_keeps_the_template_answers_when_the_endpoint_fails_and_
     tmp_path: Path,
 ) -> None:
     """Before: `critics extract` exited 1 on the first request that failed its retries, writing nothing."""
-    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
+    smoke_round(load_settings(), queries_per_app=1, rollouts=1)
     script = Outage(_csrs_answer)
     with ScriptedLLM(responder=script) as llm:
         first = cli("critics", "extract", "--round", "1", env=llm_env(llm.url), cwd=tmp_path)
@@ -193,7 +193,7 @@ def test_critics_extract_keeps_the_template_answers_when_the_endpoint_fails_and_
 
 def test_curate_with_a_failing_endpoint_finishes_and_counts_each_failure_by_reason(tmp_path: Path) -> None:
     """Before: a guidance, bottleneck or thought request that failed its retries aborted `curate`."""
-    run_smoke_round(load_settings(), queries_per_app=1, rollouts=2)
+    smoke_round(load_settings(), queries_per_app=1, rollouts=2)
     with ScriptedLLM(responder=Outage(_csrs_answer)) as llm:
         done = cli("curate", "--round", "1", env=llm_env(llm.url), cwd=tmp_path)
     assert done.returncode == 0, done.stderr

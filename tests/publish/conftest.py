@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
-from evolve.smoke import run_smoke_round
 from publish.versions import PublishConfig, publish
 from storage.datasets import iter_rows, manifest
 from storage.db import session_factory
 from storage.objectstore import open_object_store
+from tests.support.smoke import smoke_round
 from trajforge.settings import load_settings
 
 
@@ -17,7 +17,7 @@ from trajforge.settings import load_settings
 def version(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=2)
+    smoke_round(settings, queries_per_app=1, rollouts=2)
     sessions, store = session_factory(engine), open_object_store(settings)
     publish(sessions, store, "gui", PublishConfig(chunk_rows=32, val_fraction=0.3))
     rows = {r["uid"]: r for r in iter_rows(store, manifest(sessions, store, "gui", 1))}

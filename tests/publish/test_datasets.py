@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, delete, select, update
 
-from evolve.smoke import run_smoke_round
 from publish import versions as publishing
 from publish.shards import split_of
 from publish.versions import PublishConfig, publish
@@ -18,6 +17,7 @@ from storage.datasets import diff, list_versions, manifest, verify
 from storage.db import session_factory, transaction
 from storage.models import DatasetVersion, Sample, VersionShard
 from storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, open_object_store
+from tests.support.smoke import smoke_round
 from trajforge.errors import SealedVersion, UnknownVersion, VersionConflict
 from trajforge.settings import load_settings
 
@@ -29,8 +29,8 @@ def spine(request, engine: Engine, db_url: str, tmp_path, monkeypatch: pytest.Mo
     """Two curated rounds of the main job; sessions and a store of either kind."""
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=2)
-    run_smoke_round(settings, queries_per_app=1, rollouts=2)
+    smoke_round(settings, queries_per_app=1, rollouts=2)
+    smoke_round(settings, queries_per_app=1, rollouts=2)
     store: ObjectStore
     if request.param == "s3":
         store = S3ObjectStore.connect(request.getfixturevalue("s3_settings"))
@@ -111,7 +111,7 @@ def test_a_new_version_reuses_unchanged_shards_and_diffs_by_category_and_reason(
         s.execute(
             update(Sample).where(Sample.uid.in_(victims)).values(status="dropped", reason="near_duplicate")
         )
-    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)  # and a new round arrives
+    smoke_round(load_settings(), queries_per_app=1, rollouts=1)  # and a new round arrives
     copy_screenshots(load_settings(), store)
     report = publish(sessions, store, "gui", CONFIG)
     assert report.version == 2 and 0 < report.shards_reused < report.shards
@@ -136,7 +136,7 @@ def test_racing_publishers_one_wins_the_other_gets_a_clear_conflict(
     engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
+    smoke_round(load_settings(), queries_per_app=1, rollouts=1)
     sessions = session_factory(engine)
     store = open_object_store(load_settings())
     both_staged, loser_done = threading.Barrier(2), threading.Event()
@@ -183,7 +183,7 @@ def test_the_loser_of_a_race_on_one_draft_gets_a_version_conflict(
     while the second writes. The second gets `VersionConflict` (not `SealedVersion`, whose advice
     would seal an identical version), and publishing again says the rows are unchanged."""
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
-    run_smoke_round(load_settings(), queries_per_app=1, rollouts=1)
+    smoke_round(load_settings(), queries_per_app=1, rollouts=1)
     sessions = session_factory(engine)
     store = open_object_store(load_settings())
     claimed: list[object] = []

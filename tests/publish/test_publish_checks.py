@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-from evolve.smoke import run_smoke_round
 from publish.versions import PublishConfig, publish
 from storage.datasets import list_versions, manifest, verify
 from storage.db import session_factory, transaction
@@ -17,6 +16,7 @@ from storage.keys import blob_key, manifest_key
 from storage.models import DatasetVersion, Round
 from storage.objectstore import LocalObjectStore, open_object_store
 from storage.rounds import CURATED, EXTRACTED, JUDGED, mark_stage
+from tests.support.smoke import smoke_round
 from tests.support.spine import new_round
 from trajforge.errors import DatasetError
 from trajforge.settings import load_settings
@@ -27,7 +27,7 @@ def spine(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch):
     """One judged and curated round of the main job; sessions, the local store and its root."""
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
-    run_smoke_round(settings, queries_per_app=1, rollouts=1)
+    smoke_round(settings, queries_per_app=1, rollouts=1)
     store = open_object_store(settings)
     assert isinstance(store, LocalObjectStore)
     return session_factory(engine), store, settings.store_path
