@@ -121,7 +121,10 @@ def test_no_knowledge_row_carries_an_action_contract_in_any_family(version, tmp_
     _, sessions, store, rows = version
     for action_format in ACTION_FORMATS:
         out = tmp_path / action_format
-        export(sessions, store, "gui", 1, "sft-messages", str(out), action_format, weights="keep")
+        # the prompts are the point here, not the images: small ones keep the test fast
+        export(
+            sessions, store, "gui", 1, "sft-messages", str(out), action_format, max_side=320, weights="keep"
+        )
         kinds: Counter[str] = Counter()
         for file in out.glob("*.jsonl"):
             for line in file.read_text().splitlines():
