@@ -48,8 +48,10 @@ def label_studio_bin() -> str | None:
 
 
 @contextmanager
-def serve(binary: str, data_dir: Path, port: int, timeout_s: float = 240) -> Iterator[LabelStudioServer]:
-    """Start `label-studio` on 127.0.0.1:port with a fresh SQLite data dir; stop it afterwards."""
+def serve(binary: str, data_dir: Path, port: int, timeout_s: float = 600) -> Iterator[LabelStudioServer]:
+    """Start `label-studio` on 127.0.0.1:port with a fresh SQLite data dir; stop it afterwards. Its
+    first start migrates that database, which takes minutes on a loaded 2-core machine (a CI slow
+    tier with four workers took over 240 s), hence the long wait."""
     env = {
         **os.environ,
         "LABEL_STUDIO_USERNAME": USERNAME,
