@@ -99,12 +99,11 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
     farm = SimFarm(store=spine.store)
     pool = DevicePool(spine.sessions)
     farm.register(pool, DEVICES)
-    where = settings.s3.endpoint if settings.store.backend == "s3" else str(settings.store_path)
     with transaction(spine.sessions) as s:
         policy_id = register_policy(s, "noisy-oracle", 0, meta=NOISE.model_dump())
         rnd = open_round(s, policy_id)
         round_id, number = rnd.id, rnd.number
-    report = SmokeReport(number, redact_url(settings.db_url), f"{settings.store.backend} {where}")
+    report = SmokeReport(number, redact_url(settings.db_url), settings.store_where)
     queries: list[Query] = []
     for name in builtin_app_names():
         spec = load_app(name)

@@ -143,8 +143,7 @@ def check_cmd(config: ConfigOpt = None) -> None:
         )
     open_object_store(settings)
     typer.echo(f"database {redact_url(settings.db_url)}: ok")
-    store = settings.s3.endpoint if settings.store.backend == "s3" else str(settings.store_path)
-    typer.echo(f"object store {settings.store.backend} {store}: ok")
+    typer.echo(f"object store {settings.store_where}: ok")
     if settings.llm.offline:
         typer.echo("llm: offline (no endpoint configured)")
     for answered in probe_endpoints(settings.llm):

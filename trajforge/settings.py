@@ -244,6 +244,12 @@ class Settings(BaseModel):
     def store_path(self) -> Path:
         return self.store.path if self.store.path is not None else self.home / "objects"
 
+    @property
+    def store_where(self) -> str:
+        """The object store as a line names it: its backend, then its endpoint or folder."""
+        where = self.s3.endpoint if self.store.backend == "s3" else str(self.store_path)
+        return f"{self.store.backend} {where}"
+
 
 _SECTIONS: dict[str, type[BaseSettings]] = {
     "db": DatabaseSettings,

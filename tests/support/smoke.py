@@ -125,9 +125,6 @@ def _restore(settings: Settings, snapshot: _Snapshot) -> SmokeReport:
     store = open_object_store(settings)
     for key, data in snapshot.objects.items():
         store.put(key, data)
-    where = settings.s3.endpoint if settings.store.backend == "s3" else str(settings.store_path)
     return replace(
-        copy.deepcopy(snapshot.report),
-        db_url=redact_url(settings.db_url),
-        store=f"{settings.store.backend} {where}",
+        copy.deepcopy(snapshot.report), db_url=redact_url(settings.db_url), store=settings.store_where
     )
