@@ -8,13 +8,17 @@ that is already running instead.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from tests.support.processes import server_process
 
@@ -49,9 +53,36 @@ def label_studio_bin() -> str | None:
 
 @contextmanager
 def serve(binary: str, data_dir: Path, port: int, timeout_s: float = 600) -> Iterator[LabelStudioServer]:
-    """Start `label-studio` on 127.0.0.1:port with a fresh SQLite data dir; stop it afterwards. Its
-    first start migrates that database, which takes minutes on a loaded 2-core machine (a CI slow
-    tier with four workers took over 240 s), hence the long wait."""
+    """Start `label-studio` on 127.0.0.1:port with its own SQLite data dir; stop it afterwards.
+
+    The data dir starts as a copy of `template(binary)`: a database this install has already
+    migrated, with the test user and token in it. A fresh database's migrations took 75-150 s of
+    CPU per start (over 240 s in a loaded slow tier), in every worker that starts a server."""
+    shutil.copytree(template(binary, port), data_dir, dirs_exist_ok=True)
+    with _running(binary, data_dir, port, timeout_s) as server:
+        yield server
+
+
+def template(binary: str, port: int, timeout_s: float = 600) -> Path:
+    """A data dir that `binary` has started on once (migrated, the test user made), kept in the cache
+    for this install and built by one test process at a time (later runs and workers reuse it)."""
+    resolved = Path(binary).resolve()
+    key = hashlib.sha256(f"{resolved}:{resolved.stat().st_mtime_ns}:{TOKEN}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trajforge"
+    folder = cache / f"label-studio-template-{key}"
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{folder}.lock"):
+        if not folder.is_dir():
+            building = Path(tempfile.mkdtemp(prefix=f"{folder.name}-", dir=cache))
+            with _running(binary, building, port, timeout_s):
+                pass
+            (building / "server.log").unlink()
+            building.rename(folder)  # whole or not at all: a build that failed leaves no template
+    return folder
+
+
+@contextmanager
+def _running(binary: str, data_dir: Path, port: int, timeout_s: float) -> Iterator[LabelStudioServer]:
     env = {
         **os.environ,
         "LABEL_STUDIO_USERNAME": USERNAME,
