@@ -42,7 +42,7 @@ from storage.models import Query as QueryRow
 from storage.objectstore import LocalObjectStore
 from trajforge.appspec import load_apps
 from trajforge.domain import backend_of
-from trajforge.metrics import ChannelStats, kappa_text
+from trajforge.metrics import ChannelStats, kappa_text, rate_text
 from trajforge.settings import CriticSettings
 from trajforge.verdicts import CONSENSUS
 
@@ -213,7 +213,7 @@ def out_of_sample(home: Path) -> str:
             half = app.split()[0] if app.endswith(" half") else app_half(app)
             lines.append(
                 f"{title + ': ' + app:40} {half:9} {st['n']:>5} {st['accuracy']:>9.1%} "
-                f"{st['precision']:>9.1%} {st['recall']:>7.1%} {kappa_text(st['kappa']):>9}"
+                f"{rate_text(st, 'precision'):>9} {rate_text(st, 'recall'):>7} {kappa_text(st['kappa']):>9}"
             )
     return "\n".join(lines)
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from critics.learned import NAME, VERSION
 from storage.models import Round
-from trajforge.metrics import ChannelStats, kappa_text
+from trajforge.metrics import ChannelStats, kappa_text, rate_text
 from trajforge.verdicts import CONSENSUS
 
 LEARNED = f"{NAME}:{VERSION}"
@@ -22,8 +22,8 @@ def _cell(st: dict[str, Any] | None) -> str:
     if not st or not st.get("n"):
         return "<td>-</td>"
     return (
-        f"<td>{st['accuracy']:.0%} (n {st['n']}, precision {st['precision']:.0%}, "
-        f"recall {st['recall']:.0%}, κ {kappa_text(st.get('kappa'))})</td>"
+        f"<td>{st['accuracy']:.0%} (n {st['n']}, precision {rate_text(st, 'precision', 0)}, "
+        f"recall {rate_text(st, 'recall', 0)}, κ {kappa_text(st.get('kappa'))})</td>"
     )
 
 

@@ -61,7 +61,19 @@ class ChannelStats:
 
 def channel_row(name: str, st: dict[str, Any], width: int = 24) -> str:
     """One `ChannelStats.summary()` as a table row: name, n, accuracy, precision, recall."""
-    return f"{name:{width}} {st['n']:4}  {st['accuracy']:8.1%}  {st['precision']:9.1%}  {st['recall']:6.1%}"
+    return (
+        f"{name:{width}} {st['n']:4}  {st['accuracy']:8.1%}  {rate_text(st, 'precision'):>9}  "
+        f"{rate_text(st, 'recall'):>6}"
+    )
+
+
+def rate_text(st: Mapping[str, Any], rate: str, digits: int = 1) -> str:
+    """A summary's precision or recall as printed, or "-" where it is undefined: precision of a
+    predictor that never said success, recall where the truth has no success (not "0.0%")."""
+    misses = "fp" if rate == "precision" else "fn"
+    if not st.get("tp", 0) + st.get(misses, 0):
+        return "-"
+    return f"{st[rate]:.{digits}%}"
 
 
 def kappa_text(kappa: float | None) -> str:
