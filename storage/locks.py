@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from trajforge.errors import LoopBusy
 
@@ -78,20 +78,26 @@ def _advisory(engine: Engine, name: str, what: str) -> Iterator[None]:
         got = conn.execute(text("SELECT pg_try_advisory_lock(:a, :b)"), {"a": _NAMESPACE, "b": key}).scalar()
         conn.commit()
         if not got:
-            holder = conn.execute(
-                text(
-                    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                    "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :a AND l.objid = :b "
-                    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                ),
-                {"a": _NAMESPACE, "b": key},
-            ).scalar()
-            raise _busy(name, holder or "another session")
+            raise _busy(name, _advisory_holder(conn, key) or "another session")
         try:
             yield
         finally:
             conn.execute(text("SELECT pg_advisory_unlock(:a, :b)"), {"a": _NAMESPACE, "b": key})
             conn.commit()
+
+
+def _advisory_holder(conn: Connection, key: int) -> str | None:
+    """The `application_name` of the session holding the advisory lock `key` in this database,
+    read from `pg_locks` without taking the lock."""
+    holder = conn.execute(
+        text(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :a AND l.objid = :b "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ),
+        {"a": _NAMESPACE, "b": key},
+    ).scalar()
+    return str(holder) if holder is not None else None
 
 
 def lock_path(database: Path, name: str) -> Path:
@@ -138,7 +144,14 @@ def _memory_lock(name: str) -> Iterator[None]:
 
 
 def holder(engine: Engine, name: str) -> str | None:
-    """Who holds the lock now (None: nobody), for `trajforge status`."""
+    """Who holds the lock now (None: nobody), for `trajforge status`.
+
+    On PostgreSQL it reads `pg_locks` and takes nothing: a probe that took the lock, however
+    briefly, made an evolve starting at that moment refuse to run. A file or in-process lock is
+    probed by taking it, which holds it for microseconds and touches no database."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            return _advisory_holder(conn, _key(name))
     try:
         with exclusive(engine, name, "trajforge status"):
             return None

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from contextlib import ExitStack
@@ -65,6 +66,32 @@ def test_the_holder_named_is_the_one_in_this_database(pg_database: str) -> None:
             for name in others:
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.mark.postgres
+def test_asking_who_holds_the_lock_never_takes_it(pg_database: str) -> None:
+    """`trajforge status` (and the tests' polling) read the holder without taking the lock: a probe
+    that took it for a moment once made an evolve starting at that moment refuse (a CI failure)."""
+    eng = create_db_engine(pg_database)
+    stop, asked = threading.Event(), [0]
+
+    def ask() -> None:
+        while not stop.is_set():
+            holder(eng, NAME)
+            asked[0] += 1
+
+    prober = threading.Thread(target=ask)
+    prober.start()
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:  # every take while the prober asks as fast as it can
+            with exclusive(eng, NAME, "evolve"):
+                assert f"evolve (pid {os.getpid()}" in (holder(eng, NAME) or "")
+    finally:
+        stop.set()
+        prober.join()
+        eng.dispose()
+    assert asked[0] > 10
 
 
 def test_a_killed_holder_frees_the_lock(engine: Engine, db_url: str) -> None:
