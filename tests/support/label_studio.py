@@ -74,10 +74,13 @@ def template(binary: str, port: int, timeout_s: float = 600) -> Path:
     with FileLock(f"{folder}.lock"):
         if not folder.is_dir():
             building = Path(tempfile.mkdtemp(prefix=f"{folder.name}-", dir=cache))
-            with _running(binary, building, port, timeout_s):
-                pass
-            (building / "server.log").unlink()
-            building.rename(folder)  # whole or not at all: a build that failed leaves no template
+            try:
+                with _running(binary, building, port, timeout_s):
+                    pass
+                (building / "server.log").unlink()
+                building.rename(folder)  # whole or not at all: a build that failed leaves nothing
+            finally:
+                shutil.rmtree(building, ignore_errors=True)
     return folder
 
 
