@@ -311,6 +311,7 @@ def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_pa
 
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # rounds on PostgreSQL: tests/flows
 def test_a_round_runs_on_the_web_backend_and_the_critics_agree_with_its_verifier(
     evolve_settings: Settings,
 ) -> None:
