@@ -146,7 +146,9 @@ class NoisyOracle:
 
 class RandomExplorer:
     """Taps random clickable elements, sometimes scrolls or goes back; stops after `max_actions`.
-    After tapping an empty text field, it types one of the instruction's quoted values (or words)."""
+    After tapping a text field that does not already show one of the instruction's quoted values
+    (or words), it types one of them. An empty field shows its placeholder or label (a web form's
+    "New task", the simulator's "Search"), so what a field shows cannot say it is empty."""
 
     def __init__(self, fmt: str = "qwen", max_actions: int = 15, version: int = 0) -> None:
         self.name, self.version = "random-explorer", version
@@ -180,8 +182,11 @@ class RandomExplorer:
             action = Action(
                 kind=ActionKind.TYPE, text=rng.choice(self._phrases)
             )  # into the field just tapped
+        shown = str(target.get("text") or "").casefold()
         self._field = (
-            action.kind == ActionKind.CLICK and target.get("kind") == "input" and not target.get("text")
+            action.kind == ActionKind.CLICK
+            and target.get("kind") == "input"
+            and not any(p.casefold() in shown for p in self._phrases)
         )
         return say(action, self.codec, observation)
 

@@ -353,6 +353,26 @@ def test_the_explorer_types_a_quoted_value_into_the_field_it_tapped() -> None:
     assert "type" in kinds
 
 
+@pytest.mark.parametrize(("shown", "types"), [("New task", True), ("Search", True), ("Myron", False)])
+def test_the_explorer_types_into_a_field_showing_its_placeholder_not_one_holding_the_value(
+    shown: str, types: bool
+) -> None:
+    """A web form's empty field shows its placeholder, and the simulator's its label."""
+    import asyncio
+
+    from rollout.policies.oracle import RandomExplorer
+
+    field = {"id": "", "kind": "input", "text": shown, "bounds": [0, 0, 160, 210]}
+    obs = Observation(screenshot="a", width=160, height=210, elements=[field])
+    after_tap = []
+    for seed in range(8):
+        explorer = RandomExplorer(fmt="canonical")
+        explorer.start(Query(uid="q", app="a", instruction='Add "Myron" to the list.'), seed=str(seed))
+        outs = [json.loads(asyncio.run(explorer.act(obs)).text) for _ in range(4)]
+        after_tap += [b["kind"] for a, b in itertools.pairwise(outs) if a["kind"] == "click"]
+    assert after_tap and all((kind == "type") == types for kind in after_tap), after_tap
+
+
 def test_a_demonstrated_tap_that_hits_nothing_here_goes_to_the_nearest_control() -> None:
     """MiniWoB's focus-text puts its field elsewhere for each seed: the tap follows the field."""
     demo = _row(
