@@ -14,7 +14,8 @@ The gate (`evolve.promote: gate`): after round N trains its candidate, the candi
 evaluated beside round N's policy; it rolls out round N + 1 when its held-out success is at
 least that policy's and it loses no app (or suite task) by more than `evolve.gate_app_margin`,
 neither against that policy nor against round 1's (the random explorer: no promoted policy does
-worse on a task than the explorer did, or the gate says so, `below_round_1_policy`).
+worse on a task than the explorer did, or the gate says so: `below_round_1_policy` when it keeps
+the candidate back, `below_round_1` beside a promotion whose loss is within the margin).
 Else round N's policy rolls out again, round N + 1's data joins the dataset, and round N + 1
 trains a new candidate on all of it. Outcomes the farm cannot verify
 (`unknown`) count for neither; a farm that verifies none promotes every candidate, with that
@@ -162,12 +163,17 @@ def gate(spine: Spine, incumbent_id: int, candidate_id: int) -> dict[str, Any]:
         return {"promoted": False, "reason": "heldout_regression", **figures}
     if lost := apps_lost(current, candidate, ev.gate_app_margin):
         return {"promoted": False, "reason": "heldout_app_regression", "apps_lost": lost, **figures}
-    first = first_policy(spine)
-    if first is not None and first not in (incumbent_id, candidate_id):
+    first, floor = first_policy(spine), None
+    if first == incumbent_id:
+        floor = current
+    elif first is not None and first != candidate_id:
         floor = evaluate_policy(spine, first, queries)  # cached: round 1's gate evaluated it
         if lost := apps_lost(floor, candidate, ev.gate_app_margin):
             return {"promoted": False, "reason": "below_round_1_policy", "apps_lost": lost, **figures}
-    return {"promoted": True, "reason": "heldout_not_worse", **figures}
+    # promoted, yet below round 1's policy on a task by no more than the margin: said, not hidden
+    below = apps_lost(floor, candidate, (0, 0.0)) if floor is not None else {}
+    said = {"below_round_1": below} if below else {}
+    return {"promoted": True, "reason": "heldout_not_worse", **said, **figures}
 
 
 def first_policy(spine: Spine) -> int | None:
@@ -200,9 +206,17 @@ def heldout_line(stats: dict[str, Any]) -> str:
     if decision := stats.get("promotion"):
         verdict = "promoted" if decision["promoted"] else "kept the current policy"
         candidate = f"candidate {_rate(decision['candidate'])} " if "candidate" in decision else ""
-        lost = ", ".join(f"{a} {w}->{c}/{n}" for a, (w, c, n) in decision.get("apps_lost", {}).items())
-        parts.append(f"{candidate}-> {verdict} ({decision['reason']}{': ' + lost if lost else ''})")
+        lost = _losses(decision.get("apps_lost", {}))
+        below = _losses(decision.get("below_round_1", {}))
+        said = (
+            f"{': ' + lost if lost else ''}{'; below round 1 within the margin: ' + below if below else ''}"
+        )
+        parts.append(f"{candidate}-> {verdict} ({decision['reason']}{said})")
     return "; ".join(parts)
+
+
+def _losses(apps: dict[str, list[int]]) -> str:
+    return ", ".join(f"{a} {w}->{c}/{n}" for a, (w, c, n) in apps.items())
 
 
 def _rate(figures: dict[str, Any]) -> str:

@@ -147,6 +147,11 @@ def test_no_candidate_is_promoted_below_round_1s_policy_on_any_app(
     decision = heldout.gate(spine, incumbent_id=2, candidate_id=3)  # within the margin of the incumbent
     assert decision["promoted"] is False and decision["reason"] == "below_round_1_policy"
     assert decision["apps_lost"] == {"takeout": [4, 0, 16]}
-    by_id[3] = figures(2, 12)
-    assert heldout.gate(spine, incumbent_id=2, candidate_id=3)["promoted"] is True
-    assert heldout.gate(spine, incumbent_id=1, candidate_id=3)["promoted"] is True  # round 2: one check
+    by_id[3] = figures(2, 12)  # 4 -> 2 on takeout: within the margin, promoted, and said
+    promoted = heldout.gate(spine, incumbent_id=2, candidate_id=3)
+    assert promoted["promoted"] is True and promoted["below_round_1"] == {"takeout": [4, 2, 16]}
+    line = heldout.heldout_line({"promotion": promoted})
+    assert "promoted (heldout_not_worse; below round 1 within the margin: takeout 4->2/16)" in line
+    assert heldout.gate(spine, incumbent_id=1, candidate_id=3)["below_round_1"] == {"takeout": [4, 2, 16]}
+    by_id[3] = figures(4, 12)
+    assert "below_round_1" not in heldout.gate(spine, incumbent_id=2, candidate_id=3)
