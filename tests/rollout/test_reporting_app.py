@@ -14,6 +14,7 @@ from rollout.suites.webpage import PageEnv, WebSuite
 from tests.rollout.test_suites import _need_chromium, _tap
 from trajforge.actions import Action, ActionKind
 from trajforge.domain import Observation
+from trajforge.text import quoted
 
 pytestmark = pytest.mark.browser
 TODO = Path(__file__).resolve().parents[2] / "bench" / "apps" / "todo" / "suite.yaml"
@@ -31,11 +32,7 @@ def todo() -> Iterator[PageEnv]:
 def _start(env: PageEnv, task: str, seed: int) -> tuple[str, list[str], Observation]:
     """The instruction, its quoted values and the first screen of `task` at `seed`."""
     instruction, params = env.describe(task, seed)
-    return (
-        instruction,
-        instruction.split('"')[1::2],
-        env.reset(task_query(f"todo:{task}", seed, instruction, params)),
-    )
+    return instruction, quoted(instruction), env.reset(task_query(f"todo:{task}", seed, instruction, params))
 
 
 def _el(obs: Observation, text: str) -> dict:
