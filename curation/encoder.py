@@ -23,7 +23,9 @@ the two, each centred on its training mean (`trajforge.features.ResNetFeaturizer
 are standardised per image, which divides a scrim's uniform dimming out. Training runs on CUDA
 when there is one, else on the CPU threads given, for a budget sized to the data
 (`EncoderSpec.planned_steps`: 12 views of each distinct screenshot, 30 to 200 steps) or
-`curate.encoder_minutes`, whichever ends first.
+`curate.encoder_minutes`, whichever ends first. In the loop, the minutes are also held to
+`curate.encoder_round_share` of the previous round's wall time (`encoder_budget`), so the round
+that trains the encoder costs at most about twice one that does not.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -287,9 +290,11 @@ def train_store_encoder(
     settings: CurationSettings,
     round_id: int | None = None,
     device: str | None = None,
+    minutes: float | None = None,
 ) -> tuple[StoredEncoder, TrainReport]:
-    """Train the screen encoder on the store's screenshots (through `round_id`) and store it."""
-    spec = EncoderSpec(steps=settings.encoder_steps, minutes=settings.encoder_minutes)
+    """Train the screen encoder on the store's screenshots (through `round_id`) and store it, within
+    `minutes` (default `curate.encoder_minutes`)."""
+    spec = EncoderSpec(steps=settings.encoder_steps, minutes=minutes or settings.encoder_minutes)
     hashes = store_screenshots(sessions, round_id, settings.encoder_max_images)
     model, report, bar = train_encoder([frames(h) for h in hashes], spec, device, settings.threads)
     with tempfile.TemporaryDirectory(prefix="trajforge-encoder-") as folder:
@@ -316,10 +321,52 @@ def round_encoder(
         before = s.scalar(select(func.max(Round.id)).where(Round.number < number))
     if before is None:
         return {"featurizer": "phash", "source": "fallback", "reason": "no_screenshots_before_this_round"}
+    budget = encoder_budget(sessions, settings, before)
     try:
-        stored, report = train_store_encoder(sessions, store, frames, settings, before)
+        stored, report = train_store_encoder(
+            sessions, store, frames, settings, before, minutes=budget["minutes"]
+        )
     except TooFewScreenshots as exc:  # a tiny first round: dedup stays on phash until there are more
         log.info("%s", exc)
         return {"featurizer": "phash", "source": "fallback", "reason": "too_few_screenshots"}
-    log.info("%s", report.render())
-    return {"featurizer": "resnet", "source": "trained", "encoder": stored.sha256[:16], **asdict(report)}
+    log.info("%s (budget %s)", report.render(), budget["from"])
+    trained = {"featurizer": "resnet", "source": "trained", "encoder": stored.sha256[:16]}
+    return {
+        **trained,
+        **asdict(report),
+        "budget_s": round(budget["minutes"] * 60, 1),
+        "budget": budget["from"],
+    }
+
+
+MIN_BUDGET_S = 30.0  # a round-share budget never falls below this (a tiny test round)
+
+
+def encoder_budget(
+    sessions: sessionmaker[Session], settings: CurationSettings, before: int
+) -> dict[str, Any]:
+    """The encoder's wall-time budget in the round after round id `before`: `curate.encoder_minutes`,
+    or `curate.encoder_round_share` of that round's wall time when less (at least `MIN_BUDGET_S`),
+    so the round that trains it costs at most about twice a round without it. Also where it came from."""
+    capped = {
+        "minutes": settings.encoder_minutes,
+        "from": f"curate.encoder_minutes {settings.encoder_minutes:g}",
+    }
+    with sessions() as s:
+        row = s.get(Round, before)
+        if row is None or row.finished is None or not settings.encoder_round_share:
+            return capped
+        number, wall = row.number, (_utc(row.finished) - _utc(row.created)).total_seconds()
+    share_s = max(MIN_BUDGET_S, settings.encoder_round_share * wall)
+    if share_s >= settings.encoder_minutes * 60:
+        return capped
+    return {
+        "minutes": share_s / 60,
+        "from": f"{settings.encoder_round_share:g} x round {number}'s wall {wall:.0f}s "
+        "(curate.encoder_round_share)",
+    }
+
+
+def _utc(moment: datetime) -> datetime:
+    """`moment` as an aware UTC time (SQLite hands back naive UTC times)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

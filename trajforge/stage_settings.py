@@ -52,6 +52,14 @@ class CurationSettings(BaseSettings):
         8.0, gt=0, le=600, description="Wall-time budget of training the screen encoder."
     )
     encoder_steps: int = Field(200, ge=1, description="Training steps of the screen encoder (at most).")
+    encoder_round_share: float = Field(
+        0.75,
+        ge=0,
+        le=100,
+        description="In a round that trains the screen encoder, its wall-time budget is at most this share "
+        "of the previous round's wall time, so that round costs at most about twice a round without it "
+        "(0: encoder_minutes alone).",
+    )
     encoder_max_images: int = Field(
         3000, ge=8, description="Distinct screenshots the encoder trains on (a seeded sample beyond this)."
     )

@@ -188,3 +188,39 @@ def test_a_round_with_too_few_screenshots_keeps_phash_and_says_why(
     got = round_encoder(sessions, store, frame_reader(store), settings.curate, 2)
     assert got == {"featurizer": "phash", "source": "fallback", "reason": "too_few_screenshots"}
     assert latest_encoder(sessions) is None
+
+
+def test_the_loops_encoder_budget_is_a_share_of_the_previous_rounds_wall(engine: Engine) -> None:
+    """The round that trains the encoder holds it to `curate.encoder_round_share` of the round before
+    (at least 30 s), unless `curate.encoder_minutes` is less; an open round or a share of 0 leaves
+    the minutes alone. Both databases: SQLite hands back naive times, PostgreSQL aware ones."""
+    from datetime import UTC, datetime, timedelta
+
+    from curation.encoder import encoder_budget
+    from storage.db import session_factory
+    from storage.models import Policy, Round
+    from trajforge.stage_settings import CurationSettings
+
+    sessions: sessionmaker = session_factory(engine)
+    start = datetime.now(UTC)
+    with sessions.begin() as s:
+        policy = Policy(name="p", version=0)
+        s.add(policy)
+        s.flush()
+        walls = {1: 120, 2: 20, 3: None}  # seconds; round 3 still open
+        for number, wall in walls.items():
+            finished = None if wall is None else start + timedelta(seconds=wall)
+            s.add(Round(number=number, policy_id=policy.id, created=start, finished=finished))
+    with sessions() as s:
+        ids = {r.number: r.id for r in s.scalars(select(Round))}
+    curate = CurationSettings()
+    assert encoder_budget(sessions, curate, ids[1]) == {
+        "minutes": pytest.approx(1.5),  # 0.75 x 120 s
+        "from": "0.75 x round 1's wall 120s (curate.encoder_round_share)",
+    }
+    assert encoder_budget(sessions, curate, ids[2])["minutes"] == pytest.approx(0.5)  # the 30 s floor
+    minutes = {"minutes": 8.0, "from": "curate.encoder_minutes 8"}
+    assert encoder_budget(sessions, curate, ids[3]) == minutes
+    assert encoder_budget(sessions, curate.model_copy(update={"encoder_round_share": 0}), ids[1]) == minutes
+    lower = curate.model_copy(update={"encoder_minutes": 1.0})
+    assert encoder_budget(sessions, lower, ids[1]) == {"minutes": 1.0, "from": "curate.encoder_minutes 1"}
