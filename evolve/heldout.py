@@ -15,7 +15,10 @@ evaluated beside round N's policy; it rolls out round N + 1 when its held-out su
 least that policy's and it loses no app (or suite task) by more than `evolve.gate_app_margin`,
 neither against that policy nor against round 1's (the random explorer: no promoted policy does
 worse on a task than the explorer did, or the gate says so: `below_round_1_policy` when it keeps
-the candidate back, `below_round_1` beside a promotion whose loss is within the margin).
+the candidate back, `below_round_1` beside a promotion whose loss is within the margin). A
+promoted candidate below round 1 on some tasks is registered again with those tasks handed to
+round 1's policy (`<name>+round1`, `rollout.policies.routed`), measured on the held-out set, and
+promoted instead when it does at least as well (`evolve.keep_round_1_below`; `routed`).
 Else round N's policy rolls out again, round N + 1's data joins the dataset, and round N + 1
 trains a new candidate on all of it. Outcomes the farm cannot verify
 (`unknown`) count for neither; a farm that verifies none promotes every candidate, with that
@@ -33,7 +36,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from evolve.policies import policy_factory
+from evolve.policies import policy_factory, register_policy
 from evolve.spine import Spine, open_farm, open_pool
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.runner import EpisodeRunner, RolloutConfig
@@ -173,7 +176,30 @@ def gate(spine: Spine, incumbent_id: int, candidate_id: int) -> dict[str, Any]:
     # promoted, yet below round 1's policy on a task by no more than the margin: said, not hidden
     below = apps_lost(floor, candidate, (0, 0.0)) if floor is not None else {}
     said = {"below_round_1": below} if below else {}
+    if below and first is not None and ev.keep_round_1_below:
+        said |= keep_round_1(spine, candidate_id, first, sorted(below), queries)
     return {"promoted": True, "reason": "heldout_not_worse", **said, **figures}
+
+
+def keep_round_1(
+    spine: Spine, candidate_id: int, first: int, apps: list[str], queries: list[Query]
+) -> dict[str, Any]:
+    """The candidate registered again (`<name>+round1`, its version) with `apps` handed to round 1's
+    policy, and measured on the held-out set: {"routed": ...} to promote when it does at least as well
+    as the candidate, else {} (the candidate as trained, its loss said)."""
+    with transaction(spine.sessions) as s:
+        row = s.get(PolicyRow, candidate_id)
+        assert row is not None
+        routes = {"base": candidate_id, "round_1": first, "apps": apps}
+        routed_id = register_policy(
+            s, f"{row.name}+round1", row.version, {"routes": routes}, parent_id=candidate_id
+        )
+    routed = evaluate_policy(spine, routed_id, queries)
+    candidate = evaluate_policy(spine, candidate_id, queries)  # cached
+    if routed["success_rate"] is None or routed["success_rate"] < candidate["success_rate"]:
+        log.info("%s handed to round 1's policy did worse held out; the candidate as trained", apps)
+        return {}
+    return {"routed": {"policy_id": routed_id, "apps": apps, "figures": routed}}
 
 
 def first_policy(spine: Spine) -> int | None:
@@ -211,6 +237,8 @@ def heldout_line(stats: dict[str, Any]) -> str:
         said = (
             f"{': ' + lost if lost else ''}{'; below round 1 within the margin: ' + below if below else ''}"
         )
+        if routed := decision.get("routed"):
+            said += f"; round 1's policy kept on {', '.join(routed['apps'])}: {_rate(routed['figures'])}"
         parts.append(f"{candidate}-> {verdict} ({decision['reason']}{said})")
     return "; ".join(parts)
 
@@ -242,8 +270,9 @@ def promote(spine: Spine, number: int, _given: Given) -> Facts:
         candidate = int(stats["candidate_policy_id"])
         with charge_round(rnd.id):  # the held-out episodes' model calls are this round's
             decision = gate(spine, rnd.policy_id, candidate)
+        promoted = decision.get("routed", {}).get("policy_id", candidate)
         stats |= {
-            "next_policy_id": candidate if decision["promoted"] else rnd.policy_id,
+            "next_policy_id": promoted if decision["promoted"] else rnd.policy_id,
             "promotion": decision,
         }
         with transaction(spine.sessions) as s:

@@ -21,6 +21,7 @@ from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, V
 from rollout.policies.knn import NAME as KNN
 from rollout.policies.knn import KnnPolicy
 from rollout.policies.knn_memory import Memory, demonstrated
+from rollout.policies.routed import Routed
 from storage.db import insert_ignore
 from storage.keys import policy_checkpoint_prefix
 from storage.models import Policy as PolicyRow
@@ -88,6 +89,10 @@ def policy_factory(
     if row is None:
         raise ConfigError(f"policy id {policy_id} is not registered")
     meta = row.meta or {}
+    if routes := meta.get("routes"):  # a candidate with some apps handed to round 1's policy
+        base = policy_factory(spine, int(routes["base"]), demos)
+        other, apps = policy_factory(spine, int(routes["round_1"])), frozenset(routes["apps"])
+        return lambda: Routed(base, other, apps, row.name, row.version)
     if row.name == "random-explorer":
         max_actions = int(meta.get("max_actions", 15))
         return lambda: RandomExplorer(max_actions=max_actions, version=row.version)

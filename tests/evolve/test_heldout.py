@@ -135,6 +135,7 @@ def test_no_candidate_is_promoted_below_round_1s_policy_on_any_app(
     """Each promotion may lose up to the margin against its incumbent; losses add up, so the gate also
     holds every candidate to round 1's policy (the random explorer) app by app."""
     spine = open_spine(evolve_settings)
+    spine.settings.evolve.keep_round_1_below = False  # the candidate as trained (the next test hands over)
 
     def figures(takeout: int, shopping: int) -> dict[str, object]:
         return {"episodes": 32, "successes": takeout + shopping, "unknown": 0,
@@ -155,3 +156,38 @@ def test_no_candidate_is_promoted_below_round_1s_policy_on_any_app(
     assert heldout.gate(spine, incumbent_id=1, candidate_id=3)["below_round_1"] == {"takeout": [4, 2, 16]}
     by_id[3] = figures(4, 12)
     assert "below_round_1" not in heldout.gate(spine, incumbent_id=2, candidate_id=3)
+
+
+def test_a_promoted_candidate_below_round_1_on_an_app_hands_that_app_to_round_1s_policy(
+    evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Measured, not assumed: the candidate registered again with the app it lost handed to round 1's
+    policy is rolled out on the held-out set, and plays round 1's policy's episodes there (the same
+    seeds) and the candidate's elsewhere; it is the policy promoted."""
+    spine = open_spine(evolve_settings)
+    stage(evolve_settings, "devices", 1)
+    demonstrator, explorer = _policies(evolve_settings)
+    held = heldout.heldout_queries(spine)
+    first_app = sorted({q.app for q in held})[0]
+    with transaction(spine.sessions) as s:  # round 1's policy: perfect on one app, the explorer elsewhere
+        routes = {"base": explorer, "round_1": demonstrator, "apps": [first_app]}
+        first = register_policy(s, "round-one", 0, {"routes": routes})
+        again = register_policy(s, rollouts.EXPLORER[0], 1, {"max_actions": 12})  # a candidate no worse
+    monkeypatch.setattr(heldout, "first_policy", lambda _s: first)
+    spine.settings.evolve.gate_app_margin = (100, 100.0)  # every loss within the margin
+    decision = heldout.gate(spine, incumbent_id=explorer, candidate_id=again)
+    assert decision["promoted"] is True and list(decision["below_round_1"]) == [first_app]
+    routed = decision["routed"]
+    assert routed["apps"] == [first_app]
+    floor, plain = heldout.evaluate_policy(spine, first, held), decision["candidate"]
+    assert floor["per_app"][first_app][0] > plain["per_app"][first_app][0]
+    for app, tally in routed["figures"]["per_app"].items():
+        assert tally == (floor if app == first_app else plain)["per_app"][app]
+    with spine.sessions() as s:
+        row = s.get(Policy, routed["policy_id"])
+        assert row is not None and (row.name, row.version) == ("random-explorer+round1", 1)
+        assert row.meta["routes"] == {"base": again, "round_1": first, "apps": [first_app]}
+    line = heldout.heldout_line({"promotion": decision})
+    assert f"; round 1's policy kept on {first_app}: " in line
+    spine.settings.evolve.keep_round_1_below = False
+    assert "routed" not in heldout.gate(spine, incumbent_id=explorer, candidate_id=again)
