@@ -16,9 +16,10 @@ least that policy's and it loses no app (or suite task) by more than `evolve.gat
 neither against that policy nor against round 1's (the random explorer: no promoted policy does
 worse on a task than the explorer did, or the gate says so: `below_round_1_policy` when it keeps
 the candidate back, `below_round_1` beside a promotion whose loss is within the margin). A
-promoted candidate below round 1 on some tasks is registered again with those tasks handed to
-round 1's policy (`<name>+round1`, `rollout.policies.routed`), measured on the held-out set, and
-promoted instead when it does at least as well (`evolve.keep_round_1_below`; `routed`).
+candidate that lost tasks (beyond the margin against the current policy, or at all against round
+1's) is registered again with each of them handed to whichever of those two did better there
+(`<name>+routed`, `rollout.policies.routed`), measured on the held-out set, and promoted when that
+passes the gate (`evolve.route_lost_apps`; `routed`).
 Else round N's policy rolls out again, round N + 1's data joins the dataset, and round N + 1
 trains a new candidate on all of it. Outcomes the farm cannot verify
 (`unknown`) count for neither; a farm that verifies none promotes every candidate, with that
@@ -149,7 +150,8 @@ def evaluate_policy(spine: Spine, policy_id: int, queries: list[Query]) -> dict[
 
 
 def gate(spine: Spine, incumbent_id: int, candidate_id: int) -> dict[str, Any]:
-    """Whether the candidate rolls out the next round: the decision, its reason and both figures."""
+    """Whether the candidate rolls out the next round: the decision, its reason and both figures. A
+    candidate that lost tasks may roll out with them handed to the policies that did better (`routed`)."""
     ev = spine.settings.evolve
     if ev.promote == "always":
         return {"promoted": True, "reason": "promote_always"}
@@ -164,42 +166,88 @@ def gate(spine: Spine, incumbent_id: int, candidate_id: int) -> dict[str, Any]:
         return {"promoted": True, "reason": "unverifiable", **figures}
     if current["success_rate"] is not None and candidate["success_rate"] < current["success_rate"]:
         return {"promoted": False, "reason": "heldout_regression", **figures}
-    if lost := apps_lost(current, candidate, ev.gate_app_margin):
-        return {"promoted": False, "reason": "heldout_app_regression", "apps_lost": lost, **figures}
     first, floor = first_policy(spine), None
     if first == incumbent_id:
         floor = current
     elif first is not None and first != candidate_id:
         floor = evaluate_policy(spine, first, queries)  # cached: round 1's gate evaluated it
-        if lost := apps_lost(floor, candidate, ev.gate_app_margin):
-            return {"promoted": False, "reason": "below_round_1_policy", "apps_lost": lost, **figures}
+    refused = _refusal(current, floor, candidate, ev.gate_app_margin)
     # promoted, yet below round 1's policy on a task by no more than the margin: said, not hidden
     below = apps_lost(floor, candidate, (0, 0.0)) if floor is not None else {}
-    said = {"below_round_1": below} if below else {}
-    if below and first is not None and ev.keep_round_1_below:
-        said |= keep_round_1(spine, candidate_id, first, sorted(below), queries)
+    said: dict[str, Any] = {"below_round_1": below} if below and not refused else {}
+    handed = _handed(refused, below, current, floor, incumbent_id, first)
+    if handed and ev.route_lost_apps:
+        routed = route_lost(spine, candidate_id, handed, queries)
+        better = refused or routed["figures"]["success_rate"] >= candidate["success_rate"]
+        if better and not _refusal(current, floor, routed["figures"], ev.gate_app_margin):
+            lost = {"apps_lost": refused[1]} if refused else {}
+            return {
+                "promoted": True,
+                "reason": "heldout_not_worse",
+                **lost,
+                **said,
+                "routed": routed,
+                **figures,
+            }
+    if refused:
+        return {"promoted": False, "reason": refused[0], "apps_lost": refused[1], **figures}
     return {"promoted": True, "reason": "heldout_not_worse", **said, **figures}
 
 
-def keep_round_1(
-    spine: Spine, candidate_id: int, first: int, apps: list[str], queries: list[Query]
+Lost = dict[str, list[int]]
+
+
+def _refusal(
+    current: dict[str, Any],
+    floor: dict[str, Any] | None,
+    candidate: dict[str, Any],
+    margin: tuple[int, float],
+) -> tuple[str, Lost] | None:
+    """Why the gate refuses `candidate` (reason, apps lost), or None: worse overall than the current
+    policy, or an app lost by more than the margin against it or against round 1's policy."""
+    rate, now = candidate["success_rate"], current["success_rate"]
+    if rate is None or (now is not None and rate < now):
+        return ("heldout_regression", {})
+    if lost := apps_lost(current, candidate, margin):
+        return ("heldout_app_regression", lost)
+    if floor is not None and (lost := apps_lost(floor, candidate, margin)):
+        return ("below_round_1_policy", lost)
+    return None
+
+
+def _handed(
+    refused: tuple[str, Lost] | None,
+    below: Lost,
+    current: dict[str, Any],
+    floor: dict[str, Any] | None,
+    incumbent_id: int,
+    first: int | None,
+) -> dict[str, int]:
+    """app -> the policy to hand it to: each app the candidate lost beyond the margin, or below round 1
+    at all, goes to whichever of the current policy and round 1's won more of its held-out episodes."""
+    apps = sorted({*(refused[1] if refused else {}), *below})
+    if floor is None or first is None:
+        return {app: incumbent_id for app in apps}
+    won = {pid: f["per_app"] for pid, f in ((incumbent_id, current), (first, floor))}
+    return {app: max(won, key=lambda pid: won[pid].get(app, [0, 0])[0]) for app in apps}
+
+
+def route_lost(
+    spine: Spine, candidate_id: int, handed: dict[str, int], queries: list[Query]
 ) -> dict[str, Any]:
-    """The candidate registered again (`<name>+round1`, its version) with `apps` handed to round 1's
-    policy, and measured on the held-out set: {"routed": ...} to promote when it does at least as well
-    as the candidate, else {} (the candidate as trained, its loss said)."""
+    """The candidate registered again (`<name>+routed`, its version) with each app of `handed` given to
+    that policy, and measured on the held-out set: its id, the apps with their policies, its figures."""
     with transaction(spine.sessions) as s:
         row = s.get(PolicyRow, candidate_id)
         assert row is not None
-        routes = {"base": candidate_id, "round_1": first, "apps": apps}
+        routes = {"base": candidate_id, "apps": handed}
         routed_id = register_policy(
-            s, f"{row.name}+round1", row.version, {"routes": routes}, parent_id=candidate_id
+            s, f"{row.name}+routed", row.version, {"routes": routes}, parent_id=candidate_id
         )
-    routed = evaluate_policy(spine, routed_id, queries)
-    candidate = evaluate_policy(spine, candidate_id, queries)  # cached
-    if routed["success_rate"] is None or routed["success_rate"] < candidate["success_rate"]:
-        log.info("%s handed to round 1's policy did worse held out; the candidate as trained", apps)
-        return {}
-    return {"routed": {"policy_id": routed_id, "apps": apps, "figures": routed}}
+        names = {pid: f"{p.name}@{p.version}" for pid in set(handed.values()) if (p := s.get(PolicyRow, pid))}
+    figures = evaluate_policy(spine, routed_id, queries)
+    apps = {app: names[pid] for app, pid in handed.items()}
+    return {"policy_id": routed_id, "apps": apps, "figures": figures}
 
 
 def first_policy(spine: Spine) -> int | None:
@@ -234,11 +282,11 @@ def heldout_line(stats: dict[str, Any]) -> str:
         candidate = f"candidate {_rate(decision['candidate'])} " if "candidate" in decision else ""
         lost = _losses(decision.get("apps_lost", {}))
         below = _losses(decision.get("below_round_1", {}))
-        said = (
-            f"{': ' + lost if lost else ''}{'; below round 1 within the margin: ' + below if below else ''}"
-        )
+        lost_text = ("; the candidate lost " if decision["promoted"] else ": ") + lost if lost else ""
+        said = f"{lost_text}{'; below round 1 within the margin: ' + below if below else ''}"
         if routed := decision.get("routed"):
-            said += f"; round 1's policy kept on {', '.join(routed['apps'])}: {_rate(routed['figures'])}"
+            handed = ", ".join(f"{app} to {policy}" for app, policy in routed["apps"].items())
+            said += f"; handed {handed}: {_rate(routed['figures'])}"
         parts.append(f"{candidate}-> {verdict} ({decision['reason']}{said})")
     return "; ".join(parts)
 

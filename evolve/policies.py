@@ -89,10 +89,11 @@ def policy_factory(
     if row is None:
         raise ConfigError(f"policy id {policy_id} is not registered")
     meta = row.meta or {}
-    if routes := meta.get("routes"):  # a candidate with some apps handed to round 1's policy
+    if routes := meta.get("routes"):  # a candidate with the tasks it lost handed to earlier policies
         base = policy_factory(spine, int(routes["base"]), demos)
-        other, apps = policy_factory(spine, int(routes["round_1"])), frozenset(routes["apps"])
-        return lambda: Routed(base, other, apps, row.name, row.version)
+        made = {pid: policy_factory(spine, pid, demos) for pid in set(routes["apps"].values())}
+        others = {app: made[pid] for app, pid in routes["apps"].items()}
+        return lambda: Routed(base, others, row.name, row.version)
     if row.name == "random-explorer":
         max_actions = int(meta.get("max_actions", 15))
         return lambda: RandomExplorer(max_actions=max_actions, version=row.version)

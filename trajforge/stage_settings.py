@@ -334,12 +334,12 @@ class EvolveSettings(BaseSettings):
         "successes on any one app (or suite task) than the larger of these, whatever the overall rate, "
         "against the current policy and against round 1's (the random explorer).",
     )
-    keep_round_1_below: bool = Field(
+    route_lost_apps: bool = Field(
         True,
-        description="When the gate promotes a candidate that is below round 1's policy on some "
-        "apps (or suite tasks), within the margin, round 1's policy keeps those apps: the candidate is "
-        "registered again with them handed to round 1's policy, measured on the held-out set, and promoted "
-        "instead when it does at least as well. false: the candidate as trained, with the loss said.",
+        description="A candidate that loses an app (or suite task) on the held-out set, beyond "
+        "gate_app_margin against the current policy or at all against round 1's, is registered again "
+        "with each such app handed to whichever of those two did better there, measured on the held-out "
+        "set, and promoted when it passes the gate. false: the candidate alone is gated.",
     )
     tier_mix: list[dict[str, float]] = Field(
         default_factory=list,

@@ -102,6 +102,7 @@ def test_a_candidate_that_gives_up_on_one_app_is_not_promoted_whatever_the_overa
     """4/16 to 0/16 on one app is refused though the overall rate rose; 2 episodes lost is within
     the default margin (2 episodes or 10 points, the larger)."""
     spine = open_spine(evolve_settings)
+    spine.settings.evolve.route_lost_apps = False  # the candidate alone (the tests below hand tasks over)
     current = {"episodes": 48, "successes": 20, "unknown": 0, "success_rate": 20 / 48,
                "per_app": {"takeout": [4, 16], "shopping": [8, 16], "ridehail": [8, 16]}}  # fmt: skip
 
@@ -135,7 +136,7 @@ def test_no_candidate_is_promoted_below_round_1s_policy_on_any_app(
     """Each promotion may lose up to the margin against its incumbent; losses add up, so the gate also
     holds every candidate to round 1's policy (the random explorer) app by app."""
     spine = open_spine(evolve_settings)
-    spine.settings.evolve.keep_round_1_below = False  # the candidate as trained (the next test hands over)
+    spine.settings.evolve.route_lost_apps = False  # the candidate alone (the tests below hand tasks over)
 
     def figures(takeout: int, shopping: int) -> dict[str, object]:
         return {"episodes": 32, "successes": takeout + shopping, "unknown": 0,
@@ -158,6 +159,14 @@ def test_no_candidate_is_promoted_below_round_1s_policy_on_any_app(
     assert "below_round_1" not in heldout.gate(spine, incumbent_id=2, candidate_id=3)
 
 
+def _perfect_on(settings: Settings, apps: list[str], name: str) -> int:
+    """A policy that is the demonstrator on `apps` and the random explorer elsewhere."""
+    demonstrator, explorer = _policies(settings)
+    with transaction(open_spine(settings).sessions) as s:
+        routes = {"base": explorer, "apps": dict.fromkeys(apps, demonstrator)}
+        return register_policy(s, name, 0, {"routes": routes})
+
+
 def test_a_promoted_candidate_below_round_1_on_an_app_hands_that_app_to_round_1s_policy(
     evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -166,28 +175,53 @@ def test_a_promoted_candidate_below_round_1_on_an_app_hands_that_app_to_round_1s
     seeds) and the candidate's elsewhere; it is the policy promoted."""
     spine = open_spine(evolve_settings)
     stage(evolve_settings, "devices", 1)
-    demonstrator, explorer = _policies(evolve_settings)
     held = heldout.heldout_queries(spine)
     first_app = sorted({q.app for q in held})[0]
-    with transaction(spine.sessions) as s:  # round 1's policy: perfect on one app, the explorer elsewhere
-        routes = {"base": explorer, "round_1": demonstrator, "apps": [first_app]}
-        first = register_policy(s, "round-one", 0, {"routes": routes})
+    first = _perfect_on(evolve_settings, [first_app], "round-one")  # round 1's policy
+    _, explorer = _policies(evolve_settings)
+    with transaction(spine.sessions) as s:
         again = register_policy(s, rollouts.EXPLORER[0], 1, {"max_actions": 12})  # a candidate no worse
     monkeypatch.setattr(heldout, "first_policy", lambda _s: first)
     spine.settings.evolve.gate_app_margin = (100, 100.0)  # every loss within the margin
     decision = heldout.gate(spine, incumbent_id=explorer, candidate_id=again)
     assert decision["promoted"] is True and list(decision["below_round_1"]) == [first_app]
     routed = decision["routed"]
-    assert routed["apps"] == [first_app]
+    assert routed["apps"] == {first_app: "round-one@0"}
     floor, plain = heldout.evaluate_policy(spine, first, held), decision["candidate"]
     assert floor["per_app"][first_app][0] > plain["per_app"][first_app][0]
     for app, tally in routed["figures"]["per_app"].items():
         assert tally == (floor if app == first_app else plain)["per_app"][app]
     with spine.sessions() as s:
         row = s.get(Policy, routed["policy_id"])
-        assert row is not None and (row.name, row.version) == ("random-explorer+round1", 1)
-        assert row.meta["routes"] == {"base": again, "round_1": first, "apps": [first_app]}
+        assert row is not None and (row.name, row.version) == ("random-explorer+routed", 1)
+        assert row.meta["routes"] == {"base": again, "apps": {first_app: first}}
     line = heldout.heldout_line({"promotion": decision})
-    assert f"; round 1's policy kept on {first_app}: " in line
-    spine.settings.evolve.keep_round_1_below = False
+    assert f"; handed {first_app} to round-one@0: " in line
+    spine.settings.evolve.route_lost_apps = False
     assert "routed" not in heldout.gate(spine, incumbent_id=explorer, candidate_id=again)
+
+
+def test_a_candidate_that_lost_an_app_rolls_out_with_that_app_handed_to_the_current_policy(
+    evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Better on two apps, it gave up one the current policy solved: refused alone (the margin),
+    it rolls out with that app left to the current policy, and the loop does not stall on it."""
+    spine = open_spine(evolve_settings)
+    stage(evolve_settings, "devices", 1)
+    apps = sorted({q.app for q in heldout.heldout_queries(spine)})
+    incumbent = _perfect_on(evolve_settings, apps[:1], "incumbent")
+    candidate = _perfect_on(evolve_settings, apps[1:3], "candidate")
+    _, explorer = _policies(evolve_settings)
+    monkeypatch.setattr(heldout, "first_policy", lambda _s: explorer)
+    spine.settings.evolve.gate_app_margin = (0, 0.0)  # one query per app here: any loss is beyond it
+    decision = heldout.gate(spine, incumbent_id=incumbent, candidate_id=candidate)
+    assert decision["promoted"] is True and list(decision["apps_lost"]) == apps[:1]
+    assert decision["routed"]["apps"] == {apps[0]: "incumbent@0"}
+    assert "the candidate lost " in heldout.heldout_line({"promotion": decision})
+    with spine.sessions() as s:
+        row = s.get(Policy, decision["routed"]["policy_id"])
+        assert row is not None and row.name == "candidate+routed"
+    n = decision["current"]["per_app"][apps[0]][1]
+    assert [decision["routed"]["figures"]["per_app"][a] for a in apps[:3]] == [[n, n]] * 3
+    spine.settings.evolve.route_lost_apps = False
+    assert heldout.gate(spine, incumbent, candidate)["reason"] == "heldout_app_regression"
