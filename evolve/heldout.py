@@ -285,10 +285,17 @@ def heldout_line(stats: dict[str, Any]) -> str:
         lost_text = ("; the candidate lost " if decision["promoted"] else ": ") + lost if lost else ""
         said = f"{lost_text}{'; below round 1 within the margin: ' + below if below else ''}"
         if routed := decision.get("routed"):
-            handed = ", ".join(f"{app} to {policy}" for app, policy in routed["apps"].items())
-            said += f"; handed {handed}: {_rate(routed['figures'])}"
+            said += f"; {_handed_text(routed['apps'])}: {_rate(routed['figures'])}"
         parts.append(f"{candidate}-> {verdict} ({decision['reason']}{said})")
     return "; ".join(parts)
+
+
+def _handed_text(apps: dict[str, str]) -> str:
+    """ "handed to P: A, B; to Q: C", the tasks grouped by the policy they went to."""
+    by_policy: dict[str, list[str]] = {}
+    for app, policy in apps.items():
+        by_policy.setdefault(policy, []).append(app)
+    return "handed " + "; ".join(f"to {policy}: {', '.join(tasks)}" for policy, tasks in by_policy.items())
 
 
 def _losses(apps: dict[str, list[int]]) -> str:

@@ -196,7 +196,7 @@ def test_a_promoted_candidate_below_round_1_on_an_app_hands_that_app_to_round_1s
         assert row is not None and (row.name, row.version) == ("random-explorer+routed", 1)
         assert row.meta["routes"] == {"base": again, "apps": {first_app: first}}
     line = heldout.heldout_line({"promotion": decision})
-    assert f"; handed {first_app} to round-one@0: " in line
+    assert f"; handed to round-one@0: {first_app}: " in line
     spine.settings.evolve.route_lost_apps = False
     assert "routed" not in heldout.gate(spine, incumbent_id=explorer, candidate_id=again)
 
