@@ -19,7 +19,8 @@ the candidate back, `below_round_1` beside a promotion whose loss is within the 
 candidate that lost tasks (beyond the margin against the current policy, or at all against round
 1's) is registered again with each of them handed to whichever of those two did better there
 (`<name>+routed`, `rollout.policies.routed`), measured on the held-out set, and promoted when that
-passes the gate (`evolve.route_lost_apps`; `routed`).
+passes the gate (`evolve.route_lost_apps`; `routed`), a candidate worse overall too, unless every
+task would be handed over.
 Else round N's policy rolls out again, round N + 1's data joins the dataset, and round N + 1
 trains a new candidate on all of it. Outcomes the farm cannot verify
 (`unknown`) count for neither; a farm that verifies none promotes every candidate, with that
@@ -151,7 +152,8 @@ def evaluate_policy(spine: Spine, policy_id: int, queries: list[Query]) -> dict[
 
 def gate(spine: Spine, incumbent_id: int, candidate_id: int) -> dict[str, Any]:
     """Whether the candidate rolls out the next round: the decision, its reason and both figures. A
-    candidate that lost tasks may roll out with them handed to the policies that did better (`routed`)."""
+    candidate that lost tasks may roll out with them handed to the policies that did better (`routed`),
+    unless that would hand over every task."""
     ev = spine.settings.evolve
     if ev.promote == "always":
         return {"promoted": True, "reason": "promote_always"}
@@ -164,33 +166,24 @@ def gate(spine: Spine, incumbent_id: int, candidate_id: int) -> dict[str, Any]:
     if candidate["success_rate"] is None:
         log.warning("the farm verified no held-out episode; promoting the candidate unchecked")
         return {"promoted": True, "reason": "unverifiable", **figures}
-    if current["success_rate"] is not None and candidate["success_rate"] < current["success_rate"]:
-        return {"promoted": False, "reason": "heldout_regression", **figures}
     first, floor = first_policy(spine), None
     if first == incumbent_id:
         floor = current
     elif first is not None and first != candidate_id:
         floor = evaluate_policy(spine, first, queries)  # cached: round 1's gate evaluated it
     refused = _refusal(current, floor, candidate, ev.gate_app_margin)
-    # promoted, yet below round 1's policy on a task by no more than the margin: said, not hidden
+    # below round 1's policy on a task (by no more than the margin, if promoted): said, not hidden
     below = apps_lost(floor, candidate, (0, 0.0)) if floor is not None else {}
-    said: dict[str, Any] = {"below_round_1": below} if below and not refused else {}
+    said = {"apps_lost": refused[1]} if refused and refused[1] else {}
+    said |= {"below_round_1": below} if below else {}
     handed = _handed(refused, below, current, floor, incumbent_id, first)
-    if handed and ev.route_lost_apps:
+    if handed and len(handed) < len(candidate["per_app"]) and ev.route_lost_apps:  # some tasks stay its
         routed = route_lost(spine, candidate_id, handed, queries)
         better = refused or routed["figures"]["success_rate"] >= candidate["success_rate"]
         if better and not _refusal(current, floor, routed["figures"], ev.gate_app_margin):
-            lost = {"apps_lost": refused[1]} if refused else {}
-            return {
-                "promoted": True,
-                "reason": "heldout_not_worse",
-                **lost,
-                **said,
-                "routed": routed,
-                **figures,
-            }
+            return {"promoted": True, "reason": "heldout_not_worse", **said, "routed": routed, **figures}
     if refused:
-        return {"promoted": False, "reason": refused[0], "apps_lost": refused[1], **figures}
+        return {"promoted": False, "reason": refused[0], **said, **figures}
     return {"promoted": True, "reason": "heldout_not_worse", **said, **figures}
 
 
@@ -206,9 +199,10 @@ def _refusal(
     """Why the gate refuses `candidate` (reason, apps lost), or None: worse overall than the current
     policy, or an app lost by more than the margin against it or against round 1's policy."""
     rate, now = candidate["success_rate"], current["success_rate"]
+    lost = apps_lost(current, candidate, margin)
     if rate is None or (now is not None and rate < now):
-        return ("heldout_regression", {})
-    if lost := apps_lost(current, candidate, margin):
+        return ("heldout_regression", lost)
+    if lost:
         return ("heldout_app_regression", lost)
     if floor is not None and (lost := apps_lost(floor, candidate, margin)):
         return ("below_round_1_policy", lost)
@@ -281,9 +275,10 @@ def heldout_line(stats: dict[str, Any]) -> str:
         verdict = "promoted" if decision["promoted"] else "kept the current policy"
         candidate = f"candidate {_rate(decision['candidate'])} " if "candidate" in decision else ""
         lost = _losses(decision.get("apps_lost", {}))
-        below = _losses(decision.get("below_round_1", {}))
+        below = _losses(decision.get("below_round_1", {})) if decision["promoted"] else ""
         lost_text = ("; the candidate lost " if decision["promoted"] else ": ") + lost if lost else ""
-        said = f"{lost_text}{'; below round 1 within the margin: ' + below if below else ''}"
+        within = "" if lost else " within the margin"  # a routed candidate may have lost more
+        said = f"{lost_text}{f'; below round 1{within}: ' + below if below else ''}"
         if routed := decision.get("routed"):
             said += f"; {_handed_text(routed['apps'])}: {_rate(routed['figures'])}"
         parts.append(f"{candidate}-> {verdict} ({decision['reason']}{said})")

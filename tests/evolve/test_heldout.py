@@ -225,3 +225,11 @@ def test_a_candidate_that_lost_an_app_rolls_out_with_that_app_handed_to_the_curr
     assert [decision["routed"]["figures"]["per_app"][a] for a in apps[:3]] == [[n, n]] * 3
     spine.settings.evolve.route_lost_apps = False
     assert heldout.gate(spine, incumbent, candidate)["reason"] == "heldout_app_regression"
+    # worse overall, yet better on one task: that task is what it brings
+    spine.settings.evolve.route_lost_apps = True
+    two = _perfect_on(evolve_settings, [apps[0], apps[2]], "two")
+    one = _perfect_on(evolve_settings, [apps[1]], "one")
+    decision = heldout.gate(spine, incumbent_id=two, candidate_id=one)
+    assert decision["candidate"]["success_rate"] < decision["current"]["success_rate"]
+    assert decision["promoted"] is True and decision["routed"]["apps"] == {apps[0]: "two@0", apps[2]: "two@0"}
+    assert "heldout_not_worse; the candidate lost " in heldout.heldout_line({"promotion": decision})
