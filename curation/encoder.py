@@ -23,9 +23,10 @@ the two, each centred on its training mean (`trajforge.features.ResNetFeaturizer
 are standardised per image, which divides a scrim's uniform dimming out. Training runs on CUDA
 when there is one, else on the CPU threads given, for a budget sized to the data
 (`EncoderSpec.planned_steps`: 12 views of each distinct screenshot, 30 to 200 steps) or
-`curate.encoder_minutes`, whichever ends first. In the loop, the minutes are also held to
-`curate.encoder_round_share` of the previous round's wall time (`encoder_budget`), so the round
-that trains the encoder costs at most about twice one that does not.
+`curate.encoder_minutes`, whichever ends first. In the loop, training also ends at
+`curate.encoder_round_share` of the previous round's wall time (`encoder_budget`) once its least
+steps are done, so the round that trains the encoder costs at most about twice one that does not
+on a machine that is not busy with something else.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class EncoderSpec:
     epochs: float = 12.0  # the budget: views of each distinct screenshot (two per step it is drawn in) ...
     min_steps: int = 30  # ... but at least this many steps
     minutes: float = 8.0  # curate.encoder_minutes: stop early when training reaches this wall time
+    share_minutes: float | None = None  # the loop's round-share budget: stops it once min_steps are done
     seed: int = 0
     rows: int = 1  # the feature map average-pooled into this many horizontal bands (1: pooler output)
     bar: tuple[float, float] = (0.035, 0.11)  # the app bar's band (fractions of the height); see AppBar
@@ -235,7 +237,12 @@ def _fit(
         for step in range(spec.steps):
             check_stop()
             # warm up, then a cosine decay over whichever budget (steps or minutes) runs out first
-            done = max(step / spec.steps, (time.perf_counter() - start) / (spec.minutes * 60))
+            elapsed = time.perf_counter() - start
+            done = max(step / spec.steps, elapsed / (spec.minutes * 60))
+            if spec.share_minutes:  # the round's share ends it only after the least steps
+                done = max(
+                    done, min(elapsed / (spec.share_minutes * 60), step / min(spec.min_steps, spec.steps))
+                )
             if done >= 1:
                 break
             warm = min(1.0, (step + 1) / 20)
@@ -290,11 +297,13 @@ def train_store_encoder(
     settings: CurationSettings,
     round_id: int | None = None,
     device: str | None = None,
-    minutes: float | None = None,
+    share_minutes: float | None = None,
 ) -> tuple[StoredEncoder, TrainReport]:
     """Train the screen encoder on the store's screenshots (through `round_id`) and store it, within
-    `minutes` (default `curate.encoder_minutes`)."""
-    spec = EncoderSpec(steps=settings.encoder_steps, minutes=minutes or settings.encoder_minutes)
+    `curate.encoder_minutes`, and within `share_minutes` once `EncoderSpec.min_steps` are done."""
+    spec = EncoderSpec(
+        steps=settings.encoder_steps, minutes=settings.encoder_minutes, share_minutes=share_minutes
+    )
     hashes = store_screenshots(sessions, round_id, settings.encoder_max_images)
     model, report, bar = train_encoder([frames(h) for h in hashes], spec, device, settings.threads)
     with tempfile.TemporaryDirectory(prefix="trajforge-encoder-") as folder:
@@ -324,7 +333,7 @@ def round_encoder(
     budget = encoder_budget(sessions, settings, before)
     try:
         stored, report = train_store_encoder(
-            sessions, store, frames, settings, before, minutes=budget["minutes"]
+            sessions, store, frames, settings, before, share_minutes=budget["minutes"]
         )
     except TooFewScreenshots as exc:  # a tiny first round: dedup stays on phash until there are more
         log.info("%s", exc)

@@ -73,6 +73,15 @@ def test_pages_get_no_status_bar_and_the_budget_is_sized_to_the_screens(replayed
     assert [spec.planned_steps(n) for n in (40, 400, 4000)] == [30, 100, 200]
 
 
+def test_the_rounds_share_ends_training_only_after_the_least_steps(replayed) -> None:
+    """A busy machine can spend the loop's share on a few steps; training goes on to `min_steps`."""
+    from dataclasses import replace
+
+    spec = replace(SMALL, min_steps=3, share_minutes=1e-6)  # the share is spent before the first step
+    _, report, _ = train_encoder(_screens(replayed), spec, device="cpu")
+    assert report.steps == 3 and report.planned > 3
+
+
 @pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
 def test_training_lowers_the_loss_and_the_checkpoint_loads_as_a_featurizer(replayed, tmp_path: Path) -> None:
     screens = _screens(replayed)
