@@ -56,9 +56,9 @@ class CurationSettings(BaseSettings):
         0.75,
         ge=0,
         le=100,
-        description="In a round that trains the screen encoder, its wall-time budget is at most this share "
-        "of the previous round's wall time, so that round costs at most about twice a round without it "
-        "(0: encoder_minutes alone).",
+        description="In a round that trains the screen encoder, training ends at this share of the previous "
+        "round's wall time (at least 30 s) once its least steps are done, so that round costs at most about "
+        "twice a round without it (0: encoder_minutes alone).",
     )
     encoder_max_images: int = Field(
         3000, ge=8, description="Distinct screenshots the encoder trains on (a seeded sample beyond this)."
