@@ -37,6 +37,7 @@ from collections import Counter
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from evolve.policies import policy_factory, register_policy
 from evolve.spine import Spine, open_farm, open_pool
@@ -230,10 +231,12 @@ def route_lost(
     spine: Spine, candidate_id: int, handed: dict[str, int], queries: list[Query]
 ) -> dict[str, Any]:
     """The candidate registered again (`<name>+routed`, its version) with each app of `handed` given to
-    that policy, and measured on the held-out set: its id, the apps with their policies, its figures."""
+    that policy (to the one acting there, when that is routed itself), and measured on the held-out set:
+    its id, the apps with their policies, its figures."""
     with transaction(spine.sessions) as s:
         row = s.get(PolicyRow, candidate_id)
         assert row is not None
+        handed = {app: _acting(s, pid, app) for app, pid in handed.items()}
         routes = {"base": candidate_id, "apps": handed}
         routed_id = register_policy(
             s, f"{row.name}+routed", row.version, {"routes": routes}, parent_id=candidate_id
@@ -242,6 +245,14 @@ def route_lost(
     figures = evaluate_policy(spine, routed_id, queries)
     apps = {app: names[pid] for app, pid in handed.items()}
     return {"policy_id": routed_id, "apps": apps, "figures": figures}
+
+
+def _acting(s: Session, policy_id: int, app: str) -> int:
+    """The policy that acts on `app` for `policy_id`: through its routes when it has some, so routed
+    policies do not nest round after round."""
+    while (row := s.get(PolicyRow, policy_id)) is not None and (routes := (row.meta or {}).get("routes")):
+        policy_id = int(routes["apps"].get(app, routes["base"]))
+    return policy_id
 
 
 def first_policy(spine: Spine) -> int | None:

@@ -186,7 +186,8 @@ def test_a_promoted_candidate_below_round_1_on_an_app_hands_that_app_to_round_1s
     decision = heldout.gate(spine, incumbent_id=explorer, candidate_id=again)
     assert decision["promoted"] is True and list(decision["below_round_1"]) == [first_app]
     routed = decision["routed"]
-    assert routed["apps"] == {first_app: "round-one@0"}
+    demonstrator = _policies(evolve_settings)[0]
+    assert routed["apps"] == {first_app: "guided-demo@0"}  # round 1's own routes, followed: none nest
     floor, plain = heldout.evaluate_policy(spine, first, held), decision["candidate"]
     assert floor["per_app"][first_app][0] > plain["per_app"][first_app][0]
     for app, tally in routed["figures"]["per_app"].items():
@@ -194,9 +195,9 @@ def test_a_promoted_candidate_below_round_1_on_an_app_hands_that_app_to_round_1s
     with spine.sessions() as s:
         row = s.get(Policy, routed["policy_id"])
         assert row is not None and (row.name, row.version) == ("random-explorer+routed", 1)
-        assert row.meta["routes"] == {"base": again, "apps": {first_app: first}}
+        assert row.meta["routes"] == {"base": again, "apps": {first_app: demonstrator}}
     line = heldout.heldout_line({"promotion": decision})
-    assert f"; handed to round-one@0: {first_app}: " in line
+    assert f"; handed to guided-demo@0: {first_app}: " in line
     spine.settings.evolve.route_lost_apps = False
     assert "routed" not in heldout.gate(spine, incumbent_id=explorer, candidate_id=again)
 
@@ -216,7 +217,7 @@ def test_a_candidate_that_lost_an_app_rolls_out_with_that_app_handed_to_the_curr
     spine.settings.evolve.gate_app_margin = (0, 0.0)  # one query per app here: any loss is beyond it
     decision = heldout.gate(spine, incumbent_id=incumbent, candidate_id=candidate)
     assert decision["promoted"] is True and list(decision["apps_lost"]) == apps[:1]
-    assert decision["routed"]["apps"] == {apps[0]: "incumbent@0"}
+    assert decision["routed"]["apps"] == {apps[0]: "guided-demo@0"}  # the incumbent's, on that app
     assert "the candidate lost " in heldout.heldout_line({"promotion": decision})
     with spine.sessions() as s:
         row = s.get(Policy, decision["routed"]["policy_id"])
@@ -231,5 +232,6 @@ def test_a_candidate_that_lost_an_app_rolls_out_with_that_app_handed_to_the_curr
     one = _perfect_on(evolve_settings, [apps[1]], "one")
     decision = heldout.gate(spine, incumbent_id=two, candidate_id=one)
     assert decision["candidate"]["success_rate"] < decision["current"]["success_rate"]
-    assert decision["promoted"] is True and decision["routed"]["apps"] == {apps[0]: "two@0", apps[2]: "two@0"}
+    handed_to = dict.fromkeys([apps[0], apps[2]], "guided-demo@0")
+    assert decision["promoted"] is True and decision["routed"]["apps"] == handed_to
     assert "heldout_not_worse; the candidate lost " in heldout.heldout_line({"promotion": decision})
