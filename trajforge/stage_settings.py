@@ -336,10 +336,9 @@ class EvolveSettings(BaseSettings):
     )
     route_lost_apps: bool = Field(
         True,
-        description="A candidate that loses an app (or suite task) on the held-out set, beyond "
-        "gate_app_margin against the current policy or at all against round 1's, is registered again "
-        "with each such app handed to whichever of those two did better there, measured on the held-out "
-        "set, and promoted when it passes the gate. false: the candidate alone is gated.",
+        description="A candidate that loses an app (or suite task) held out, beyond gate_app_margin against "
+        "the current policy or at all against round 1's, is gated again with each such app handed to "
+        "whichever of those two did better there (measured). false: the candidate alone is gated.",
     )
     tier_mix: list[dict[str, float]] = Field(
         default_factory=list,

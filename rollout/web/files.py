@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -43,13 +44,22 @@ class _FolderHandler(SimpleHTTPRequestHandler):
         log.debug("suite files: " + format, *args)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser that drops its connection mid-answer (a page closed while its favicon loads) is
+        no fault of the suite's; anything else is logged, not printed over the command's own output."""
+        if isinstance(sys.exc_info()[1], ConnectionError):  # broken pipe, connection reset or aborted
+            return
+        log.warning("suite files: answering %s failed", client_address, exc_info=True)
+
+
 class FolderServer:
     """`root` served at `url` until the process ends (a daemon thread)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         handler = type("Handler", (_FolderHandler,), {"root": self.root})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(self.root)))
+        self._server = _QuietServer(("127.0.0.1", 0), partial(handler, directory=str(self.root)))
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, name="suite-files", daemon=True).start()

@@ -330,3 +330,23 @@ def test_a_hook_that_throws_is_the_suites_mistake_not_a_crashed_device(tmp_path:
             env.reset(task_query("broken:page", 1, "go", {}))
     finally:
         env.close()
+
+
+def test_a_browser_dropping_its_connection_prints_nothing_over_the_commands_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A page closed while its favicon loads broke the pipe mid-answer, and the file server printed
+    that traceback to stderr, under the one-line error of a refused command."""
+    from rollout.web.files import served
+
+    server = served(tmp_path)._server
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    try:
+        raise ValueError("a fault of ours")
+    except ValueError:
+        server.handle_error(None, ("127.0.0.1", 2))
+    assert capsys.readouterr().err == ""
+    assert [r.getMessage() for r in caplog.records] == ["suite files: answering ('127.0.0.1', 2) failed"]
