@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from annotation.client import Studio
 from annotation.results import Parsed, clicked_action, independence, parse_correction, parse_result
+from storage.base import as_utc
 from storage.db import transaction
 from storage.models import Anchor, AnnotationProject, AnnotationTask, Correction, HumanAnnotation, Step
 from trajforge.actions import Screen
@@ -67,13 +68,9 @@ def resolve(votes: list[tuple[str, str, datetime]], rule: str) -> tuple[str | No
     return top, ""
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _when(annotation: dict[str, Any]) -> datetime:
     stamp = annotation.get("updated_at") or annotation.get("created_at")
-    return _utc(datetime.fromisoformat(str(stamp))) if stamp else datetime.now(UTC)
+    return as_utc(datetime.fromisoformat(str(stamp))) if stamp else datetime.now(UTC)
 
 
 def pull(
@@ -166,7 +163,7 @@ def _store(
     """Insert or update one annotation; True when anything changed."""
     when = _when(annotation)
     row = s.scalar(select(HumanAnnotation).where(HumanAnnotation.ls_annotation_id == int(annotation["id"])))
-    if row is not None and not row.withdrawn and _utc(row.ls_updated_at) == when:
+    if row is not None and not row.withdrawn and as_utc(row.ls_updated_at) == when:
         report.annotations["unchanged"] += 1
         return False
     skipped = bool(annotation.get("was_cancelled"))
@@ -264,7 +261,7 @@ def _anchor(s: Session, episode_id: int, annotated: int, rule: str, report: Pull
             )
         )
     )
-    votes = [(r.annotator, str(r.verdict), _utc(r.ls_updated_at)) for r in rows]
+    votes = [(r.annotator, str(r.verdict), as_utc(r.ls_updated_at)) for r in rows]
     label, why = resolve(votes, rule)
     old = s.scalar(select(Anchor).where(Anchor.episode_id == episode_id, Anchor.source == "human"))
     if label is None:

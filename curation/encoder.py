@@ -40,7 +40,6 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from curation.augment import augment, bar_augment, screen_kind
+from storage.base import as_utc
 from storage.encoders import StoredEncoder, latest_encoder, save_encoder
 from storage.models import Episode, Round, Step
 from storage.objectstore import ObjectStore
@@ -365,7 +365,7 @@ def encoder_budget(
         row = s.get(Round, before)
         if row is None or row.finished is None or not settings.encoder_round_share:
             return capped
-        number, wall = row.number, (_utc(row.finished) - _utc(row.created)).total_seconds()
+        number, wall = row.number, (as_utc(row.finished) - as_utc(row.created)).total_seconds()
     share_s = max(MIN_BUDGET_S, settings.encoder_round_share * wall)
     if share_s >= settings.encoder_minutes * 60:
         return capped
@@ -374,8 +374,3 @@ def encoder_budget(
         "from": f"{settings.encoder_round_share:g} x round {number}'s wall {wall:.0f}s "
         "(curate.encoder_round_share)",
     }
-
-
-def _utc(moment: datetime) -> datetime:
-    """`moment` as an aware UTC time (SQLite hands back naive UTC times)."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

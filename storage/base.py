@@ -4,7 +4,7 @@ SQLite, which only autoincrements those)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, BigInteger, DateTime, Dialect, Integer, MetaData, func
@@ -13,6 +13,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from trajforge.actions import Action
+
+
+def as_utc(moment: datetime) -> datetime:
+    """A stored time as an aware UTC time: SQLite hands back naive UTC times, PostgreSQL aware ones."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
