@@ -9,6 +9,7 @@ the VLM policy through the gateway.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,21 @@ def local_checkpoint(spine: Spine, uri: str) -> Path:
     return folder
 
 
+def _on_first_use(spine: Spine, policy_id: int, demos: list[dict[str, Any]] | None) -> Callable[[], Policy]:
+    """`policy_factory`, made when its first episode starts: a routed policy may hand tasks to several
+    older knn versions, and each one's memory is loaded only if one of its tasks comes up."""
+    made: list[Callable[[], Policy]] = []
+    lock = threading.Lock()
+
+    def policy() -> Policy:
+        with lock:
+            if not made:
+                made.append(policy_factory(spine, policy_id, demos))
+        return made[0]()
+
+    return policy
+
+
 def policy_factory(
     spine: Spine, policy_id: int, demos: list[dict[str, Any]] | None = None
 ) -> Callable[[], Policy]:
@@ -91,7 +107,7 @@ def policy_factory(
     meta = row.meta or {}
     if routes := meta.get("routes"):  # a candidate with the tasks it lost handed to earlier policies
         base = policy_factory(spine, int(routes["base"]), demos)
-        made = {pid: policy_factory(spine, pid, demos) for pid in set(routes["apps"].values())}
+        made = {pid: _on_first_use(spine, pid, demos) for pid in set(routes["apps"].values())}
         others = {app: made[pid] for app, pid in routes["apps"].items()}
         return lambda: Routed(base, others, row.name, row.version)
     if row.name == "random-explorer":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 from urllib.parse import unquote
@@ -111,6 +112,19 @@ def _install_redacting_factory() -> None:
     logging.setLogRecordFactory(factory)
 
 
+class _StderrHandler(logging.StreamHandler[Any]):
+    """Writes to whatever `sys.stderr` is when a record is emitted, not the one it was made with:
+    a command run in-process (a test's runner, a notebook) swaps stderr and closes its own after."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure_logging(level: int = logging.INFO) -> None:
     """Redact every log record of the process, and install one stderr handler on `trajforge`.
 
@@ -119,7 +133,7 @@ def configure_logging(level: int = logging.INFO) -> None:
     _install_redacting_factory()
     root = logging.getLogger("trajforge")
     if not any(isinstance(f, RedactingFilter) for h in root.handlers for f in h.filters):
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler.addFilter(RedactingFilter())
         root.addHandler(handler)

@@ -7,12 +7,13 @@ import pytest
 from sqlalchemy import func, select
 
 from evolve import heldout, rollouts
-from evolve.policies import register_policy
+from evolve.policies import policy_factory, register_policy
 from evolve.spine import open_spine
 from storage.db import transaction
 from storage.models import Episode, Policy
 from storage.models import Query as QueryRow
 from tests.support.evolve import stage
+from trajforge.errors import ConfigError
 from trajforge.settings import Settings
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -235,3 +236,22 @@ def test_a_candidate_that_lost_an_app_rolls_out_with_that_app_handed_to_the_curr
     handed_to = dict.fromkeys([apps[0], apps[2]], "guided-demo@0")
     assert decision["promoted"] is True and decision["routed"]["apps"] == handed_to
     assert "heldout_not_worse; the candidate lost " in heldout.heldout_line({"promotion": decision})
+
+
+def test_a_routed_policy_loads_a_handed_policy_only_when_one_of_its_tasks_comes_up(
+    evolve_settings: Settings,
+) -> None:
+    """A knn version a routed policy hands one app to loads its memory at that app's first episode,
+    not when the routed policy is made: an older version nobody's task comes up for costs nothing."""
+    spine = open_spine(evolve_settings)
+    held = heldout.heldout_queries(spine)
+    apps = sorted({q.app for q in held})
+    _, explorer = _policies(evolve_settings)
+    with transaction(spine.sessions) as s:
+        gone = register_policy(s, "knn", 7, checkpoint_uri="store:policies/knn/7/")  # never uploaded
+        routed = register_policy(s, "knn+routed", 8, {"routes": {"base": explorer, "apps": {apps[0]: gone}}})
+    make = policy_factory(spine, routed)
+    other = next(q for q in held if q.app != apps[0])
+    make().start(other, "s")  # the base acts; the handed version is not loaded
+    with pytest.raises(ConfigError, match="is not in the object store"):
+        make().start(next(q for q in held if q.app == apps[0]), "s")

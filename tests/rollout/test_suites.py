@@ -344,9 +344,11 @@ def test_a_browser_dropping_its_connection_prints_nothing_over_the_commands_outp
         raise BrokenPipeError(32, "Broken pipe")
     except BrokenPipeError:
         server.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""
+    assert caplog.records == []
     try:
         raise ValueError("a fault of ours")
     except ValueError:
         server.handle_error(None, ("127.0.0.1", 2))
-    assert capsys.readouterr().err == ""
     assert [r.getMessage() for r in caplog.records] == ["suite files: answering ('127.0.0.1', 2) failed"]
+    assert "Logging error" not in capsys.readouterr().err
