@@ -30,8 +30,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bench.halves import REPORTING, TUNING, app_half
 from critics.judge import judge_round
-from critics.learned import cross_judge
+from critics.learned import Anchored, cross_judge
 from critics.outcomes import decide_outcomes, deciding_anchor
+from critics.prior import with_prior
 from critics.trained import anchored_truth, leave_one_app_out, seen_episodes
 from rollout.web.env import chromium_available
 from storage.anchors import anchors_by_episode, episode_apps
@@ -193,9 +194,9 @@ def out_of_sample(home: Path) -> str:
             last = s.scalar(select(func.max(Round.id)))
             loao = leave_one_app_out(s, last or 0, every_round=True, seen=seen)
     rows = [e for e in seen if e.episode_id in truth]
-    train = [(e.query, e.features, truth[e.episode_id]) for e in rows]
+    train = with_prior([Anchored(e.query, e.app, e.features, truth[e.episode_id]) for e in rows])
     held: dict[str, ChannelStats] = defaultdict(ChannelStats)
-    for e, p in zip(rows, cross_judge(train, [(e.query, e.features) for e in rows]), strict=True):
+    for e, p in zip(rows, cross_judge(train, [(e.query, e.app, e.features) for e in rows]), strict=True):
         if p.success is not None:
             held[apps[e.episode_id]].add(p.success, truth[e.episode_id])
     summaries = {app: st.summary() for app, st in held.items()}

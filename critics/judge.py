@@ -97,7 +97,7 @@ def judge_round(
                 views = [st.view() for st in steps]
                 trace = step_critic.follow(query, views)
                 judged = learned[episode.id]
-                by_value = step_verdicts(judged.checkpoint, critic_view(query.instruction, steps))
+                by_value = step_verdicts(judged.checkpoint, critic_view(query.instruction, steps), query.app)
                 # the route check's step labels where the app has a map
                 used = trace.verdicts if trace.end is not None else by_value
                 rows = _step_rows(LEARNED_STEP, LEARNED_STEP_VERSION, steps, by_value)

@@ -18,15 +18,15 @@ from critics.learned import SUCCESS_AT, Checkpoint
 from critics.view import CriticView
 from trajforge.domain import StepVerdict
 
-NAME, VERSION = "learned_step", "2"
+NAME, VERSION = "learned_step", "3"
 MARGIN = 0.05
 
 
-def step_verdicts(model: Checkpoint | None, view: CriticView) -> list[StepVerdict]:
+def step_verdicts(model: Checkpoint | None, view: CriticView, app: str | None = None) -> list[StepVerdict]:
     if model is None:
         why = "The learned critic has too few anchored episodes of other queries to judge steps."
         return [StepVerdict("NEUTRAL", "untrained", why) for _ in view.steps]
-    values = model.prob(np.array([features(view.prefix(n)) for n in range(len(view.steps) + 1)]))
+    values = model.prob(np.array([features(view.prefix(n)) for n in range(len(view.steps) + 1)]), app)
     out = []
     for i, st in enumerate(view.steps):
         action = st.action or {}

@@ -17,10 +17,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from critics.episode_features import features
-from critics.learned import NAME, SUCCESS_AT, Checkpoint, Prediction, cross_judge, fit_all
+from critics.learned import NAME, SUCCESS_AT, Anchored, Checkpoint, Prediction, cross_judge, fit_all
 from critics.outcomes import deciding_anchor
+from critics.prior import with_prior
 from critics.view import critic_view
-from storage.anchors import anchors_by_episode, episode_apps
+from storage.anchors import anchors_by_episode
 from storage.episodes import steps_by_episode
 from storage.keys import critic_checkpoint_key
 from storage.models import Episode, Round
@@ -35,20 +36,21 @@ class Seen:
     round_id: int
     query: str  # the query's uid: the unit of out-of-sample folds
     features: list[float]
+    app: str = ""
 
 
 def seen_episodes(s: Session, *where: Any) -> list[Seen]:
     """Features of the episodes `where` selects (conditions on `Episode`), from their critic views."""
     rows = s.execute(
-        select(Episode.id, Episode.round_id, QueryRow.uid, QueryRow.instruction)
+        select(Episode.id, Episode.round_id, QueryRow.uid, QueryRow.instruction, QueryRow.goal)
         .join(QueryRow, QueryRow.id == Episode.query_id)
         .where(*where)
         .order_by(Episode.id)
     ).all()
     steps = steps_by_episode(s, *where)
     return [
-        Seen(eid, rid, uid, features(critic_view(instruction, steps.get(eid, []))))
-        for eid, rid, uid, instruction in rows
+        Seen(eid, rid, uid, features(critic_view(instruction, steps.get(eid, []))), str(goal.get("app", "")))
+        for eid, rid, uid, instruction, goal in rows
     ]
 
 
@@ -61,10 +63,10 @@ def anchored_truth(s: Session, up_to: Any) -> dict[int, bool]:
     }
 
 
-def anchored_training(s: Session, seen: Sequence[Seen], up_to: Any) -> list[tuple[str, list[float], bool]]:
-    """(query, features, success) of every episode in `seen` an anchor decides."""
+def anchored_training(s: Session, seen: Sequence[Seen], up_to: Any) -> list[Anchored]:
+    """A training row of every episode in `seen` an anchor decides."""
     truth = anchored_truth(s, up_to)
-    return [(e.query, e.features, truth[e.episode_id]) for e in seen if e.episode_id in truth]
+    return [Anchored(e.query, e.app, e.features, truth[e.episode_id]) for e in seen if e.episode_id in truth]
 
 
 def leave_one_app_out(
@@ -77,19 +79,17 @@ def leave_one_app_out(
     up_to = Episode.round_id <= round_id
     if seen is None:
         seen = seen_episodes(s, up_to)
-    apps = episode_apps(s, up_to)
     truth = anchored_truth(s, up_to)
     anchored = [e for e in seen if e.episode_id in truth]
     out: dict[str, dict[str, Any]] = {}
-    for app in sorted({apps[e.episode_id] for e in anchored}):
-        mine = [e for e in anchored if apps[e.episode_id] == app and (every_round or e.round_id == round_id)]
-        model = fit_all(
-            [(e.query, e.features, truth[e.episode_id]) for e in anchored if apps[e.episode_id] != app]
-        )
+    for app in sorted({e.app for e in anchored}):
+        mine = [e for e in anchored if e.app == app and (every_round or e.round_id == round_id)]
+        others = [Anchored(e.query, e.app, e.features, truth[e.episode_id]) for e in anchored if e.app != app]
+        model = fit_all(with_prior(others, leave_out=app))  # the app's own correction: none
         if model is None or not mine:
             continue
         stats = ChannelStats()
-        for e, p in zip(mine, model.prob(np.array([e.features for e in mine])), strict=True):
+        for e, p in zip(mine, model.prob(np.array([e.features for e in mine]), app), strict=True):
             stats.add(bool(p >= SUCCESS_AT), truth[e.episode_id])
         out[app] = {**stats.summary(), "trained_on": model.trained_on}
     return out
@@ -99,14 +99,15 @@ def learned_round(s: Session, round_id: int, store: ObjectStore | None) -> dict[
     """Out-of-sample verdicts on the round's episodes, by episode id; stores the round's checkpoint."""
     up_to = Episode.round_id <= round_id
     seen = seen_episodes(s, up_to)
-    train = anchored_training(s, seen, up_to)
+    train = with_prior(anchored_training(s, seen, up_to))
     mine = [e for e in seen if e.round_id == round_id]
-    predictions = cross_judge(train, [(e.query, e.features) for e in mine])
+    predictions = cross_judge(train, [(e.query, e.app, e.features) for e in mine])
     checkpoint = fit_all(train)
     rnd = s.get(Round, round_id)
     if rnd is not None:
         stats = dict(rnd.stats or {})
-        stats["learned_critic"] = _record(checkpoint, store, len(train))
+        own = sum(r.query is not None for r in train)
+        stats["learned_critic"] = _record(checkpoint, store, own) | {"prior": len(train) - own}
         rnd.stats = stats
     return {e.episode_id: p for e, p in zip(mine, predictions, strict=True)}
 

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 import critics.learned as learned
+from bench.halves import TUNING, app_half
 from critics.episode_features import FEATURES, SIGNS, features
-from critics.learned import Checkpoint, cross_judge, fit, fold_of
+from critics.learned import Anchored, Checkpoint, cross_judge, fit, fit_all, fold_of
 from critics.learned_steps import step_verdicts
+from critics.prior import prior_rows, with_prior
 from critics.task_words import clauses
 from critics.view import CriticView, SeenElement, SeenStep, critic_view
 from trajforge.domain import StepVerdict
@@ -128,7 +130,8 @@ def test_every_episode_is_judged_by_a_model_that_never_saw_its_query(monkeypatch
         x[0], x[signal] = float(i), float(rng.normal(1 if i % 3 else -1))
         return x
 
-    train = [(f"q{i % 23}", row(i), bool(i % 3)) for i in range(120)]
+    train = [Anchored(f"q{i % 23}", f"app{i % 2}", row(i), bool(i % 3)) for i in range(120)]
+    prior = [Anchored(None, "elsewhere", row(1000 + i), bool(i % 2)) for i in range(10)]
     rows_of_fit: list[set[int]] = []
     real_fit = learned.fit
 
@@ -137,13 +140,16 @@ def test_every_episode_is_judged_by_a_model_that_never_saw_its_query(monkeypatch
         return real_fit(x, y, ridge)
 
     monkeypatch.setattr(learned, "fit", spying)
-    predictions = cross_judge(train, [(q, x) for q, x, _ in train])
-    fits = dict(zip(sorted({fold_of(q) for q, _, _ in train}), rows_of_fit, strict=True))
-    for query, _, _ in train:
-        own = {i for i, (q, _, _) in enumerate(train) if q == query}
-        assert not own & fits[fold_of(query)]  # no episode of the query trained its judge
+    predictions = cross_judge(train + prior, [(r.query or "", r.app, r.x) for r in train])
+    folds = sorted({fold_of(r.query or "") for r in train})  # two fits a fold: shared, then unseen
+    fits = {f: rows_of_fit[2 * i] | rows_of_fit[2 * i + 1] for i, f in enumerate(folds)}
+    assert len(rows_of_fit) == 2 * len(folds)
+    for query in {r.query for r in train}:
+        own = {i for i, r in enumerate(train) if r.query == query}
+        assert not own & fits[fold_of(query or "")]  # no episode of the query trained its judge
+        assert set(range(1000, 1010)) <= fits[fold_of(query or "")]  # the prior's rows train every fold
     assert all(p.success is not None and p.model for p in predictions)
-    assert np.mean([p.success == y for p, (_, _, y) in zip(predictions, train, strict=True)]) > 0.8
+    assert np.mean([p.success == r.success for p, r in zip(predictions, train, strict=True)]) > 0.8
 
 
 def test_a_feature_never_turns_its_evidence_around() -> None:
@@ -257,3 +263,47 @@ def test_a_part_that_asks_for_typing_is_done_only_by_typing_its_words() -> None:
     field = _el("Password", 0, "input")
     join = _run("Join CoffeeBar with the password hunter22", (field, (field,)))
     assert join["typing_asked_not_done"] == 1.0  # a password is typed, whether or not the task says so
+
+
+def test_an_apps_correction_reads_what_only_its_own_episodes_show() -> None:
+    """Where a feature means the opposite on one app (a covered task that fails there), the shared model
+    keeps its sign, the app's own correction turns it, and an app never seen gets the shared model."""
+    rng = np.random.default_rng(3)
+    covered = FEATURES.index("covered_by_actions")
+    rows = []
+    for i in range(240):
+        app, success = ("odd" if i % 3 == 0 else "usual"), bool(rng.random() < 0.5)
+        row = [0.0] * len(FEATURES)
+        row[covered] = float(success != (app == "odd")) + rng.normal(0, 0.2)
+        rows.append(Anchored(f"q{i}", app, row, success))
+    model = fit_all(rows)
+    assert model is not None and set(model.apps) == {"odd", "usual"} and model.weights[covered] > 0
+    odd = [r for r in rows if r.app == "odd"]
+    x, y = np.array([r.x for r in odd]), np.array([r.success for r in odd])
+    assert np.mean((model.prob(x, "odd") >= 0.5) == y) > 0.9
+    assert np.mean((model.prob(x, "new") >= 0.5) == y) < 0.1  # unseen: the shared model's reading
+    assert Checkpoint.from_json(model.to_json()) == model
+
+
+def test_the_prior_judges_only_apps_the_home_has_not_anchored() -> None:
+    """The shared model and the apps' corrections are the home's alone; the prior's rows (the left-out
+    app's removed) train the model an app without a correction gets, and do not let the critic
+    vote before the home has anchors of both outcomes."""
+    own = [Anchored(q, "mine", x, y) for q, x, y in _data(20)]
+    app = prior_rows()[0].app
+    rows = with_prior(own, leave_out=app)
+    assert len(rows) == len(own) + sum(r.app != app for r in prior_rows())
+    model, alone = fit_all(rows), fit_all(own)
+    assert model is not None and alone is not None and model.unseen is not None and alone.unseen is None
+    assert dataclasses.replace(model, unseen=None) == alone  # the home's own part, untouched by the prior
+    x = np.array([r.x for r in prior_rows()[:20]])
+    assert np.allclose(model.prob(x, "mine"), alone.prob(x, "mine"))
+    assert np.allclose(model.prob(x, app), model.unseen.prob(x))
+    assert fit_all(with_prior(own[:5])) is None and fit_all(with_prior([r for r in own if r.success])) is None
+
+
+def test_the_shipped_prior_has_the_critics_features_and_no_reporting_app() -> None:
+    """Changing the features without writing the prior again fails here (`python -m bench.critic_prior`)."""
+    rows = prior_rows()  # raises on other features
+    assert {r.success for r in rows} == {True, False}
+    assert {app_half(r.app) for r in rows} == {TUNING}

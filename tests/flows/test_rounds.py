@@ -69,7 +69,7 @@ def test_evolve_rounds_then_rerun_and_report(
     r2 = table["rounds"][1]
     assert r2["policy"] == "knn@1" and r2["dataset_version"] == 2
     assert r2["overall"]["episodes"] == figures[1].episodes == sum(a["episodes"] for a in r2["apps"].values())
-    learned = r2["overall"]["accuracy"]["learned_trajectory:2"]  # judged out of sample by query
+    learned = r2["overall"]["accuracy"]["learned_trajectory:3"]  # judged out of sample by query
     assert learned["n"] > 0 and 0 <= learned["accuracy"] <= 1
     assert learned["kappa"] is None or -1 <= learned["kappa"] <= 1  # None: one class only
     assert sum(r2["overall"]["outcome_sources"].values()) > 0 and set(r2["overall"]["outcome_sources"]) <= {
@@ -81,7 +81,7 @@ def test_evolve_rounds_then_rerun_and_report(
         0
     ]  # every round's held-out verdicts
     judged = sum(
-        r["overall"]["accuracy"].get("learned_trajectory:2", {}).get("n", 0) for r in table["rounds"]
+        r["overall"]["accuracy"].get("learned_trajectory:3", {}).get("n", 0) for r in table["rounds"]
     )
     assert f"(n {judged}," in pooled
     assert r2["overall"]["samples"]["kept"] == sum(a["samples"].get("kept", 0) for a in r2["apps"].values())
