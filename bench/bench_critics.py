@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bench.halves import REPORTING, TUNING, app_half
 from critics.judge import judge_round
-from critics.learned import Anchored, cross_judge
+from critics.learned import TrainRow, cross_judge
 from critics.outcomes import decide_outcomes, deciding_anchor
 from critics.prior import with_prior
 from critics.trained import anchored_truth, leave_one_app_out, seen_episodes
@@ -194,7 +194,7 @@ def out_of_sample(home: Path) -> str:
             last = s.scalar(select(func.max(Round.id)))
             loao = leave_one_app_out(s, last or 0, every_round=True, seen=seen)
     rows = [e for e in seen if e.episode_id in truth]
-    train = with_prior([Anchored(e.query, e.app, e.features, truth[e.episode_id]) for e in rows])
+    train = with_prior([TrainRow(e.query, e.app, e.features, truth[e.episode_id]) for e in rows])
     held: dict[str, ChannelStats] = defaultdict(ChannelStats)
     for e, p in zip(rows, cross_judge(train, [(e.query, e.app, e.features) for e in rows]), strict=True):
         if p.success is not None:

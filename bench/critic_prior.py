@@ -16,13 +16,13 @@ from pathlib import Path
 
 from bench.bench_critics import _copy
 from bench.halves import REPORTING, app_half
-from critics.learned import Anchored
+from critics.learned import TrainRow
 from critics.prior import PATH, write
 from critics.trained import anchored_training, seen_episodes
 from storage.models import Episode
 
 
-def rows_of(home: Path) -> list[Anchored]:
+def rows_of(home: Path) -> list[TrainRow]:
     """The anchored episodes of `home` as training rows."""
     with tempfile.TemporaryDirectory() as tmp:
         sessions = _copy(home, tmp)

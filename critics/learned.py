@@ -46,7 +46,7 @@ SUCCESS_AT = 0.7
 
 
 @dataclass(frozen=True)
-class Anchored:
+class TrainRow:
     """One training row: an anchored episode's features and verdict, of `app`. A row of the prior
     (`query` None) trains every fold and is never judged."""
 
@@ -216,7 +216,7 @@ class Prediction:
 
 
 def cross_judge(
-    train: Sequence[Anchored], targets: Sequence[tuple[str, str, list[float]]], folds: int = FOLDS
+    train: Sequence[TrainRow], targets: Sequence[tuple[str, str, list[float]]], folds: int = FOLDS
 ) -> list[Prediction]:
     """Every target (query uid, app, features) judged by a model fitted on the anchored rows of the
     other folds of queries (and the prior's rows): never on its own query."""
@@ -233,11 +233,11 @@ def cross_judge(
     return [p or Prediction(None, None) for p in out]
 
 
-def _fit_rows(rows: Sequence[Anchored]) -> Checkpoint | None:
+def _fit_rows(rows: Sequence[TrainRow]) -> Checkpoint | None:
     return fit(np.array([r.x for r in rows]), np.array([float(r.success) for r in rows]))
 
 
-def fit_all(train: Sequence[Anchored]) -> Checkpoint | None:
+def fit_all(train: Sequence[TrainRow]) -> Checkpoint | None:
     """The shared model fitted on the home's rows, each app's correction fitted on its own rows where it
     has `MIN_TRAIN`, and, with prior rows in `train`, the `unseen` model fitted on them all for
     the apps with none. None

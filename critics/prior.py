@@ -1,13 +1,14 @@
-"""The learned critic's prior: anchored episodes of environments the user's home is not, fitted beside
-the home's own so the shared model knows from its first fit what success looks like elsewhere.
+"""The learned critic's prior: anchored episodes of environments other than the user's, for judging
+an app the home has never anchored.
 
-A home's anchors often cover a few apps or tasks. Fitted on those alone, the shared model has never
+A home's anchors often cover a few apps or tasks. Fitted on those alone, the critic has never
 seen, say, a run that ends by tapping the link the task quotes succeed, and on a new task it calls
-every such run a failure. The prior (`critics/prior.json.gz`) holds the features and verdicts
-of anchored episodes of MiniWoB++ tasks of the tuning half (`bench/halves.py`), rolled out by
-the loop (the random explorer, then the knn policy) and judged by MiniWoB's own reward; its
-`sources` say which. `python -m bench.critic_prior HOME...` writes it again from evolve homes,
-after the features change (a test fails until it is).
+every such run a failure. The prior (`critics/prior.json.gz`) holds the features and verdicts of
+anchored episodes of the tuning half (`bench/halves.py`): 40 MiniWoB++ tasks
+(`bench/critic_prior.yaml`) and the built-in apps (a `make run` home), rolled out by the loop
+(the random explorer, then the knn policy) and judged by their verifiers; its `sources` name
+the homes. `python -m bench.critic_prior HOME...` writes it again, after the features change (a
+test fails until it is).
 
 The prior trains only the model for apps the home has not anchored at all (`unseen` in
 `critics.learned`), row for row beside the home's own episodes; the shared model and the apps'
@@ -25,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from critics.episode_features import FEATURES
-from critics.learned import Anchored
+from critics.learned import TrainRow
 
 PATH = Path(__file__).with_name("prior.json.gz")
 
 
 @cache
-def prior_rows() -> tuple[Anchored, ...]:
+def prior_rows() -> tuple[TrainRow, ...]:
     """The prior's rows (query None: they train every fold and are never judged)."""
     data: dict[str, Any] = json.loads(gzip.decompress(PATH.read_bytes()))
     if data["features"] != list(FEATURES):
@@ -40,15 +41,15 @@ def prior_rows() -> tuple[Anchored, ...]:
             "`python -m bench.critic_prior HOME...` (docs/critics.md)"
         )
     apps = data["apps"]
-    return tuple(Anchored(None, apps[app], list(x), bool(y)) for app, y, *x in data["rows"])
+    return tuple(TrainRow(None, apps[app], list(x), bool(y)) for app, y, *x in data["rows"])
 
 
-def with_prior(own: Sequence[Anchored], leave_out: str | None = None) -> list[Anchored]:
+def with_prior(own: Sequence[TrainRow], leave_out: str | None = None) -> list[TrainRow]:
     """The home's rows and the prior's, without `leave_out`'s (an app measured as never seen)."""
     return [*own, *(r for r in prior_rows() if r.app != leave_out)]
 
 
-def write(rows: Sequence[Anchored], sources: Sequence[str]) -> bytes:
+def write(rows: Sequence[TrainRow], sources: Sequence[str]) -> bytes:
     """The prior file's bytes: features named, apps listed once, each row [app index, success, *x]."""
     apps = sorted({r.app for r in rows})
     index = {app: i for i, app in enumerate(apps)}

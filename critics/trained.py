@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from critics.episode_features import features
-from critics.learned import NAME, SUCCESS_AT, Anchored, Checkpoint, Prediction, cross_judge, fit_all
+from critics.learned import NAME, SUCCESS_AT, Checkpoint, Prediction, TrainRow, cross_judge, fit_all
 from critics.outcomes import deciding_anchor
 from critics.prior import with_prior
 from critics.view import critic_view
@@ -63,10 +63,10 @@ def anchored_truth(s: Session, up_to: Any) -> dict[int, bool]:
     }
 
 
-def anchored_training(s: Session, seen: Sequence[Seen], up_to: Any) -> list[Anchored]:
+def anchored_training(s: Session, seen: Sequence[Seen], up_to: Any) -> list[TrainRow]:
     """A training row of every episode in `seen` an anchor decides."""
     truth = anchored_truth(s, up_to)
-    return [Anchored(e.query, e.app, e.features, truth[e.episode_id]) for e in seen if e.episode_id in truth]
+    return [TrainRow(e.query, e.app, e.features, truth[e.episode_id]) for e in seen if e.episode_id in truth]
 
 
 def leave_one_app_out(
@@ -84,7 +84,7 @@ def leave_one_app_out(
     out: dict[str, dict[str, Any]] = {}
     for app in sorted({e.app for e in anchored}):
         mine = [e for e in anchored if e.app == app and (every_round or e.round_id == round_id)]
-        others = [Anchored(e.query, e.app, e.features, truth[e.episode_id]) for e in anchored if e.app != app]
+        others = [TrainRow(e.query, e.app, e.features, truth[e.episode_id]) for e in anchored if e.app != app]
         model = fit_all(with_prior(others, leave_out=app))  # the app's own correction: none
         if model is None or not mine:
             continue

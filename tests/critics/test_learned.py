@@ -12,7 +12,7 @@ import pytest
 import critics.learned as learned
 from bench.halves import TUNING, app_half
 from critics.episode_features import FEATURES, SIGNS, features
-from critics.learned import Anchored, Checkpoint, cross_judge, fit, fit_all, fold_of
+from critics.learned import Checkpoint, TrainRow, cross_judge, fit, fit_all, fold_of
 from critics.learned_steps import step_verdicts
 from critics.prior import prior_rows, with_prior
 from critics.task_words import clauses
@@ -130,8 +130,8 @@ def test_every_episode_is_judged_by_a_model_that_never_saw_its_query(monkeypatch
         x[0], x[signal] = float(i), float(rng.normal(1 if i % 3 else -1))
         return x
 
-    train = [Anchored(f"q{i % 23}", f"app{i % 2}", row(i), bool(i % 3)) for i in range(120)]
-    prior = [Anchored(None, "elsewhere", row(1000 + i), bool(i % 2)) for i in range(10)]
+    train = [TrainRow(f"q{i % 23}", f"app{i % 2}", row(i), bool(i % 3)) for i in range(120)]
+    prior = [TrainRow(None, "elsewhere", row(1000 + i), bool(i % 2)) for i in range(10)]
     rows_of_fit: list[set[int]] = []
     real_fit = learned.fit
 
@@ -275,7 +275,7 @@ def test_an_apps_correction_reads_what_only_its_own_episodes_show() -> None:
         app, success = ("odd" if i % 3 == 0 else "usual"), bool(rng.random() < 0.5)
         row = [0.0] * len(FEATURES)
         row[covered] = float(success != (app == "odd")) + rng.normal(0, 0.2)
-        rows.append(Anchored(f"q{i}", app, row, success))
+        rows.append(TrainRow(f"q{i}", app, row, success))
     model = fit_all(rows)
     assert model is not None and set(model.apps) == {"odd", "usual"} and model.weights[covered] > 0
     odd = [r for r in rows if r.app == "odd"]
@@ -289,7 +289,7 @@ def test_the_prior_judges_only_apps_the_home_has_not_anchored() -> None:
     """The shared model and the apps' corrections are the home's alone; the prior's rows (the left-out
     app's removed) train the model an app without a correction gets, and do not let the critic
     vote before the home has anchors of both outcomes."""
-    own = [Anchored(q, "mine", x, y) for q, x, y in _data(20)]
+    own = [TrainRow(q, "mine", x, y) for q, x, y in _data(20)]
     app = prior_rows()[0].app
     rows = with_prior(own, leave_out=app)
     assert len(rows) == len(own) + sum(r.app != app for r in prior_rows())
