@@ -239,10 +239,9 @@ def _fit_rows(rows: Sequence[TrainRow]) -> Checkpoint | None:
 
 def fit_all(train: Sequence[TrainRow]) -> Checkpoint | None:
     """The shared model fitted on the home's rows, each app's correction fitted on its own rows where it
-    has `MIN_TRAIN`, and, with prior rows in `train`, the `unseen` model fitted on them all for
-    the apps with none. None
-    until the home's own rows number `MIN_TRAIN` with both outcomes: the critic abstains until
-    the home has anchors of its own."""
+    has `MIN_TRAIN`, and, with prior rows in `train`, the `unseen` model fitted on them all for the
+    apps with no row. None until the home's own rows number `MIN_TRAIN` with both outcomes: the
+    critic abstains until the home has anchors of its own."""
     own = [r for r in train if r.query is not None]
     shared = _fit_rows(own) if own else None
     if shared is None:
