@@ -43,7 +43,7 @@ def main() -> None:
         raise SystemExit(
             f"critic_prior: {', '.join(reporting)} are of the reporting half; leave those homes out"
         )
-    PATH.write_bytes(write(rows, [h.resolve().name for h in args.homes]))
+    PATH.write_bytes(write(rows, [h.absolute().name for h in args.homes]))
     tally = Counter(r.app for r in rows)
     print(f"{PATH}: {len(rows)} episodes ({sum(r.success for r in rows)} successes) of {len(tally)} apps")
 
