@@ -30,12 +30,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bench.halves import REPORTING, TUNING, app_half
 from critics.judge import judge_round
-from critics.learned import TrainRow, cross_judge
+from critics.learned import cross_judge
 from critics.outcomes import decide_outcomes, deciding_anchor
 from critics.prior import with_prior
-from critics.trained import anchored_truth, leave_one_app_out, seen_episodes
+from critics.trained import anchored_truth, leave_one_app_out, seen_episodes, training_rows
 from rollout.web.env import chromium_available
-from storage.anchors import anchors_by_episode, episode_apps
+from storage.anchors import anchors_by_episode
 from storage.apps import round_apps
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Anchor, Episode, Judgment, Policy, Round
@@ -189,16 +189,15 @@ def out_of_sample(home: Path) -> str:
         sessions = _copy(home, tmp)
         with sessions() as s:
             seen = seen_episodes(s)
-            apps = episode_apps(s)
             truth = anchored_truth(s, Episode.id.is_not(None))
             last = s.scalar(select(func.max(Round.id)))
             loao = leave_one_app_out(s, last or 0, every_round=True, seen=seen)
     rows = [e for e in seen if e.episode_id in truth]
-    train = with_prior([TrainRow(e.query, e.app, e.features, truth[e.episode_id]) for e in rows])
+    train = with_prior(training_rows(rows, truth))
     held: dict[str, ChannelStats] = defaultdict(ChannelStats)
     for e, p in zip(rows, cross_judge(train, [(e.query, e.app, e.features) for e in rows]), strict=True):
         if p.success is not None:
-            held[apps[e.episode_id]].add(p.success, truth[e.episode_id])
+            held[e.app].add(p.success, truth[e.episode_id])
     summaries = {app: st.summary() for app, st in held.items()}
     lines = [
         f"{'learned critic, out of sample':40} {'half':9} {'n':>5} {'accuracy':>9} {'precision':>9} "

@@ -243,7 +243,7 @@ def fit_all(train: Sequence[TrainRow]) -> Checkpoint | None:
     apps with no row. None until the home's own rows number `MIN_TRAIN` with both outcomes: the
     critic abstains until the home has anchors of its own."""
     own = [r for r in train if r.query is not None]
-    shared = _fit_rows(own) if own else None
+    shared = _fit_rows(own)
     if shared is None:
         return None
     apps: dict[str, Correction] = {}

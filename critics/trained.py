@@ -63,10 +63,14 @@ def anchored_truth(s: Session, up_to: Any) -> dict[int, bool]:
     }
 
 
+def training_rows(seen: Sequence[Seen], truth: dict[int, bool]) -> list[TrainRow]:
+    """A training row of every episode in `seen` that `truth` (the deciding anchors' verdicts) decides."""
+    return [TrainRow(e.query, e.app, e.features, truth[e.episode_id]) for e in seen if e.episode_id in truth]
+
+
 def anchored_training(s: Session, seen: Sequence[Seen], up_to: Any) -> list[TrainRow]:
     """A training row of every episode in `seen` an anchor decides."""
-    truth = anchored_truth(s, up_to)
-    return [TrainRow(e.query, e.app, e.features, truth[e.episode_id]) for e in seen if e.episode_id in truth]
+    return training_rows(seen, anchored_truth(s, up_to))
 
 
 def leave_one_app_out(
@@ -84,7 +88,7 @@ def leave_one_app_out(
     out: dict[str, dict[str, Any]] = {}
     for app in sorted({e.app for e in anchored}):
         mine = [e for e in anchored if e.app == app and (every_round or e.round_id == round_id)]
-        others = [TrainRow(e.query, e.app, e.features, truth[e.episode_id]) for e in anchored if e.app != app]
+        others = training_rows([e for e in anchored if e.app != app], truth)
         model = fit_all(with_prior(others, leave_out=app))  # the app's own correction: none
         if model is None or not mine:
             continue
