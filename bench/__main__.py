@@ -24,6 +24,7 @@ from bench import (
     bench_sim,
     bench_steps,
     bench_trainer_recipes,
+    critic_ceiling,
     critic_throughput,
 )
 
@@ -42,6 +43,7 @@ def main() -> None:
         bench_round,
         critic_throughput,
         bench_critics,
+        critic_ceiling,
         bench_features,
         bench_dedup_quality,
         bench_dedup_rollouts,

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from critics.episode_features import FEATURES, SIGNS
+from critics.episode_features import SIGNS
 
 NAME, VERSION = "learned_trajectory", "3"  # bump with the features or the fit
 FOLDS = 5
@@ -160,26 +160,29 @@ def _standardised(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.hstack([(x - mean) / scale, np.ones((len(x), 1))]), mean, scale
 
 
-def fit(x: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> Checkpoint | None:
-    """Sign-constrained ridge logistic regression (`SIGNS`); None with too few anchors or one outcome.
+def fit(
+    x: np.ndarray, y: np.ndarray, ridge: float = RIDGE, signs: Mapping[str, int] = SIGNS
+) -> Checkpoint | None:
+    """Sign-constrained ridge logistic regression: `x`'s columns are `signs`' features, each weight held
+    to its sign; None with too few anchors or one outcome.
 
     Features whose weight would cross its sign are left out one at a time, the worst first, and the
     rest refitted, until every weight is on its side."""
     if len(y) < MIN_TRAIN or y.min() == y.max():
         return None
     z, mean, scale = _standardised(x)
-    signs = np.array([SIGNS[f] for f in FEATURES] + [0], dtype=float)
+    sign = np.array([*signs.values(), 0], dtype=float)
     active = list(range(z.shape[1]))
     while True:
         w_active = _newton(z[:, active], y, ridge)
-        crossed = signs[active] * w_active
+        crossed = sign[active] * w_active
         if crossed.min() >= 0:
             break
         active.pop(int(np.argmin(crossed)))
     w = np.zeros(z.shape[1])
     w[active] = w_active
     return Checkpoint(
-        FEATURES,
+        tuple(signs),
         tuple(float(v) for v in mean),
         tuple(float(v) for v in scale),
         tuple(float(v) for v in w[:-1]),

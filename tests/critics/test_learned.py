@@ -163,6 +163,12 @@ def test_a_feature_never_turns_its_evidence_around() -> None:
     model = fit(x, y)
     assert model is not None and model.weights[covered] == 0.0
     assert model.weights[free] > 0
+    # columns of its own, each with its sign (bench.critic_ceiling's app-centred copies)
+    held = fit(x[:, [free, covered]], y, signs={"free": 0, "for_success": 1})
+    assert held is not None and held.features == ("free", "for_success")
+    assert held.weights[1] == 0.0 and held.weights[0] > 0
+    turned = fit(x[:, [free, covered]], y, signs={"free": 0, "for_failure": -1})
+    assert turned is not None and turned.weights[1] < 0
 
 
 def test_the_innermost_element_under_the_finger_takes_the_tap() -> None:
