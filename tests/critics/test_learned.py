@@ -169,6 +169,8 @@ def test_a_feature_never_turns_its_evidence_around() -> None:
     assert held.weights[1] == 0.0 and held.weights[0] > 0
     turned = fit(x[:, [free, covered]], y, signs={"free": 0, "for_failure": -1})
     assert turned is not None and turned.weights[1] < 0
+    with pytest.raises(ValueError, match="one sign per column"):
+        fit(x[:, [free]], y, signs={"free": 0, "for_success": 1})
 
 
 def test_the_innermost_element_under_the_finger_takes_the_tap() -> None:
