@@ -168,10 +168,10 @@ def fit(
 
     Features whose weight would cross its sign are left out one at a time, the worst first, and the
     rest refitted, until every weight is on its side."""
-    if x.shape[1] != len(signs):
-        raise ValueError(f"fit: x has {x.shape[1]} columns but {len(signs)} signs; give one sign per column")
     if len(y) < MIN_TRAIN or y.min() == y.max():
         return None
+    if x.shape[1] != len(signs):
+        raise ValueError(f"fit: x has {x.shape[1]} columns but {len(signs)} signs; give one sign per column")
     z, mean, scale = _standardised(x)
     sign = np.array([*signs.values(), 0], dtype=float)
     active = list(range(z.shape[1]))

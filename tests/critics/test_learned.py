@@ -118,6 +118,7 @@ def test_too_few_anchors_or_one_outcome_fit_nothing() -> None:
     x = np.zeros((30, len(FEATURES)))
     assert fit(x, np.ones(30)) is None
     assert fit(x[:3], np.array([0.0, 1.0, 0.0])) is None
+    assert fit(np.array([]), np.array([])) is None  # a home with no anchors yet: no columns to count
 
 
 def test_every_episode_is_judged_by_a_model_that_never_saw_its_query(monkeypatch: pytest.MonkeyPatch) -> None:
