@@ -34,8 +34,11 @@ def harness() -> Iterator[None]:
         yield
 
 
+# SQLite only: test_kill_resume runs the same two rounds on PostgreSQL, report included, and compares
+# every table and sealed manifest with SQLite's.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_evolve_rounds_then_rerun_and_report(
-    harness: None, evolve_settings: Settings, tmp_path: Path
+    harness: None, evolve_settings: Settings, tmp_path: Path, db_url: str
 ) -> None:
     settings = evolve_settings
     first = rounds.evolve_round_flow(settings, 1)
