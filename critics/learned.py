@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from critics.episode_features import SIGNS
+from trajforge.procs import one_blas_thread
 
 NAME, VERSION = "learned_trajectory", "3"  # bump with the features or the fit
 FOLDS = 5
@@ -175,12 +176,13 @@ def fit(
     z, mean, scale = _standardised(x)
     sign = np.array([*signs.values(), 0], dtype=float)
     active = list(range(z.shape[1]))
-    while True:
-        w_active = _newton(z[:, active], y, ridge)
-        crossed = sign[active] * w_active
-        if crossed.min() >= 0:
-            break
-        active.pop(int(np.argmin(crossed)))
+    with one_blas_thread():  # thin matrices: see its docstring
+        while True:
+            w_active = _newton(z[:, active], y, ridge)
+            crossed = sign[active] * w_active
+            if crossed.min() >= 0:
+                break
+            active.pop(int(np.argmin(crossed)))
     w = np.zeros(z.shape[1])
     w[active] = w_active
     return Checkpoint(
@@ -198,7 +200,8 @@ def _correction(shared: Checkpoint, x: np.ndarray, y: np.ndarray) -> Correction:
     """An app's own correction to `shared`, fitted on the app's rows with the shared log-odds as offset."""
     p = np.clip(shared.prob(x), 1e-9, 1 - 1e-9)
     z, mean, scale = _standardised(x)
-    w = _newton(z, y, CORRECTION_RIDGE, offset=np.log(p / (1 - p)), shrink_bias=True)
+    with one_blas_thread():  # thin matrices: see its docstring
+        w = _newton(z, y, CORRECTION_RIDGE, offset=np.log(p / (1 - p)), shrink_bias=True)
     return Correction(
         tuple(float(v) for v in mean), tuple(float(v) for v in scale), tuple(float(v) for v in w)
     )

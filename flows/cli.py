@@ -22,6 +22,7 @@ from flows.progress_view import progress_bar, shown
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.errors import ActionError, TrajforgeError
 from trajforge.logs import RedactingStream, configure_logging, redact, redact_url
+from trajforge.procs import one_blas_thread
 from trajforge.settings import Settings
 from trajforge.stopping import Stopped, call_stoppable, stop_on_signals
 
@@ -375,6 +376,7 @@ def main() -> None:
 
     sys.stdout = RedactingStream(sys.stdout)
     sys.stderr = RedactingStream(sys.stderr)
+    one_blas_thread()  # for the whole command: its parallelism is its own workers'
     try:
         app()  # standalone: usage errors print themselves and exit 2
     except TrajforgeError as exc:
