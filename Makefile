@@ -11,13 +11,18 @@ STAMP := $(VENV)/.installed
 # ports, homes, databases, buckets, Label Studio and Chromium (tests/conftest.py).
 FAST_WORKERS ?= auto
 SLOW_WORKERS ?= 4
+# One BLAS thread per test process, as the `trajforge` command runs (trajforge.procs.one_blas_thread):
+# the parallelism is the workers'; OpenBLAS's own threads on top only spin on the same two cores.
+TEST_ENV := OPENBLAS_NUM_THREADS=1
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first and pinned: 2.13.0 is the local CPU wheel; anything else pulls CUDA.
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,miniwob]'
+	# --no-compile: Python compiles each module when it is first imported, and most never are
+	# (compiling all of torch alone takes 30 s of CPU, three times its unpacking).
+	$(BIN)/python -m pip install -q --no-compile torch==2.13.0
+	$(BIN)/python -m pip install -q --no-compile -e '.[dev,miniwob]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -59,11 +64,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
-	$(BIN)/pytest -m 'not slow' -n $(FAST_WORKERS) $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/pytest -m 'not slow' -n $(FAST_WORKERS) $(PYTEST_ARGS)
 
 ## test-slow: install, then run every test marked slow (browsers, servers, schedules, trainers); CI runs both tiers
 test-slow: $(STAMP)
-	$(BIN)/pytest -m slow -n $(SLOW_WORKERS) $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/pytest -m slow -n $(SLOW_WORKERS) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
