@@ -11,15 +11,16 @@ import tempfile
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import urllib3
-from minio import Minio
-from minio.error import MinioException, S3Error
 
 from storage.keys import blob_key, sha256_hex
 from trajforge.errors import ObjectNotFound, StorageError
 from trajforge.settings import S3Settings, Settings
+
+if TYPE_CHECKING:  # imported by the S3 store alone: a local store's commands start without it
+    from minio import Minio
 
 
 @runtime_checkable
@@ -127,6 +128,8 @@ class S3ObjectStore:
         Raises:
             StorageError: the endpoint is unreachable or refuses the credentials.
         """
+        from minio import Minio
+
         timeout = urllib3.Timeout(connect=settings.timeout_s, read=settings.timeout_s)
         # Few retries: an unreachable endpoint must fail in seconds, not minutes.
         retries = urllib3.Retry(total=2, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504])
@@ -147,6 +150,8 @@ class S3ObjectStore:
         return store
 
     def _call(self, what: str, fn):  # type: ignore[no-untyped-def]
+        from minio.error import MinioException, S3Error
+
         try:
             return fn()
         except S3Error as exc:

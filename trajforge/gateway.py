@@ -19,9 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import openai
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from trajforge.endpoints import charged_round, fit_images, stage_group
 from trajforge.errors import LLMError, LLMRateLimited, LLMRefused, LLMTimeout
@@ -30,6 +28,9 @@ from trajforge.ledger import CachedCall, FailedCall, ResponseCache
 from trajforge.logs import redact
 from trajforge.settings import LLMSettings
 from trajforge.stopping import check_stop
+
+if TYPE_CHECKING:  # imported where a request is sent: `openai` alone takes 2.5 s of a command's start
+    import openai
 
 __all__ = ["CachedCall", "FailedCall", "ResponseCache"]  # and the gateway below
 log = logging.getLogger("trajforge.gateway")
@@ -284,6 +285,8 @@ class LLMGateway:
         return LLMResult(text, key, prompt, completion, cost, cached, attempts, data, error)
 
     async def _with_retries(self, params: dict[str, Any], stage: str, route: _Route) -> tuple[Any, int]:
+        import openai
+
         attempt = 0
         retry_after: float | None
         final: type[LLMError]
@@ -346,6 +349,8 @@ class LLMGateway:
 
 
 def _new_client(settings: LLMSettings) -> openai.AsyncOpenAI:
+    import openai
+
     return openai.AsyncOpenAI(
         base_url=settings.base_url,
         api_key=settings.api_key.get_secret_value(),
