@@ -22,7 +22,6 @@ from storage.models import Base
 from tests.support.evolve import tiny_config
 from tests.support.label_studio import LabelStudioServer, label_studio_bin, running_server, serve
 from tests.support.scripted_llm import ScriptedLLM
-from tests.support.smoke import share_snapshots
 from trajforge.settings import S3Settings, Settings, load_settings
 
 REQUIRE_SERVICES = os.environ.get("TRAJFORGE_TEST_REQUIRE_SERVICES") == "1"
@@ -43,15 +42,6 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("TRAJFORGE_") and not name.startswith("TRAJFORGE_TEST_"):
             monkeypatch.delenv(name)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _shared_smoke_snapshots(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Under xdist, smoke rounds are computed once per run and shared by the workers
-    (tests/support/smoke.py)."""
-    base = tmp_path_factory.getbasetemp()
-    if base.name.startswith("popen-gw"):  # one base per worker, side by side in the run's folder
-        share_snapshots(base.parent / "smoke-snapshots")
 
 
 @pytest.fixture(scope="session")
@@ -166,12 +156,3 @@ def evolve_config(tmp_path: Path, db_url: str, engine: Engine) -> Path:
 @pytest.fixture
 def evolve_settings(evolve_config: Path) -> Settings:
     return load_settings(evolve_config)
-
-
-@pytest.fixture(scope="session")
-def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Prefect API server for this worker's loop tests (see tests/support/prefect_api.py)."""
-    from tests.support.prefect_api import prefect_server
-
-    with prefect_server(tmp_path_factory.mktemp("prefect-api"), free_port()) as url:
-        yield url

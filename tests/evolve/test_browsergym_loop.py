@@ -20,7 +20,7 @@ TASKS = ["browsergym:miniwob.click-test", "browsergym:miniwob.enter-text"]
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_browsergym_tasks_evolve_and_export(tmp_path: Path, prefect_api: str) -> None:
+def test_browsergym_tasks_evolve_and_export(tmp_path: Path) -> None:
     bg = {"TRAJFORGE_BROWSERGYM_PYTHON": str(browsergym_python())}
     config = {
         "apps": TASKS,
@@ -28,7 +28,7 @@ def test_browsergym_tasks_evolve_and_export(tmp_path: Path, prefect_api: str) ->
                    "heldout_rollouts": 1, "devices": 2, "max_steps": 6},
         "curate": {"featurizer": "phash"},
     }  # fmt: skip
-    table = _evolve(tmp_path / "run", config, prefect_api, extra_env=bg)
+    table = _evolve(tmp_path / "run", config, extra_env=bg)
     first = table["rounds"][0]
     apps = first["apps"]
     assert set(apps) == set(TASKS)

@@ -28,7 +28,7 @@ TASKS = ["desktop:calc-clear", "desktop:calc-enter-digit", "desktop:editor-write
 
 
 @pytest.mark.slow
-def test_desktop_tasks_evolve_and_export_for_every_trainer(tmp_path: Path, prefect_api: str) -> None:
+def test_desktop_tasks_evolve_and_export_for_every_trainer(tmp_path: Path) -> None:
     suite = get_suite("desktop")
     assert isinstance(suite, DesktopSuite)
     if suite.missing():
@@ -40,7 +40,7 @@ def test_desktop_tasks_evolve_and_export_for_every_trainer(tmp_path: Path, prefe
                    "heldout_rollouts": 1, "devices": 2},
         "curate": {"featurizer": "phash"},
     }  # fmt: skip
-    table = _evolve(tmp_path / "run", config, prefect_api)
+    table = _evolve(tmp_path / "run", config)
     first = table["rounds"][0]
     apps = first["apps"]
     assert set(apps) == {*TASKS, "tally:add-item"}

@@ -22,14 +22,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _evolve(
-    folder: Path, config: dict, api: str, extra_env: dict[str, str] | None = None, trajforge: str = TRAJFORGE
+    folder: Path, config: dict, extra_env: dict[str, str] | None = None, trajforge: str = TRAJFORGE
 ) -> dict:
-    """`trajforge evolve` on `config` in `folder`, its flows on the Prefect API at `api` (the
-    `prefect_api` fixture): the rounds' table from `rounds.json`."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.yaml").write_text(yaml.safe_dump({"home": str(folder / "home"), **config}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAJFORGE_", "PREFECT_"))}
-    env |= {"PREFECT_API_URL": api} | (extra_env or {})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")} | (extra_env or {})
     done = subprocess.run(
         [trajforge, "evolve", "--config", "run.yaml"], cwd=folder, env=env, capture_output=True, text=True
     )
@@ -39,7 +36,7 @@ def _evolve(
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_miniwob_tasks_beside_a_built_in_app_evolve_and_export(tmp_path: Path, prefect_api: str) -> None:
+def test_miniwob_tasks_beside_a_built_in_app_evolve_and_export(tmp_path: Path) -> None:
     from rollout.web.env import chromium_available
 
     if not chromium_available():
@@ -49,7 +46,7 @@ def test_miniwob_tasks_beside_a_built_in_app_evolve_and_export(tmp_path: Path, p
         "evolve": {"rounds": 1, "queries_per_app": 4, "rollouts": 2, "heldout_per_app": 4, "heldout_rollouts": 1},
         "curate": {"featurizer": "phash"},
     }  # fmt: skip
-    table = _evolve(tmp_path / "run", config, prefect_api)
+    table = _evolve(tmp_path / "run", config)
     first = table["rounds"][0]
     apps = first["apps"]
     assert set(apps) == {"miniwob:click-button", "miniwob:enter-text", "takeout"}
@@ -89,7 +86,7 @@ def _is_miniwob(prompt: str) -> bool:
 
 
 @pytest.mark.slow
-def test_a_suite_package_installed_from_its_wheel_runs_two_rounds(tmp_path: Path, prefect_api: str) -> None:
+def test_a_suite_package_installed_from_its_wheel_runs_two_rounds(tmp_path: Path) -> None:
     """A user's suite package as users ship one: a wheel (built here from tests/support/tally_suite.py)
     whose metadata registers it under `trajforge.suites`, installed into a fresh venv beside a
     trajforge installed from its own wheel, and evolved from that venv's `trajforge` command."""
@@ -124,7 +121,7 @@ def test_a_suite_package_installed_from_its_wheel_runs_two_rounds(tmp_path: Path
 
     config = {"apps": ["tally:reach"], "evolve": {"rounds": 2, "queries_per_app": 4, "rollouts": 2,
               "heldout_per_app": 4, "heldout_rollouts": 1}, "curate": {"featurizer": "phash"}}  # fmt: skip
-    table = _evolve(tmp_path / "run", config, prefect_api, trajforge=str(venv / "bin" / "trajforge"))
+    table = _evolve(tmp_path / "run", config, trajforge=str(venv / "bin" / "trajforge"))
     rounds = table["rounds"]
     assert [r["status"] for r in rounds] == ["done", "done"]
     assert set(rounds[0]["apps"]) == {"tally:reach"} and rounds[0]["apps"]["tally:reach"]["episodes"] == 8
@@ -143,7 +140,7 @@ def _clean_env() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_a_gymnasium_env_runs_two_rounds_through_gym(tmp_path: Path, prefect_api: str) -> None:
+def test_a_gymnasium_env_runs_two_rounds_through_gym(tmp_path: Path) -> None:
     """Our own RGB gymnasium env (tests/support/gym_shapes.py) by its id, and by a suite file that
     gives its kwargs: its seeds are the queries, its reward and termination the outcomes."""
     suite = tmp_path / "run" / "shapes.yaml"
@@ -156,7 +153,7 @@ def test_a_gymnasium_env_runs_two_rounds_through_gym(tmp_path: Path, prefect_api
               "evolve": {"rounds": 2, "queries_per_app": 4, "rollouts": 2, "heldout_per_app": 4,
                          "heldout_rollouts": 1},
               "curate": {"featurizer": "phash"}}  # fmt: skip
-    rounds = _evolve(tmp_path / "run", config, prefect_api, {"PYTHONPATH": path})["rounds"]
+    rounds = _evolve(tmp_path / "run", config, {"PYTHONPATH": path})["rounds"]
     assert [r["status"] for r in rounds] == ["done", "done"]
     apps = rounds[0]["apps"]
     assert set(apps) == {"gym:tests.support.gym_shapes:Shapes-v0", "shapes:type"}

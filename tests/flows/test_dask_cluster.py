@@ -26,11 +26,9 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _env(tmp: Path, api: str) -> dict[str, str]:
-    """The CLI's environment: Prefect's API is a running server, as it is where a round spans machines
-    (tests/support/prefect_api.py), so no run starts a temporary one."""
+def _env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRAJFORGE_"))}
-    return env | {"PREFECT_HOME": str(tmp / "prefect"), "PREFECT_API_URL": api, "PYTHONPATH": str(REPO)}
+    return env | {"PREFECT_HOME": str(tmp / "prefect"), "PYTHONPATH": str(REPO)}
 
 
 def _episodes(db: str) -> list[tuple]:
@@ -60,8 +58,8 @@ def _stored(db_file: Path) -> int:
         return 0
 
 
-def test_a_round_on_a_dask_cluster_survives_a_killed_worker(tmp_path: Path, prefect_api: str) -> None:
-    env = _env(tmp_path, prefect_api)
+def test_a_round_on_a_dask_cluster_survives_a_killed_worker(tmp_path: Path) -> None:
+    env = _env(tmp_path)
     reference_db = f"sqlite:///{tmp_path / 'threads' / 'db.sqlite'}"
     reference = tiny_config(tmp_path / "threads" / "evolve.yaml", reference_db)
     done = subprocess.run(

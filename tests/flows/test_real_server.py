@@ -74,7 +74,7 @@ def test_every_familys_request_is_accepted_and_every_answer_kept_as_data(
 
 
 def test_two_rounds_from_the_users_checkpoint_against_the_real_server(
-    server: ModelServer, tmp_path: Path, prefect_api: str
+    server: ModelServer, tmp_path: Path
 ) -> None:
     """`evolve.first_policy: vlm` with the model critics, CSRS and everything else on the real server:
     both rounds finish, every failure is data, and a rerun sends no request."""
@@ -107,8 +107,7 @@ def test_two_rounds_from_the_users_checkpoint_against_the_real_server(
             }
         )
     )
-    api = {"PREFECT_API_URL": prefect_api}  # tests/support/prefect_api.py
-    done = cli("evolve", "--rounds", "2", "--config", str(config), env=api, cwd=tmp_path, timeout=900)
+    done = cli("evolve", "--rounds", "2", "--config", str(config), cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "round 1/2: policy vlm-qwen25vl@0" in done.stdout
     with sqlite3.connect(tmp_path / "home" / "trajforge.db") as conn:
@@ -126,7 +125,7 @@ def test_two_rounds_from_the_users_checkpoint_against_the_real_server(
         assert policy["calls"] > 0 and policy["prompt_tokens"] > 500 and policy["cost_usd"] > 0
         assert row["model"]["calls"] == sum(s["calls"] for s in row["model"]["stages"].values())
     assert sum(r["model"]["calls"] for r in table) == paid
-    again = cli("evolve", "--rounds", "2", "--config", str(config), env=api, cwd=tmp_path, timeout=300)
+    again = cli("evolve", "--rounds", "2", "--config", str(config), cwd=tmp_path, timeout=300)
     with sqlite3.connect(tmp_path / "home" / "trajforge.db") as conn:
         assert conn.execute("select count(*) from llm_call").fetchone()[0] == paid  # nothing sent again
     assert again.returncode == 0 and again.stdout.count("already done") == 2

@@ -98,10 +98,22 @@ def test_a_one_minute_cron_completes_two_rounds_unattended_through_a_killed_work
     tiny = {"schedule": EVERY_MINUTE, "queries_per_app": 1, "rollouts": 1}
     config = tiny_config(tmp_path / "evolve.yaml", db, **tiny)
     reference_db = f"sqlite:///{tmp_path / 'ref' / 'db.sqlite'}"
+    reference = _start(  # the same two rounds, uninterrupted, by hand (its own temporary Prefect)
+        [
+            str(BIN / "trajforge"),
+            "evolve",
+            "--rounds",
+            "2",
+            "--config",
+            str(tiny_config(tmp_path / "ref" / "evolve.yaml", reference_db, **tiny)),
+        ],
+        env,
+        tmp_path / "reference.log",
+    )
     server = _start(
         [str(BIN / "prefect"), "server", "start", "--port", str(port)], env, tmp_path / "server.log"
     )
-    reference = served = None
+    served = None
     try:
         deadline = time.monotonic() + 120
         while True:  # the server answers once its database is migrated
@@ -114,18 +126,6 @@ def test_a_one_minute_cron_completes_two_rounds_unattended_through_a_killed_work
                 tmp_path / "server.log"
             ).read_text()[-3000:]
             time.sleep(1)
-        reference = _start(  # the same two rounds, uninterrupted, by hand (on the same server)
-            [
-                str(BIN / "trajforge"),
-                "evolve",
-                "--rounds",
-                "2",
-                "--config",
-                str(tiny_config(tmp_path / "ref" / "evolve.yaml", reference_db, **tiny)),
-            ],
-            env | {"PREFECT_API_URL": url},
-            tmp_path / "reference.log",
-        )
         serve = [str(BIN / "trajforge"), "serve", "--config", str(config)]
         served = _start(serve, env | {"PREFECT_API_URL": url}, tmp_path / "serve.log")
         round_1 = select(func.count()).select_from(Episode).where(Episode.round_id == 1)

@@ -9,10 +9,6 @@ wrote: every table's rows and every stored object. A later call with the same ar
 database holding the same earlier rounds, writes those rows and objects into the test's own
 database and store. Anything else (a database that other code wrote rounds into) runs for real.
 
-Under xdist the snapshots are shared by the run's workers through files (`share_snapshots`, set by
-tests/conftest.py): the first worker to need one runs the round under a file lock and writes it;
-the others wait for it and restore it, so each snapshot is computed once per run, not per worker.
-
 `tests/evolve/test_smoke.py` tests the smoke round itself and calls it directly.
 """
 
@@ -21,12 +17,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import pickle
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 from sqlalchemy import Connection, delete, insert, select, text
 
 from evolve.smoke import ROLLOUTS, SmokeReport, run_smoke_round
@@ -51,13 +45,6 @@ class _Snapshot:
 Key = tuple[Any, ...]
 _SNAPSHOTS: dict[Key, _Snapshot] = {}
 _HISTORY: dict[str, tuple[Key, str]] = {}  # per database: the key its rows came from, their digest
-_SHARED: list[Path] = []  # the folder this run's workers share snapshots through, once set
-
-
-def share_snapshots(folder: Path) -> None:
-    """Share snapshots with the other workers of this run through files in `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    _SHARED[:] = [folder]
 
 
 def smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int = ROLLOUTS) -> SmokeReport:
@@ -69,39 +56,20 @@ def smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int = RO
             now = _digest(conn)
         # where this database's rows came from: this module's earlier calls, or what they started on
         earlier, left = _HISTORY.pop(settings.db_url, ((_fingerprint(settings), now), ""))
-        report: SmokeReport | None = None
         if left and left != now:  # written since this module's last call: no snapshot fits
             return run_smoke_round(settings, queries_per_app, rollouts)
         key = (*earlier, (queries_per_app, rollouts))
         snapshot = _SNAPSHOTS.get(key)
         if snapshot is None:
-            snapshot, report = _first(settings, key, queries_per_app, rollouts)
-            _SNAPSHOTS[key] = snapshot
-        if report is None:
+            report = run_smoke_round(settings, queries_per_app, rollouts)
+            _SNAPSHOTS[key] = _take(settings, report)
+        else:
             report = _restore(settings, snapshot)
         with engine.connect() as conn:
             _HISTORY[settings.db_url] = (key, _digest(conn))
         return report
     finally:
         engine.dispose()
-
-
-def _first(
-    settings: Settings, key: Key, queries_per_app: int, rollouts: int
-) -> tuple[_Snapshot, SmokeReport | None]:
-    """This worker's first call with `key`: another worker's snapshot (and None: it is to be
-    restored), or the round run here for real (and its report: the rows are already written)."""
-    if not _SHARED:
-        report = run_smoke_round(settings, queries_per_app, rollouts)
-        return _take(settings, report), report
-    path = _SHARED[0] / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.pickle"
-    with FileLock(f"{path}.lock"):
-        if path.exists():
-            return pickle.loads(path.read_bytes()), None  # written by this run's workers
-        report = run_smoke_round(settings, queries_per_app, rollouts)
-        snapshot = _take(settings, report)
-        path.write_bytes(pickle.dumps(snapshot))
-        return snapshot, report
 
 
 def _fingerprint(settings: Settings) -> str:
