@@ -133,7 +133,7 @@ def test_dedup_uses_the_stored_encoder_and_falls_back_to_phash_until_one_is_trai
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     settings = load_settings()
     with caplog.at_level(logging.INFO, logger="trajforge.features"):
-        # run here for real: the fallback's log line is checked, and a shared snapshot restores rows only
+        # run here for real: the fallback's log line is checked, and a restored snapshot writes rows only
         report = run_smoke_round(settings, queries_per_app=1, rollouts=2)
     assert report.curation.featurizer == PHashFeaturizer.key  # nothing trained yet: the fallback, logged
     assert "no screen encoder trained on this store yet" in caplog.text
