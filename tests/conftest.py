@@ -21,6 +21,7 @@ from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Base
 from tests.support.evolve import tiny_config
 from tests.support.label_studio import LabelStudioServer, label_studio_bin, running_server, serve
+from tests.support.processes import LOADED_MACHINE
 from tests.support.scripted_llm import ScriptedLLM
 from trajforge.settings import S3Settings, Settings, load_settings
 
@@ -37,11 +38,14 @@ def service_missing(what: str) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test gets its own working directory, so no state is shared through ./.trajforge."""
+    """Each test gets its own working directory, so no state is shared through ./.trajforge, and
+    the loaded machine's Prefect start timeout (`tests.support.processes.LOADED_MACHINE`)."""
     monkeypatch.chdir(tmp_path)
     for name in list(os.environ):
         if name.startswith("TRAJFORGE_") and not name.startswith("TRAJFORGE_TEST_"):
             monkeypatch.delenv(name)
+    for name, value in LOADED_MACHINE.items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(scope="session")

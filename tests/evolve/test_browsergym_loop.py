@@ -5,7 +5,6 @@ policy aimed at still on the step's element tree."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from tests.evolve.test_suite_loop import TRAJFORGE, _evolve
 from tests.rollout.test_browsergym_suite import browsergym_python
+from tests.support.processes import child_env
 from trajforge.recovery import PROBE_REASONS
 
 TASKS = ["browsergym:miniwob.click-test", "browsergym:miniwob.enter-text"]
@@ -41,7 +41,7 @@ def test_browsergym_tasks_evolve_and_export(tmp_path: Path) -> None:
     assert rec["probed"] == made + sum(n for r, n in rec["skipped"].items() if r in PROBE_REASONS)
 
     out = tmp_path / "export"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    env = child_env("TRAJFORGE_")
     done = subprocess.run(
         [TRAJFORGE, "datasets", "export", "1", "--format", "sft-sharegpt", "--out", str(out)],
         env=env | {"TRAJFORGE_HOME": str(tmp_path / "run" / "home")}, capture_output=True, text=True,

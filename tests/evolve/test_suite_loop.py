@@ -16,6 +16,7 @@ from PIL import Image
 
 from tests.conftest import service_missing
 from tests.flows.test_cli import TRAJFORGE
+from tests.support.processes import child_env
 from trajforge.recovery import PROBE_REASONS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ def _evolve(
 ) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.yaml").write_text(yaml.safe_dump({"home": str(folder / "home"), **config}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")} | (extra_env or {})
+    env = child_env("TRAJFORGE_") | (extra_env or {})
     done = subprocess.run(
         [trajforge, "evolve", "--config", "run.yaml"], cwd=folder, env=env, capture_output=True, text=True
     )
@@ -63,7 +64,7 @@ def test_miniwob_tasks_beside_a_built_in_app_evolve_and_export(tmp_path: Path) -
 
     out = tmp_path / "export"
     home = {"TRAJFORGE_HOME": str(tmp_path / "run" / "home")}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")} | home
+    env = child_env("TRAJFORGE_") | home
     done = subprocess.run(
         [TRAJFORGE, "datasets", "export", "1", "--format", "sft-sharegpt", "--out", str(out)],
         env=env, capture_output=True, text=True,
@@ -136,7 +137,7 @@ def _run(command: list[str], cwd: Path) -> str:
 
 def _clean_env() -> dict[str, str]:
     """The environment without trajforge's settings and without PYTHONPATH: a user's shell."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_") and k != "PYTHONPATH"}
+    return {k: v for k, v in child_env("TRAJFORGE_").items() if k != "PYTHONPATH"}
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ policy about the same held-out success (its taps were once scaled by 2400/2202 o
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +14,7 @@ import yaml
 
 from tests.conftest import service_missing
 from tests.flows.test_cli import TRAJFORGE
+from tests.support.processes import child_env
 
 LEDGER = Path(__file__).resolve().parents[2] / "docs/examples/ledger.yaml"
 
@@ -32,7 +32,7 @@ def _candidate_heldout(tmp_path: Path, backend: str) -> tuple[int, int]:
         "curate": {"featurizer": "phash"},
     }  # fmt: skip
     (folder / "run.yaml").write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    env = child_env("TRAJFORGE_")
     done = subprocess.run(
         [TRAJFORGE, "evolve", "--config", "run.yaml"], cwd=folder, env=env, capture_output=True, text=True
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import child_env
 from trajforge.actions import CODECS, Screen, get_codec
 
 TRAJFORGE = shutil.which("trajforge", path=str(Path(sys.executable).parent)) or "trajforge"
@@ -24,7 +24,7 @@ def cli(
     cwd: Path | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    full_env = child_env("TRAJFORGE_")
     full_env.update(env or {})
     return subprocess.run(
         [TRAJFORGE, *args],
@@ -305,7 +305,7 @@ def test_rollout_survives_sigkill_and_resumes(tmp_path: Path) -> None:
         "1",
     ]
     args = [TRAJFORGE, *rollout]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    env = child_env("TRAJFORGE_")
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     db = tmp_path / ".trajforge" / "trajforge.db"
     deadline = time.monotonic() + 60
@@ -399,7 +399,7 @@ def test_critics_run_is_idempotent_and_calibrate_reports(tmp_path: Path) -> None
 def test_convert_a_line_that_is_not_utf8_is_one_error_in_its_place(src: str) -> None:
     good = SAMPLES[src][0].replace("\n", " ").encode()
     stdin = good + b"\n" + b"\xff\xfe" + good + b"\n" + b"\x00\n" + good + b"\n"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    env = child_env("TRAJFORGE_")
     result = subprocess.run(
         [TRAJFORGE, "actions", "convert", "--from", src, "--to", "canonical"],
         input=stdin,

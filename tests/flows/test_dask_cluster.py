@@ -20,6 +20,7 @@ from storage.db import create_db_engine
 from storage.models import Episode, Step
 from tests.conftest import free_port
 from tests.support.evolve import tiny_config
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRAJFORGE_"))}
+    env = child_env("PREFECT_", "TRAJFORGE_")
     return env | {"PREFECT_HOME": str(tmp / "prefect"), "PYTHONPATH": str(REPO)}
 
 

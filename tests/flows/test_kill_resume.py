@@ -23,6 +23,7 @@ from storage.db import create_db_engine
 from storage.models import Base, DatasetVersion, Episode, Judgment, Policy, Round, Sample
 from tests.support.evolve import tiny_config
 from tests.support.once import once_per_run
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.slow
 ROUNDS = "2"
@@ -43,7 +44,7 @@ def _evolve(config: Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # the kill takes Prefect's temporary server with it, like a crash
-        env={k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+        env=child_env("PREFECT_"),
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 
 import pytest
@@ -11,6 +10,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from tests.flows.test_cli import TRAJFORGE
+from tests.support.processes import child_env
 
 SECRET = "Authorization: Bearer sk-live-0123456789 via postgresql+psycopg://trainer:hunter2@db:5432/x"
 
@@ -29,7 +29,7 @@ def test_every_command_redacts_every_logger(command: list[str], caplog: pytest.L
 
 def test_a_command_that_logs_prints_no_secret(tmp_path) -> None:
     """`trajforge check` against a server that refuses: the password never reaches the terminal."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    env = child_env("TRAJFORGE_")
     env["TRAJFORGE_DB_URL"] = "postgresql+psycopg://trainer:hunter2@127.0.0.1:1/x"
     env["TRAJFORGE_DB_ECHO"] = "true"  # SQLAlchemy's own engine logging too
     done = subprocess.run(

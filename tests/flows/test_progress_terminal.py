@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.evolve import tiny_config
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def _on_a_terminal(args: list[str], cwd: Path, limit_s: float) -> tuple[int, str, dict[str, float]]:
     """Run `args` with a pseudo-terminal as stdout and stderr: exit code, what it showed (escape
     codes removed) and when each label of `STAGES` and `COUNTED` first showed (seconds)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJFORGE_")}
+    env = child_env("TRAJFORGE_")
     env |= {"TERM": "xterm-256color", "COLUMNS": "160"}
     leader, follower = pty.openpty()
     proc = subprocess.Popen(args, stdin=follower, stdout=follower, stderr=follower, cwd=cwd, env=env)

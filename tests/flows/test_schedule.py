@@ -26,6 +26,7 @@ from storage.db import create_db_engine
 from storage.models import DatasetVersion, Episode, Round
 from tests.conftest import free_port
 from tests.support.evolve import tiny_config
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -91,7 +92,7 @@ def _wait(until: Any, deadline_s: float, process: subprocess.Popen, log: Path) -
 def test_a_one_minute_cron_completes_two_rounds_unattended_through_a_killed_worker(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRAJFORGE_"))}
+    env = child_env("PREFECT_", "TRAJFORGE_")
     env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     db_file = tmp_path / "db.sqlite"
     db = f"sqlite:///{db_file}"

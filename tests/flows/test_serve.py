@@ -21,6 +21,7 @@ from sqlalchemy import select
 from storage.db import create_db_engine
 from storage.models import Round
 from tests.support.evolve import tiny_config
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.slow
 TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
@@ -34,7 +35,7 @@ def api_url() -> Iterator[str]:
 
 
 def _env(api: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = child_env("PREFECT_")
     return {**env, "PREFECT_API_URL": api}
 
 

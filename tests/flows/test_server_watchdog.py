@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.evolve import tiny_config
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.slow
 TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
@@ -46,7 +47,7 @@ def _alive(pid: int) -> bool:
 
 def test_a_killed_evolve_takes_its_temporary_prefect_server_with_it(tmp_path: Path) -> None:
     config = tiny_config(tmp_path / "evolve.yaml", f"sqlite:///{tmp_path / 'home' / 'trajforge.db'}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = child_env("PREFECT_")
     proc = subprocess.Popen(
         [TRAJFORGE, "evolve", "--rounds", "2", "--config", str(config)],
         stdout=subprocess.DEVNULL,

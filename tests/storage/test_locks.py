@@ -20,6 +20,7 @@ from storage.db import create_db_engine
 from storage.locks import LOOP_LOCK, exclusive, holder
 from storage.models import DatasetVersion, Episode
 from tests.conftest import PG_ADMIN_URL
+from tests.support.processes import child_env
 from trajforge.errors import LoopBusy
 
 TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
@@ -138,7 +139,7 @@ def test_a_second_evolve_refuses_in_one_line_and_writes_nothing(evolve_config: P
 @pytest.mark.slow
 def test_two_concurrent_evolves_one_works_the_other_refuses(evolve_config: Path, engine: Engine) -> None:
     command = [TRAJFORGE, "evolve", "--rounds", "1", "--config", str(evolve_config)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env = child_env("PREFECT_")
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.monotonic() + 120
     while holder(engine, NAME) is None and first.poll() is None and time.monotonic() < deadline:

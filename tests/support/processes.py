@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+# Prefect's temporary API server on CI's two cores under the slow tier's four workers: trajforge's
+# default wait of 120 s was once not enough (the MiniWoB++ suite loop at stop 81). Every command a
+# test starts waits longer; a server that really cannot start is tested in test_slow_machine.py.
+LOADED_MACHINE = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "600"}
+
+
+def child_env(*drop: str) -> dict[str, str]:
+    """The environment for a command a test starts: this process's, less the variables whose names
+    start with one of `drop` (a user's TRAJFORGE_ settings, a PREFECT_API_URL), with the loaded
+    machine's Prefect start timeout."""
+    return {k: v for k, v in os.environ.items() if not (drop and k.startswith(drop))} | LOADED_MACHINE
 
 
 def healthy(url: str) -> bool:
