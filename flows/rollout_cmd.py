@@ -18,6 +18,7 @@ from flows.progress_view import shown
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
+from rollout.records import MODEL_FAULTS
 from rollout.runner import RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
 from rollout.web.env import chromium_available
@@ -26,10 +27,11 @@ from storage.apps import check_apps
 from storage.db import transaction
 from storage.keys import sha256_hex
 from storage.models import App, Round
+from storage.models import Episode as EpisodeRow
 from storage.models import Query as QueryRow
 from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
-from trajforge.errors import ConfigError, DeviceError
+from trajforge.errors import ConfigError, DeviceError, LLMError
 from trajforge.families import get_family
 from trajforge.gateway import LLMGateway
 from trajforge.probe import probe_endpoint
@@ -91,6 +93,7 @@ def run_rollout(
     if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it
         close_round(spine, number, {})
     _say(number, f"{spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices", report)
+    _endpoint_failed_all(spine.sessions, rnd.id, number, report)
 
 
 def _say(number: int, what: str, report: RolloutReport) -> None:
@@ -103,6 +106,31 @@ def _say(number: int, what: str, report: RolloutReport) -> None:
             "`trajforge devices list` shows the pool, `trajforge devices reset` returns retired devices, "
             "then rerun the same command"
         )
+
+
+def _endpoint_failed_all(
+    sessions: sessionmaker[Session], round_id: int, number: int, report: RolloutReport
+) -> None:
+    """A rollout whose every episode the policy's endpoint ended (an HTTP error or a timeout after
+    its retries) is an error, not a 0% success rate: one line with the last failure's detail. The
+    episodes are kept with their reason, and a rerun plays them again (`rollout.records`)."""
+    faulted = sum(report.outcomes[reason] for reason in MODEL_FAULTS)
+    if not report.completed or faulted < report.completed:
+        return
+    with sessions() as s:
+        meta = s.scalars(
+            select(EpisodeRow.meta)
+            .where(EpisodeRow.round_id == round_id, EpisodeRow.reason.in_(MODEL_FAULTS))
+            .order_by(EpisodeRow.id.desc())
+        ).first()
+    failure = (meta or {}).get("policy_failure") or {}
+    said = " ".join(str(failure.get("error") or failure.get("reason") or "no detail kept").split())[:300]
+    raise LLMError(
+        f"round {number}: the policy's endpoint failed every episode ({faulted} of {report.completed}; "
+        f"last: {said}); they are stored with their reason and the same command plays "
+        "them again: check the model server and llm.policy.base_url, then rerun",
+        status=failure.get("status"),
+    )
 
 
 def _load(config: Path | None, family: str | None) -> Settings:

@@ -4,7 +4,8 @@
 the server has one (vLLM, SGLang); where it does not answer it usefully (`transformers serve`
 answers 500 for a local model path), a one-token chat request does. A refused connection, a
 refused key, an unknown model or a request the server rejects is one line that names the stage,
-the URL (credentials masked) and the fix, instead of a round of `policy_error` episodes.
+the URL (credentials masked) and the fix, instead of a round of `policy_error` episodes; a 5xx or a
+429 says it may pass, a 4xx that the same request fails again.
 """
 
 from __future__ import annotations
@@ -66,7 +67,13 @@ def probe_endpoint(llm: LLMSettings, stage: str = "llm") -> str:
             f"{where} does not serve model {llm.model!r} (404: {_message(answer)}); "
             "set llm.model (TRAJFORGE_LLM_MODEL) to the name the server was started with"
         )
-    if answer.status_code >= 400:
+    if answer.status_code == 429 or answer.status_code >= 500:  # the server's trouble, perhaps passing
+        raise ConfigError(
+            f"{where} failed a one-token request for model {llm.model!r} ({answer.status_code}: "
+            f"{_message(answer)}); this can be transient (overloaded, still loading, rate-limited): "
+            "check the server's log and rerun when it answers"
+        )
+    if answer.status_code >= 400:  # the request itself: the same one fails again
         raise ConfigError(
             f"{where} rejected a one-token request for model {llm.model!r} ({answer.status_code}: "
             f"{_message(answer)}); retrying cannot help: fix the server or llm.model"

@@ -68,7 +68,13 @@ def test_nothing_listening_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "says"), [(404, "does not serve model 'ui-tars' (404"), (400, "retrying cannot help")]
+    ("status", "says"),
+    [
+        (404, "does not serve model 'ui-tars' (404"),
+        (400, "retrying cannot help"),
+        (500, "(500: scripted 500); this can be transient"),
+        (503, "(503: scripted 503); this can be transient"),
+    ],
 )
 def test_a_one_token_request_the_server_rejects_is_one_line(tmp_path: Path, status: int, says: str) -> None:
     with ScriptedLLM(probe=Reply(status=status)) as llm:  # no /models: the probe asks the model itself

@@ -141,6 +141,36 @@ def test_rollout_keeps_the_http_detail_and_a_rerun_plays_only_the_failed_episode
         assert conn.execute("select count(*) from exclusion where reason = 'policy_error'").fetchone() == (0,)
 
 
+@pytest.mark.parametrize("fault", [Reply(status=500), Reply(status=401)], ids=["500", "401"])
+def test_a_rollout_whose_every_episode_the_endpoint_failed_exits_1_with_one_line(
+    tmp_path: Path, fault: Reply
+) -> None:
+    """The probe passes (the server is up), then every chat request fails: no 0% success rate and
+    exit 0, but one line with the failure; the episodes are kept and the rerun plays them again."""
+    rollout = ("rollout", "--app", "takeout", "--queries", "2", "--policy", "vlm", "--workers", "1")
+    with ScriptedLLM(responder=lambda rec: fault) as llm:
+        failed = cli(*rollout, env=llm_env(llm.url), cwd=tmp_path)
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
+        errors = [
+            line for line in failed.stderr.splitlines() if not line[:4].isdigit()
+        ]  # less the retries' log
+        assert len(errors) == 1, failed.stderr
+        for fragment in (
+            "error: round 1: the policy's endpoint failed every episode (2 of 2; last: ",
+            str(fault.status),
+            "the same command plays them again",
+        ):
+            assert fragment in errors[0], errors[0]
+        with _db(tmp_path) as conn:
+            assert conn.execute("select reason, count(*) from episode group by reason").fetchall() == [
+                ("policy_error", 2)
+            ]
+    with ScriptedLLM(responder=lambda rec: TERMINATE) as llm:
+        healed = cli(*rollout, env=llm_env(llm.url), cwd=tmp_path)
+    assert healed.returncode == 0, healed.stderr
+    assert "(2 run now, 0 already stored)" in healed.stdout
+
+
 class Outage:
     """Answers 500 to every request until `healthy`, then like `good`."""
 
