@@ -12,15 +12,16 @@ Without it, the prompt states and the runner reads coordinates in the format's c
 exports write, so a model fine-tuned on an export is rolled out as it was trained.
 
 Rollout 0 of a query is greedy; the others sample at `temperature`/`top_p` with a seed drawn
-from the episode's id, so K rollouts differ (group statistics, GRPO) and a rerun repeats them.
-The settings each episode used travel with every output (`PolicyOutput.sampling`).
+from the episode's id, so K rollouts differ (group statistics, GRPO) and a rerun repeats them; a
+request the episode sent before goes with the next seed (`VLMPolicy._ask`). The settings each
+episode used travel with every output (`PolicyOutput.sampling`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from trajforge.actions.space import coordinate_screen, system_prompt
 from trajforge.domain import Observation, Query, StepView, describe
 from trajforge.errors import ParseError
 from trajforge.families import FAMILY_NAMES, PROMPT_VERSION, Turn, get_family
-from trajforge.gateway import LLMGateway, LLMResult, image_part, text_part
+from trajforge.gateway import LLMGateway, LLMResult, image_part, request_hash, text_part
 from trajforge.settings import PolicySettings
 
 _TEMPLATES = Environment(
@@ -112,12 +113,13 @@ class VLMPolicy:
         self._sampling = Sampling(0.0, None, None)
         self._parts: dict[str, dict[str, Any]] = {}  # the window's screenshots, encoded
         self._turns: list[Turn] = []  # a family's history: each step's screenshot and output
+        self._asked: Counter[str] = Counter()  # the episode's requests, by their messages' hash
         self.family = get_family(config.family) if config.family else None
 
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self._query, self._guidance = query, guidance
         self._history, self._images = [], deque(maxlen=self.config.history_images)
-        self._parts, self._turns = {}, []
+        self._parts, self._turns, self._asked = {}, [], Counter()
         self._sampling = self.config.sampling(rollout, seed)
 
     async def act(self, observation: Observation) -> PolicyOutput:
@@ -153,7 +155,18 @@ class VLMPolicy:
         )
 
     async def _ask(self, messages: list[dict[str, Any]]) -> LLMResult:
-        """One policy call with the episode's sampling."""
+        """One policy call with the episode's sampling.
+
+        A sampled request the episode already sent (the same screen and no history that changed, as
+        AgentCPM-GUI sends after an answer that did nothing) goes with the next seed: a model that
+        samples would draw again, where the same seed would repeat the reply, and the response cache
+        would answer it without a call. A rerun sends the same seeds in the same order (and hits the
+        cache). A greedy request is the same answer however often it is sent."""
+        seed = self._sampling.seed
+        if seed is not None:
+            asked = request_hash({"messages": messages})
+            seed = (seed + self._asked[asked]) & 0x7FFFFFFF
+            self._asked[asked] += 1
         return await self.gateway.chat(
             messages,
             stage="policy",
@@ -161,7 +174,7 @@ class VLMPolicy:
             temperature=self._sampling.temperature,
             top_p=self._sampling.top_p,
             max_tokens=self.config.max_tokens,
-            seed=self._sampling.seed,
+            seed=seed,
         )
 
     async def _act_as_family(self, observation: Observation) -> PolicyOutput:

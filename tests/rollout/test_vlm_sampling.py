@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 from pathlib import Path
 
+from PIL import Image
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -19,6 +21,7 @@ from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.sim.farm import SimFarm
 from storage.keys import blob_key
+from storage.llm_cache import SqlResponseCache
 from storage.models import Episode, Round, Step
 from storage.objectstore import LocalObjectStore
 from storage.rounds import sampling_by_round
@@ -159,3 +162,44 @@ def test_each_screenshot_is_read_once_however_long_it_stays_in_the_window(script
     asyncio.run(play())
     assert reads == ["a" * 64, "b" * 64, "c" * 64]  # encoded once each, though sent up to three times
     assert [r.images for r in scripted_llm.requests] == [1, 2, 3, 3]  # the window, repeats included
+
+
+def test_a_sampled_request_sent_again_in_an_episode_draws_again_and_a_rerun_repeats_it(
+    sessions: sessionmaker[Session],
+) -> None:
+    """AgentCPM-GUI sends no history: after a reply that did nothing, the next request is the same.
+    Sampled, it goes with the next seed, so neither the cache nor the seed repeats the bad reply; a
+    rerun of the episode sends the same two requests and the cache answers both."""
+    config = VLMPolicyConfig(family="agentcpm", greedy_first=True)
+    first_seed = config.sampling(1, "e").seed
+    assert first_seed is not None
+    png = io.BytesIO()
+    Image.new("RGB", (SCREEN.width, SCREEN.height), "white").save(png, format="PNG")
+
+    def model(rec: Recorded) -> Reply:  # the episode's seed drew a malformed reply; the next draws a tap
+        if rec.body["seed"] == first_seed:
+            return Reply(content="I will tap the button")
+        return Reply(content=json.dumps({"thought": "Tap Wi-Fi", "POINT": [500, 300]}))
+
+    def episode(llm: ScriptedLLM) -> list[str]:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m"), SqlResponseCache(sessions))
+        policy = VLMPolicy(config, gateway, lambda sha: png.getvalue())
+        query = Query(uid="q", app="settings", instruction="Open Wi-Fi", path=[], goal={})
+
+        async def play() -> list[str]:
+            policy.start(query, seed="e", rollout=1)
+            texts = [(await policy.act(SCREEN)).text for _ in range(2)]  # the same screen twice
+            await gateway.aclose()
+            return texts
+
+        return asyncio.run(play())
+
+    with ScriptedLLM(responder=model) as llm:
+        first = episode(llm)
+        seeds = [r.body["seed"] for r in llm.requests]
+        again = episode(llm)
+        assert len(llm.requests) == 2  # the rerun was answered from the cache
+    assert first[0] == "I will tap the button" and json.loads(first[1])["POINT"] == [500, 300]
+    assert seeds == [first_seed, first_seed + 1] and again == first
+    greedy = config.sampling(0, "e")
+    assert greedy.seed is None  # a greedy request is the same answer however often it is sent
