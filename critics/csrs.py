@@ -182,6 +182,8 @@ def _acting(
     grounding = {  # what exports and RL rewards need: action, intent, screen, the target's bbox
         "action": target,
         "intent": words,
+        # the policy's own reasoning with this action (a thought, a conclusion): exports answer with it
+        "said": {note: getattr(action, note) for note in ("thought", "intent") if getattr(action, note)},
         "screen": [view.width, view.height],
         "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
     }

@@ -5,12 +5,15 @@ exactly as it was trained.
 A row's conversation is the family's `messages` for the row's task, screen and history: an
 action-prediction row's history is its episode's earlier steps, each the action as the family's
 codec writes it in the family's coordinate space of that step's exported image (what the model
-would have answered there; a format with an intent slot, GUI-Owl's conclusion, gets the step in
-words where none was recorded), with the screenshots the family keeps; an intent-execution row's task is
-the step's instruction and it has no history. The answer is the row's action in the same codec
-and space. The trainers' chat layouts alternate user and assistant turns, so turns of one role in a
-row (UI-TARS sends its instruction and the screenshot as two user messages) are joined, text and
-`<image>` tags in order. Knowledge rows (questions about the screen) keep their own prompt.
+would have answered there, with the policy's own thought and conclusion where the family's prompt
+asks for them; GUI-Owl's conclusion gets the step in words where none was recorded), with the
+screenshots the family keeps; an intent-execution row's task is the step's instruction and it has no
+history. The answer is the row's action in the same codec and space, with exactly the notes the
+family's prompt asks for (`Family.asks`): the policy's own, else written by the export and listed
+in the row's ground truth as `written`. The trainers' chat layouts alternate user and assistant
+turns, so turns of one role in a row (UI-TARS sends its instruction and the screenshot as two user
+messages) are joined, text and `<image>` tags in order. Knowledge rows (questions about the
+screen) keep their own prompt.
 """
 
 from __future__ import annotations
@@ -76,8 +79,13 @@ class FamilyShaper:
             if step.index >= row["step"] or step.action is None:  # an unparsed answer did nothing
                 continue
             screen = self.screen(self.size_of(step.width, step.height))
-            action = step.action
-            if "intent" in self.codec.notes and action.intent is None:  # the step in words, as rows say it
+            action = (
+                step.action
+            )  # with the policy's own notes; those the family's prompt never asks are left out
+            action = action.model_copy(
+                update={n: None for n in self.codec.notes if n not in self.family.asks}
+            )
+            if "intent" in self.family.asks and action.intent is None:  # the step in words, as rows say it
                 action = action.model_copy(update={"intent": describe(action, step.view())})
             stated, _ = conform(self.codec, action, screen)
             if stated is not None:

@@ -130,10 +130,13 @@ def render_row(
     target = payload.get("action")
     if target is None:
         return Rendered(knowledge_prompt(action_format), row["response"], None)  # a question, not an action
-    notes = {n: payload.get(n) or None for n in codec.notes}
+    notes, written = answer_notes(codec.notes, payload, shaper.family.asks if shaper is not None else None)
     wanted = thoughts == "always" or "thought" in getattr(codec, "required_notes", ())
+    if shaper is not None:
+        wanted = "thought" in shaper.family.asks  # the family's prompt, not the flag, says what it asks
     if "thought" in notes and notes["thought"] is None and wanted:
         notes["thought"] = offline_thought(row["prompt"], payload)
+        written.append("thought")
         report.offline_thoughts += 1
     action = target_action({**target, **notes})
     stated, how = conform(codec, action, screen)
@@ -151,6 +154,7 @@ def render_row(
         "coordinate_screen": [screen.width, screen.height],
         "formatted": text,
         "action_format": action_format,
+        **({"written": sorted(written)} if written else {}),  # notes the export wrote, not the policy
     }
     if shaper is not None:
         shaped = shaper.conversation(row, text, size)
@@ -159,6 +163,19 @@ def render_row(
             return None
         return Rendered("", text, {**truth, "family": shaper.family.name}, *shaped)
     return Rendered(system_prompt(action_format, screen, thought=stated.thought is not None), text, truth)
+
+
+def answer_notes(
+    slots: tuple[str, ...], payload: dict[str, Any], asks: tuple[str, ...] | None = None
+) -> tuple[dict[str, str | None], list[str]]:
+    """An action answer's notes (thought, intent) for a format with these `slots`, and those of them
+    the policy did not say. The policy's own words come first (`said`, recorded with the step), then
+    what a stage wrote (a synthesised thought, the action in words). A family's answer holds exactly
+    the notes its prompt `asks` for: a thought its prompt never mentions is left out."""
+    said = payload.get("said") or {}
+    kept = slots if asks is None else tuple(n for n in slots if n in asks)
+    notes = {n: said.get(n) or payload.get(n) or None for n in kept}
+    return notes, [n for n, v in notes.items() if v is not None and not said.get(n)]
 
 
 def offline_thought(prompt: str, payload: dict[str, Any]) -> str:

@@ -41,6 +41,9 @@ class Turn:
 class Family(Protocol):
     name: str
     action_format: str  # the codec that reads its answers
+    # the codec's notes its prompt demands in every answer: an exported answer holds exactly these,
+    # the model's own where it gave them, else written by the export (`publish.export_rows`)
+    asks: tuple[str, ...]
     source: str  # the published inference code its requests reproduce
     images: int  # the most screenshots one request carries
     # text that marks the image's place in the prompt (MiniCPM-V's); an export writes `<image>` there,

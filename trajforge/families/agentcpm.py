@@ -55,6 +55,7 @@ def resize(width: int, height: int) -> tuple[int, int]:
 class AgentCPMGUI:
     name = "agentcpm"
     action_format = "agentcpm"
+    asks: tuple[str, ...] = ("thought",)  # the schema's "required": ["thought"]
     source = "OpenBMB/AgentCPM-GUI README.md (vLLM Inference) + eval/utils/schema/schema.json"
     images = 1
     image_placeholder: str | None = (

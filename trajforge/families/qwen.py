@@ -139,6 +139,7 @@ _CONCLUSION = re.compile(r"<conclusion>\n?(.*?)\n?</conclusion>", re.S)
 class Qwen25VLMobileUse:
     name = "qwen25vl"
     action_format = "qwen"
+    asks: tuple[str, ...] = ()  # the cookbook's prompt asks for the tool call alone
     source = (
         "QwenLM/Qwen2.5-VL cookbooks/mobile_agent.ipynb + cookbooks/utils/agent_function_call.py MobileUse"
     )
@@ -178,6 +179,7 @@ class GUIOwl(Qwen25VLMobileUse):
         "X-PLUG/MobileAgent Mobile-Agent-v3 android_world_v3 agents/gui_owl.py + mobile_agent_utils_new.py"
     )
     action_format = "guiowl"  # <thinking>, the call, <conclusion>: what gui_owl.py reads
+    asks: tuple[str, ...] = ("thought", "intent")  # <thinking> and <conclusion>, which gui_owl.py splits on
     budget = GUIOWL  # update_image_size_: 1 to 12800 visual tokens
 
     def messages(

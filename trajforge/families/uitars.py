@@ -53,6 +53,7 @@ finished(content='xxx') # Use escape characters \\', \\", and \\n in content par
 class UITars15Mobile:
     name = "uitars15"
     action_format = "uitars15"
+    asks: tuple[str, ...] = ("thought",)  # the prompt's `Thought: ...` line
     source = "bytedance/UI-TARS codes/ui_tars/prompt.py MOBILE_USE_DOUBAO"
     images = 5
     image_placeholder: str | None = None

@@ -1,0 +1,190 @@
+"""Train on what the model served: a family's rollout in which the model reasons (UI-TARS-1.5's
+`Thought:`, GUI-Owl's `<thinking>` and `<conclusion>`, AgentCPM-GUI's `thought`) is judged,
+curated, published and exported as that family, and each action row's answer carries the model's
+own words in the family's format, where its prompt asks for them; the history turns carry them too.
+
+The model is scripted: the oracle chooses each move, the scripted endpoint answers it in the
+family's format with reasoning of its own, and the family's rollout (`VLMPolicy`) sends the real
+request and parses the reply, as against a served checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from critics.stages import calibrate, judge
+from curation.stages import curate_with
+from evolve.lifecycle import close_round, open_round, play
+from evolve.policies import register_policy
+from evolve.spine import new_spine
+from publish.exports import export
+from publish.versions import PublishConfig, publish
+from querygen.pipeline import generate_queries, store_generation
+from rollout.policies import NoisyOracle, OracleNoise, VLMPolicy, VLMPolicyConfig
+from rollout.policies.base import PolicyOutput, observed
+from rollout.pool import DevicePool
+from rollout.recovery import device_prober
+from rollout.runner import RolloutConfig
+from rollout.sim.farm import SimFarm
+from storage.db import transaction
+from storage.keys import blob_key
+from tests.publish.test_trainer_formats import check_answer
+from tests.support.scripted_llm import Reply, ScriptedLLM
+from trajforge.actions import get_codec
+from trajforge.actions.space import conform
+from trajforge.appspec import load_app
+from trajforge.domain import Observation, Query, StepView, describe
+from trajforge.families import get_family
+from trajforge.gateway import LLMGateway
+from trajforge.settings import LLMSettings, load_settings
+
+
+class ReasoningModel:
+    """A policy whose every step is a real family request answered by a scripted model that reasons:
+    the oracle picks the move, the model's reply says it in the family's format with a thought (and
+    a conclusion where the format has one), each naming the element it acts on."""
+
+    def __init__(self, family: str, llm: ScriptedLLM, gateway: LLMGateway, frames: Any) -> None:
+        self.family = get_family(family)
+        self.codec = get_codec(self.family.action_format)
+        self.oracle = NoisyOracle(OracleNoise(mis_tap=0, wrong_value=0, premature_terminate=0, malformed=0))
+        config = VLMPolicyConfig(name=f"vlm-{family}", model=family, family=family)
+        self.vlm = VLMPolicy(config, gateway, frames)
+        self.name, self.version = self.vlm.name, 0
+        self.llm, self.said = llm, 0
+
+    def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
+        self.oracle.start(query, seed, guidance, rollout)
+        self.vlm.start(query, seed, guidance, rollout)
+
+    async def act(self, observation: Observation) -> PolicyOutput:
+        chosen = await self.oracle.act(observation)
+        action = get_codec(chosen.format).parse(chosen.text, observed(observation))
+        sha = observation.screenshot
+        view = StepView.of(
+            action, None, sha, sha, observation.elements or [], observation.width, observation.height
+        )
+        words = describe(action, view)
+        self.said += 1
+        notes = {
+            "thought": f"My own reasoning {self.said}: to get on, {words}.",
+            "intent": f"I did: {words}.",
+        }
+        spoken = action.model_copy(update={n: notes[n] for n in self.codec.notes})
+        screen = self.family.coordinate_screen(observation.width, observation.height)
+        stated, how = conform(self.codec, spoken, screen)
+        assert stated is not None, (how, spoken)
+        self.llm.enqueue(Reply(content=self.codec.format(stated, screen)))
+        return await self.vlm.act(observation)
+
+
+def _reasoning_round(family: str, tmp_path: Path) -> tuple[Any, Any]:
+    """One round of two settings queries, rolled out by the reasoning model, judged, curated and
+    published as v1 of `gui`."""
+    settings = load_settings()
+    spine = new_spine(settings)
+    farm = SimFarm(store=spine.store)
+    pool = DevicePool(spine.sessions)
+    farm.register(pool, 1)  # one device: the scripted replies are answered in order
+    with transaction(spine.sessions) as s:
+        policy_id = register_policy(s, f"vlm-{family}", 0)
+        rnd = open_round(s, policy_id)
+        round_id, number = rnd.id, rnd.number
+    spec = load_app("settings")
+    generated = generate_queries(spec, 6, seed=number)
+    store_generation(spine.sessions, spec, generated, round_id=round_id)
+    # UI-TARS-1.5 on a phone has no enter key: the queries that type into a field are left out
+    typed = ("password", "search_box")
+    queries = [q for q in generated.kept if not any(m.get("widget") in typed for m in q.path)][:2]
+    with ScriptedLLM() as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model=family))
+
+        def frames(sha: str) -> bytes:
+            return spine.store.get(blob_key(sha))
+
+        config = RolloutConfig(workers=1, max_steps=12, rollouts_per_query=2)
+        report, _ = play(
+            spine,
+            farm,
+            pool,
+            round_id,
+            policy_id,
+            queries,
+            lambda: ReasoningModel(family, llm, gateway, frames),
+            config,
+            backend=None,
+            gateway_to_close=gateway,
+        )
+    assert report.successes >= 2, report.render()
+    judge(spine, number, {})
+    calibrate(spine, number, {})
+    curate_with(spine, number, device_prober(pool, farm, farm.backend, settings.curate.recovery_escapes))
+    close_round(spine, number, {})
+    publish(spine.sessions, spine.store, "gui", PublishConfig(chunk_rows=32, val_fraction=0.3))
+    return spine.sessions, spine.store
+
+
+def _gui_owl_split(text: str) -> tuple[str, dict[str, Any], str]:
+    """GUI-Owl's own reading of an answer (X-PLUG/MobileAgent `gui_owl.py`): the thinking, the call
+    and the conclusion, each split out by the markers it looks for."""
+    thinking = text.split("<thinking>\n")[1].split("\n</thinking>")[0]
+    call = json.loads(text.split("<tool_call>\n")[1].split("}}\n")[0] + "}}")
+    conclusion = text.split("<conclusion>\n")[1].split("\n</conclusion>")[0]
+    return thinking, call, conclusion
+
+
+@pytest.mark.parametrize("family", ["uitars15", "guiowl", "agentcpm", "qwen25vl"])
+def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_format(
+    family: str, tmp_path: Path
+) -> None:
+    sessions, store = _reasoning_round(family, tmp_path)
+    out = tmp_path / "export"
+    report = export(
+        sessions, store, "gui", 1, "sft-sharegpt", str(out), trainer="none", weights="keep", family=family
+    )
+    records = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    acted = [
+        r
+        for r in records
+        if r["messages"][-1]["role"] == "assistant"
+        and r["meta"]["category"]
+        in (
+            "action_prediction",
+            "intent_execution",
+        )
+    ]
+    assert acted
+    asks, own = get_family(family).asks, 0
+    for record in acted:
+        answer = record["messages"][-1]["content"]
+        check_answer(
+            {"uitars15": "uitars15", "agentcpm": "agentcpm"}.get(family, "qwen"),
+            answer.split("\n<conclusion>")[0]
+            .replace("<thinking>\n", "<think>")
+            .replace("\n</thinking>", "</think>"),
+            (1080, 2400),
+        )
+        if family == "uitars15":  # the prompt's `Thought: ...` line
+            assert answer.startswith("Thought: ") and "\nAction: " in answer, answer
+            own += "My own reasoning" in answer
+        elif family == "guiowl":  # gui_owl.py splits on each of its markers: all three are there
+            thinking, call, conclusion = _gui_owl_split(answer)
+            assert call["name"] == "mobile_use"
+            if "My own reasoning" in thinking:
+                own += 1
+                assert conclusion.startswith("I did: "), answer  # its own conclusion, not a template
+        elif family == "agentcpm":  # the schema in its system prompt requires the thought
+            thought = json.loads(answer)["thought"]
+            own += "My own reasoning" in thought
+        else:  # Qwen2.5-VL's prompt asks for the call alone: no thought it never asked for
+            assert "<think" not in answer and "My own reasoning" not in answer, answer
+        for turn in record["messages"][1:-1]:  # the history turns are the model's own, as it sent them
+            if turn["role"] == "assistant" and "thought" in asks:
+                assert "My own reasoning" in turn["content"], turn["content"]
+    if "thought" in asks:  # every step was the model's, and every row of one says its own reasoning
+        assert own == len(acted), f"{own} of {len(acted)} rows carry the model's own reasoning"
+    assert report.offline_thoughts == 0  # none written over what the model said
