@@ -43,7 +43,7 @@ from trajforge.domain import (
 )
 from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
-from trajforge.sample import SampleDraft
+from trajforge.sample import SampleDraft, said
 from trajforge.settings import CriticSettings
 
 SCORES = {"GOOD": 1.0, "NEUTRAL": 0.5, "HARMFUL": 0.0}
@@ -183,7 +183,7 @@ def _acting(
         "action": target,
         "intent": words,
         # the policy's own reasoning with this action (a thought, a conclusion): exports answer with it
-        "said": {note: getattr(action, note) for note in ("thought", "intent") if getattr(action, note)},
+        "said": said(action),
         "screen": [view.width, view.height],
         "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
     }

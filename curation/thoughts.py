@@ -10,6 +10,9 @@ For each accepted step (an action-prediction sample that passed the critic filte
    target element or within tolerance);
 3. a step no style matches gets a second pass with the ground-truth action as a hint.
 
+A step whose policy gave its own thought (a model that reasons) keeps that thought: nothing is
+written over it and no model call is made (pass `policy`).
+
 Every sample records the pass and style that produced it and every attempt's outcome;
 a step that never matches is kept as a dropped sample with the shared reason code
 `thought_action_mismatch`. Offline, a template writes the thought and the same check
@@ -33,7 +36,7 @@ from trajforge.errors import LLM_FAULTS, LLMError
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
 from trajforge.progress import gather
-from trajforge.sample import SampleDraft
+from trajforge.sample import SampleDraft, said
 
 CATEGORY = "reasoning"
 STYLES = {
@@ -42,6 +45,7 @@ STYLES = {
     "observe_then_act": "First say what you observe that matters for the task, then decide.",
 }
 TEMPLATE_VERSION = "thought-templates-1"
+POLICY = "policy"  # the pass (and style) of a thought the policy itself gave with the step
 
 
 @dataclass
@@ -167,6 +171,10 @@ async def synthesise(
         return thought, check(read_action(thought, step.view), step, tolerance)
 
     async def one(step: StepToThink) -> SampleDraft:
+        if step.action.thought:  # the policy's own reasoning for this step: kept, never written over
+            report.kept[POLICY] += 1
+            own = (POLICY, POLICY, step.action.thought)
+            return _draft(step, own, [{"pass": POLICY, "style": POLICY, "result": "match"}], gateway)
         measured = None
         if gateway is not None and frames is not None:
             measured = await measure(
@@ -211,6 +219,7 @@ def _draft(
 ) -> SampleDraft:
     core = step.action.core()  # what is done, not why
     thought = chosen[2] if chosen else ""
+    own = chosen is not None and chosen[0] == POLICY
     return SampleDraft(
         CATEGORY,
         step.index,
@@ -224,15 +233,20 @@ def _draft(
             "bbox": target_bbox(step.action, step.view.elements, Screen(step.view.width, step.view.height)),
             "response": f"<think>{thought}</think>\n{core.to_json()}",
             "bottleneck": measured.is_bottleneck if measured else None,
+            **({"said": said(step.action)} if own else {}),
         },
         {
             "episode": step.episode,
             "steps": [step.index],
             "query": step.query.uid,
-            "pass": (chosen[0] if gateway is not None else "template") if chosen else None,
+            "pass": (chosen[0] if gateway is not None or own else "template") if chosen else None,
             "style": chosen[1] if chosen else None,
             "attempts": tries,
             "bottleneck": measured.as_dict() if measured else None,
-            "model": gateway.model_for("thought.write") if gateway is not None else TEMPLATE_VERSION,
+            "model": None
+            if own
+            else gateway.model_for("thought.write")
+            if gateway is not None
+            else TEMPLATE_VERSION,
         },
     )

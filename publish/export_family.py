@@ -19,6 +19,7 @@ screen) keep their own prompt.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -26,10 +27,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.episodes import steps_by_episode
 from storage.models import Episode
-from trajforge.actions import Screen, get_codec
+from storage.models import Query as QueryRow
+from trajforge.actions import Action, Screen, get_codec
+from trajforge.actions.compare import mismatch
 from trajforge.actions.space import conform
 from trajforge.domain import describe
 from trajforge.episode import Step
+from trajforge.errors import ActionError
 from trajforge.families import Family, Turn
 
 IMAGE_TOKEN = "<image>"
@@ -50,7 +54,8 @@ class FamilyShaper:
     ) -> None:
         self.family, self.sessions, self.size_of = family, sessions, size_of
         self.codec = get_codec(family.action_format)
-        self._episode: tuple[str, list[Step]] = ("", [])
+        self._episode = _Played("", [], None, None)
+        self.checked = self.mismatched = 0  # rows compared with the request their rollout sent
 
     def screen(self, size: tuple[int, int]) -> Screen:
         """The family's coordinate space for an exported image of `size`."""
@@ -67,16 +72,38 @@ class FamilyShaper:
             return None
         history = self.history(row) if "Task" in fields else []
         current = row["images"][-1]
-        messages = self.family.messages(
-            task, Screen(*size), history, current, lambda sha: {"type": "image", "sha": sha}
+        messages = self.family.messages(task, Screen(*size), history, current, _image_tag)
+        chat, images = joined(
+            [*messages, {"role": "assistant", "content": answer}], self.family.image_placeholder
         )
-        return joined([*messages, {"role": "assistant", "content": answer}], self.family.image_placeholder)
+        if "Task" in fields:
+            self._check(row, chat, images, size)
+        return chat, images
+
+    def served_answer(self, row: dict[str, Any], stated: Action, size: tuple[int, int]) -> str | None:
+        """The model's own output for the row's step, verbatim, where the row's answer is that output:
+        this family rolled the step out, on an image of this size, and the row's action is the one
+        the output says. None otherwise (the answer is then written in the family's codec)."""
+        step = self._served_step(row, size)
+        if step is None or step.action is None:
+            return None
+        screen = self.screen(size)
+        try:
+            said = self.codec.parse(step.raw_output, screen)
+        except ActionError:
+            return None
+        return step.raw_output if mismatch(said.core(), stated.core(), [], screen, 1) is None else None
 
     def history(self, row: dict[str, Any]) -> list[Turn]:
-        """The row's episode's steps before its own, as the family's own answers."""
+        """The row's episode's steps before its own, as the family's own answers: where this family
+        rolled the episode out on images of this size, each step's output verbatim, as the rollout
+        sent it back (unparsed ones too); otherwise each action in the family's codec."""
+        earlier = [step for step in self._steps(row["episode"]) if step.index < row["step"]]
+        if earlier and all(self._served(step) for step in earlier):
+            return [Turn(step.screenshot, step.raw_output) for step in earlier]
         turns = []
-        for step in self._steps(row["episode"]):
-            if step.index >= row["step"] or step.action is None:  # an unparsed answer did nothing
+        for step in earlier:
+            if step.action is None:  # an unparsed answer did nothing
                 continue
             screen = self.screen(self.size_of(step.width, step.height))
             action = (
@@ -92,13 +119,63 @@ class FamilyShaper:
                 turns.append(Turn(step.screenshot, self.codec.format(stated, screen)))
         return turns
 
+    def _check(self, row: dict[str, Any], chat: Chat, images: list[str], size: tuple[int, int]) -> None:
+        """Compare the row's conversation (less its answer) with the request this family's rollout
+        sent for the step, rendered again from what was stored: the query's instruction, the
+        episode's earlier outputs verbatim, the step's screenshot at its own size. Rows of steps
+        no request of this family was sent for (another policy, a resized image) are not compared."""
+        step = self._served_step(row, size)
+        played = self._episode
+        if step is None or played.instruction is None:
+            return
+        earlier = [Turn(s.screenshot, s.raw_output) for s in played.steps if s.index < step.index]
+        sent = self.family.messages(
+            played.instruction, Screen(step.width, step.height), earlier, step.screenshot, _image_tag
+        )
+        self.checked += 1
+        self.mismatched += joined(sent, self.family.image_placeholder) != (chat[:-1], images)
+
+    def _served(self, step: Step) -> bool:
+        """Whether this family's rollout sent a request for `step` on an image of the exported size."""
+        return self._episode.family == self.family.name and self.size_of(step.width, step.height) == (
+            step.width,
+            step.height,
+        )
+
+    def _served_step(self, row: dict[str, Any], size: tuple[int, int]) -> Step | None:
+        """The row's own step, where this family's rollout sent its request on an image of `size`."""
+        for step in self._steps(row["episode"]):
+            if step.index == row["step"]:
+                return step if self._served(step) and (step.width, step.height) == size else None
+        return None
+
     def _steps(self, uid: str) -> list[Step]:
-        if self._episode[0] != uid:  # rows stream by category, so one episode's rows are often adjacent
+        if self._episode.uid != uid:  # rows stream by category, so one episode's rows are often adjacent
             with self.sessions() as s:
-                found = s.scalar(select(Episode.id).where(Episode.uid == uid))
-                steps = steps_by_episode(s, Episode.id == found).get(found, []) if found else []
-            self._episode = (uid, steps)
-        return self._episode[1]
+                found = s.execute(
+                    select(Episode.id, Episode.meta, QueryRow.instruction)
+                    .join(QueryRow, QueryRow.id == Episode.query_id)
+                    .where(Episode.uid == uid)
+                ).first()
+                steps = steps_by_episode(s, Episode.id == found[0]).get(found[0], []) if found else []
+            sampling = (found[1] or {}).get("sampling") or {} if found else {}
+            self._episode = _Played(uid, steps, sampling.get("family"), found[2] if found else None)
+        return self._episode.steps
+
+
+@dataclass(frozen=True)
+class _Played:
+    """An episode as its rows' conversations need it: its steps, the family its policy spoke (None:
+    not a family's rollout) and its query's instruction."""
+
+    uid: str
+    steps: list[Step]
+    family: str | None
+    instruction: str | None
+
+
+def _image_tag(sha: str) -> dict[str, Any]:
+    return {"type": "image", "sha": sha}
 
 
 def joined(messages: list[dict[str, Any]], placeholder: str | None = None) -> tuple[Chat, list[str]]:

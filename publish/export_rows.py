@@ -50,6 +50,9 @@ class ExportReport:
     trainer: str | None = None  # whose image size the images and coordinates are written for
     coordinate_sizes: Counter[str] = field(default_factory=Counter)  # "WxH" the answers assume, by rows
     offline_thoughts: int = 0  # action rows whose thought the export wrote from the step's evidence
+    # a family export's action rows compared with the request their rollout sent, and those that differ
+    prompts_checked: int | None = None
+    prompt_mismatches: int = 0
 
     def render(self) -> str:
         rows = counts(self.rows)
@@ -59,6 +62,12 @@ class ExportReport:
             f"repeated for weight: {self.repeated}; longest prompt: {self.max_image_tokens} image tokens "
             f"+ {self.max_prompt_chars} characters (verl: data.max_prompt_length >= "
             f"{self.prompt_length_hint()})\n{self.coordinates()}"
+            + (
+                f"\nprompt check: {self.prompts_checked} action rows compared with the request their "
+                f"rollout sent: {self.prompt_mismatches} differ"
+                if self.prompts_checked is not None
+                else ""
+            )
             + "".join(f"\nnote: {n}" for n in self.notes)
         )
 
@@ -146,6 +155,8 @@ def render_row(
     if how == "converted":
         report.converted[f"{action_format}:{action.kind}"] += 1
     text = codec.format(stated, screen)
+    if shaper is not None and not written:  # the model's own output, verbatim, where it is this answer
+        text = shaper.served_answer(row, stated, size) or text
     report.coordinate_sizes[f"{screen.width}x{screen.height}"] += 1
     truth = {
         "action": target,

@@ -128,6 +128,8 @@ def export(
         else:
             _export_parquet(man, store, writer, fmt, tolerance, render, report)
         report.notes += _family_notes(fam)
+        if shaper is not None:
+            report.prompts_checked, report.prompt_mismatches = shaper.checked, shaper.mismatched
         if fmt == "rl-verl":
             write_reward(root)
         if fmt == "hf":

@@ -16,6 +16,12 @@ from typing import Any
 from trajforge.actions import Action
 
 
+def said(action: Action) -> dict[str, str]:
+    """The policy's own notes with an action (its thought, its conclusion): a sample keeps them as
+    `said`, and an export answers with them (`publish.export_rows.answer_notes`)."""
+    return {note: value for note in ("thought", "intent") if (value := getattr(action, note))}
+
+
 def target_action(target: Mapping[str, Any]) -> Action:
     """A sample's target action, read back from its stored JSON (the payload's `action`, an exported
     row's ground truth, a knn memory row made from one). The one place such a target is parsed."""

@@ -30,6 +30,7 @@ from rollout.pool import DevicePool
 from rollout.recovery import device_prober
 from rollout.runner import RolloutConfig
 from rollout.sim.farm import SimFarm
+from storage.datasets import iter_rows, manifest
 from storage.db import transaction
 from storage.keys import blob_key
 from tests.publish.test_trainer_formats import check_answer
@@ -45,8 +46,8 @@ from trajforge.settings import LLMSettings, load_settings
 
 class ReasoningModel:
     """A policy whose every step is a real family request answered by a scripted model that reasons:
-    the oracle picks the move, the model's reply says it in the family's format with a thought (and
-    a conclusion where the format has one), each naming the element it acts on."""
+    the oracle picks the move, the model's reply says it in the family's format with the reasoning
+    its prompt asks for (a thought, GUI-Owl's conclusion too), naming the element it acts on."""
 
     def __init__(self, family: str, llm: ScriptedLLM, gateway: LLMGateway, frames: Any) -> None:
         self.family = get_family(family)
@@ -74,7 +75,7 @@ class ReasoningModel:
             "thought": f"My own reasoning {self.said}: to get on, {words}.",
             "intent": f"I did: {words}.",
         }
-        spoken = action.model_copy(update={n: notes[n] for n in self.codec.notes})
+        spoken = action.model_copy(update={n: notes[n] for n in self.family.asks})  # as its prompt asks
         screen = self.family.coordinate_screen(observation.width, observation.height)
         stated, how = conform(self.codec, spoken, screen)
         assert stated is not None, (how, spoken)
@@ -147,16 +148,9 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
         sessions, store, "gui", 1, "sft-sharegpt", str(out), trainer="none", weights="keep", family=family
     )
     records = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
-    acted = [
-        r
-        for r in records
-        if r["messages"][-1]["role"] == "assistant"
-        and r["meta"]["category"]
-        in (
-            "action_prediction",
-            "intent_execution",
-        )
-    ]
+    stored = {r["uid"]: r for r in iter_rows(store, manifest(sessions, store, "gui", 1))}
+    acted = [r for r in records if json.loads(stored[r["meta"]["uid"]]["payload"]).get("action")]
+    prompts = [stored[r["meta"]["uid"]]["prompt"] for r in acted]
     assert acted
     asks, own = get_family(family).asks, 0
     for record in acted:
@@ -185,6 +179,15 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
         for turn in record["messages"][1:-1]:  # the history turns are the model's own, as it sent them
             if turn["role"] == "assistant" and "thought" in asks:
                 assert "My own reasoning" in turn["content"], turn["content"]
-    if "thought" in asks:  # every step was the model's, and every row of one says its own reasoning
+    # every step was the model's: every action row says its own reasoning (the reasoning rows of
+    # thought synthesis keep the policy's thought rather than write one)
+    if "thought" in asks:
         assert own == len(acted), f"{own} of {len(acted)} rows carry the model's own reasoning"
     assert report.offline_thoughts == 0  # none written over what the model said
+    # each action-prediction row is the request the rollout sent for its step, rendered again from
+    # what was stored (instruction, earlier outputs verbatim, screenshot), turn for turn
+    tasks = sum("Task: " in rows_prompt for rows_prompt in prompts)
+    assert tasks and report.prompts_checked == tasks and report.prompt_mismatches == 0
+    assert f"prompt check: {tasks} action rows compared with the request their rollout sent: 0 differ" in (
+        report.render()
+    )
