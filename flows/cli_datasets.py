@@ -72,6 +72,18 @@ def datasets_show(version: int, dataset: DatasetOpt = "trajforge", config: Confi
     typer.echo(f"config hash: {man.config_hash[:16]}")
 
 
+@datasets_app.command("card")
+def datasets_card(version: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
+    """How a version's rows were made, as pinned when it was sealed: trajforge's version, each round's
+    seed, policy, sampling and served models, the critics, each model family's prompt and coordinates."""
+    from publish.card import card_lines
+    from storage.datasets import manifest
+
+    _, sessions, store = cli_spine(config)
+    for line in card_lines(manifest(sessions, store, dataset, version)):
+        typer.echo(line)
+
+
 @datasets_app.command("diff")
 def datasets_diff(old: int, new: int, dataset: DatasetOpt = "trajforge", config: ConfigOpt = None) -> None:
     """Samples added, removed (by reason) and changed between two versions, by category."""

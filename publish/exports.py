@@ -45,6 +45,7 @@ from typing import Any, TextIO, get_args
 import polars as pl
 from sqlalchemy.orm import Session, sessionmaker
 
+from publish.card import trajforge_version
 from publish.export_family import FamilyShaper
 from publish.export_rows import (
     IMAGE_TOKEN,
@@ -136,9 +137,27 @@ def export(
             card = dataset_card(man, action_format, sorted(report.rows))
             (root / "README.md").write_text(card, encoding="utf-8")
         marker = {"dataset": name, "version": version, "format": fmt, "action_format": action_format}
-        report.files = finish({**marker, "family": family})
+        report.files = finish({**marker, "family": family, "card": _export_card(man, report, thoughts)})
     report.images = len(writer.images | writer.embedded)
     return report
+
+
+def _export_card(man: Manifest, report: ExportReport, thoughts: str) -> dict[str, Any]:
+    """What the export pins beside its version's card (`publish.card`): the trainer it wrote for,
+    the image sizes its coordinates assume, how thoughts were chosen, the prompt check's count."""
+    return {
+        "made_with": man.lineage.made_with,
+        "critics": man.lineage.critics,
+        "sampling": man.lineage.sampling,
+        "trainer": report.trainer,
+        "coordinate_sizes": dict(report.coordinate_sizes),
+        "thoughts": thoughts,
+        "offline_thoughts": report.offline_thoughts,
+        "prompt_check": None
+        if report.prompts_checked is None
+        else {"compared": report.prompts_checked, "differ": report.prompt_mismatches},
+        "exported_by": trajforge_version(),
+    }
 
 
 def _family(family: str | None, fmt: str, action_format: str) -> tuple[Family | None, str]:

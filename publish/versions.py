@@ -28,6 +28,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from publish.card import made_with
 from publish.shards import PublishConfig, chunks, selected_rows, shard_bytes, write_shards
 from storage.datasets import (
     SCHEMA,
@@ -109,12 +110,14 @@ def _lineage(sessions: sessionmaker[Session], rounds: list[int]) -> Lineage:
             .where(Round.number.in_(rounds))
             .distinct()
         ).all()
-    sampling = sampling_by_round(sessions, rounds)
+        sampling = sampling_by_round(sessions, rounds)
+        pinned = made_with(s, rounds, sampling)
     return Lineage(
         rounds=rounds,
         policies=[PolicyRef(round=n, policy=name, version=v) for n, name, v, _ in policies],
         critics=sorted(f"{c}:{v}" for c, v in critics),
-        sampling=sampling or None,  # manifests of offline rounds stay as they were
+        sampling=sampling or None,  # manifests of offline rounds have no sampling key
+        made_with=pinned,
     )
 
 

@@ -89,10 +89,17 @@ class Lineage(BaseModel):
     sampling: list[dict[str, Any]] | None = Field(
         None, description="The policies' sampling parameters by round; absent for offline rounds."
     )
+    made_with: dict[str, Any] | None = Field(
+        None,
+        description="How the rows were made (`publish.card`): trajforge's version, each round's seed and "
+        "served models, each model family's prompt source and coordinate space; absent in "
+        "versions sealed before it was recorded.",
+    )
 
     def as_json(self) -> dict[str, Any]:
         # manifests of offline rounds stay as they were: no sampling key
-        return self.model_dump(mode="json", exclude={"sampling"} if self.sampling is None else set())
+        unset = {k for k in ("sampling", "made_with") if getattr(self, k) is None}
+        return self.model_dump(mode="json", exclude=unset)
 
 
 class ParentRef(BaseModel):

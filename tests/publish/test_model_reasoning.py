@@ -21,6 +21,7 @@ from curation.stages import curate_with
 from evolve.lifecycle import close_round, open_round, play
 from evolve.policies import register_policy
 from evolve.spine import new_spine
+from publish.card import card_lines, trajforge_version
 from publish.exports import export
 from publish.versions import PublishConfig, publish
 from querygen.pipeline import generate_queries, store_generation
@@ -33,13 +34,15 @@ from rollout.sim.farm import SimFarm
 from storage.datasets import iter_rows, manifest
 from storage.db import transaction
 from storage.keys import blob_key
+from storage.llm_cache import SqlResponseCache
+from tests.flows.test_cli import cli
 from tests.publish.test_trainer_formats import check_answer
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from trajforge.actions import get_codec
 from trajforge.actions.space import conform
 from trajforge.appspec import load_app
 from trajforge.domain import Observation, Query, StepView, describe
-from trajforge.families import get_family
+from trajforge.families import PROMPT_VERSION, get_family
 from trajforge.gateway import LLMGateway
 from trajforge.settings import LLMSettings, load_settings
 
@@ -102,7 +105,7 @@ def _reasoning_round(family: str, tmp_path: Path) -> tuple[Any, Any]:
     typed = ("password", "search_box")
     queries = [q for q in generated.kept if not any(m.get("widget") in typed for m in q.path)][:2]
     with ScriptedLLM() as llm:
-        gateway = LLMGateway(LLMSettings(base_url=llm.url, model=family))
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model=family), SqlResponseCache(spine.sessions))
 
         def frames(sha: str) -> bytes:
             return spine.store.get(blob_key(sha))
@@ -191,3 +194,19 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
     assert f"prompt check: {tasks} action rows compared with the request their rollout sent: 0 differ" in (
         report.render()
     )
+
+    # the version's card pins how the rows were made; the export carries it with its own choices
+    man = manifest(sessions, store, "gui", 1)
+    card = "\n".join(card_lines(man))
+    fam = get_family(family)
+    assert f"family {family}: prompt {fam.source} ({PROMPT_VERSION}); answers in {fam.action_format}" in card
+    space = fam.coordinate_screen(1080, 2400)
+    assert f"coordinates 1080x2400 -> {space.width}x{space.height}" in card
+    assert f"served models: policy {family}" in card and f"trajforge: {trajforge_version()}" in card
+    marker = json.loads((out / ".trajforge-export.json").read_text())["card"]
+    assert marker["made_with"] == man.lineage.made_with and marker["trainer"] is None
+    assert marker["prompt_check"] == {"compared": tasks, "differ": 0}
+    if family == "uitars15":  # the command prints the same card
+        done = cli("datasets", "card", "1", "--dataset", "gui", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == card.splitlines()
