@@ -177,16 +177,8 @@ def _acting(
         "response": f"{verdict.label}: {verdict.summary}",
         **({"polarity": verdict.label == "GOOD"} if verdict.label != "NEUTRAL" else {}),
     }
-    target = action.core().stored()
-    answer = json.dumps(target, ensure_ascii=False)
-    grounding = {  # what exports and RL rewards need: action, intent, screen, the target's bbox
-        "action": target,
-        "intent": words,
-        # the policy's own reasoning with this action (a thought, a conclusion): exports answer with it
-        "said": said(action),
-        "screen": [view.width, view.height],
-        "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
-    }
+    grounding = _grounding(action, words, view)
+    answer = json.dumps(grounding["action"], ensure_ascii=False)
     history = "; ".join(done) or "none"
     return [
         SampleDraft("effect_prediction", i, effect, prov),
@@ -214,6 +206,19 @@ def _acting(
             prov,
         ),
     ]
+
+
+def _grounding(action: Action, words: str, view: StepView) -> dict[str, Any]:
+    """What exports and RL rewards need of an action sample: the action, its intent in words, the
+    screen, the target's bbox, and the policy's own reasoning with it (`said`), which exports
+    answer with."""
+    return {
+        "action": action.core().stored(),
+        "intent": words,
+        "said": said(action),
+        "screen": [view.width, view.height],
+        "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
+    }
 
 
 def _action_drop(success: bool, verdict: StepVerdict, action: Action, words: str, tau_c: float) -> str | None:

@@ -20,12 +20,40 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from storage.datasets import Manifest
-from storage.models import Episode, LLMCall, Round, Step
+from storage.datasets import Lineage, Manifest, PolicyRef
+from storage.models import Episode, Judgment, LLMCall, Policy, Round, Step
+from storage.rounds import sampling_by_round
 from trajforge.actions import Screen
 from trajforge.families import PROMPT_VERSION, get_family
+
+
+def lineage(sessions: sessionmaker[Session], rounds: list[int]) -> Lineage:
+    """Where the rows of `rounds` come from and how they were made, as a manifest seals it."""
+    with sessions() as s:
+        policies = s.execute(
+            select(Round.number, Policy.name, Policy.version, Round.config_hash)
+            .join(Policy, Policy.id == Round.policy_id)
+            .where(Round.number.in_(rounds))
+            .order_by(Round.number)
+        ).all()
+        critics = s.execute(
+            select(Judgment.critic, Judgment.critic_version)
+            .join(Episode, (Judgment.target == "episode") & (Judgment.target_id == Episode.id))
+            .join(Round, Round.id == Episode.round_id)
+            .where(Round.number.in_(rounds))
+            .distinct()
+        ).all()
+        sampling = sampling_by_round(sessions, rounds)
+        pinned = made_with(s, rounds, sampling)
+    return Lineage(
+        rounds=rounds,
+        policies=[PolicyRef(round=n, policy=name, version=v) for n, name, v, _ in policies],
+        critics=sorted(f"{c}:{v}" for c, v in critics),
+        sampling=sampling or None,  # manifests of offline rounds have no sampling key
+        made_with=pinned,
+    )
 
 
 def trajforge_version() -> str:

@@ -106,12 +106,8 @@ class FamilyShaper:
             if step.action is None:  # an unparsed answer did nothing
                 continue
             screen = self.screen(self.size_of(step.width, step.height))
-            action = (
-                step.action
-            )  # with the policy's own notes; those the family's prompt never asks are left out
-            action = action.model_copy(
-                update={n: None for n in self.codec.notes if n not in self.family.asks}
-            )
+            unasked = {n: None for n in self.codec.notes if n not in self.family.asks}
+            action = step.action.model_copy(update=unasked)  # the policy's own notes its prompt asks for
             if "intent" in self.family.asks and action.intent is None:  # the step in words, as rows say it
                 action = action.model_copy(update={"intent": describe(action, step.view())})
             stated, _ = conform(self.codec, action, screen)

@@ -28,14 +28,13 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from publish.card import made_with
+from publish.card import lineage
 from publish.shards import PublishConfig, chunks, selected_rows, shard_bytes, write_shards
 from storage.datasets import (
     SCHEMA,
     Lineage,
     Manifest,
     ParentRef,
-    PolicyRef,
     ShardRef,
     VersionRef,
     list_versions,
@@ -47,15 +46,11 @@ from storage.keys import manifest_key, sha256_hex, shard_key
 from storage.models import (
     Dataset,
     DatasetVersion,
-    Episode,
-    Judgment,
-    Policy,
-    Round,
     Shard,
     VersionShard,
 )
 from storage.objectstore import ObjectStore
-from storage.rounds import numbers, ready_rounds, sampling_by_round
+from storage.rounds import numbers, ready_rounds
 from trajforge.errors import DatasetError, ObjectNotFound, SealedVersion, VersionConflict
 from trajforge.progress import counted
 from trajforge.stage_settings import dataset_name_problem
@@ -93,32 +88,6 @@ class PublishReport:
             + f"; manifest sha256 {self.manifest_sha256[:16]}"
             + (f"; {self.shards_repaired} corrupt stored shards rewritten" if self.shards_repaired else "")
         )
-
-
-def _lineage(sessions: sessionmaker[Session], rounds: list[int]) -> Lineage:
-    with sessions() as s:
-        policies = s.execute(
-            select(Round.number, Policy.name, Policy.version, Round.config_hash)
-            .join(Policy, Policy.id == Round.policy_id)
-            .where(Round.number.in_(rounds))
-            .order_by(Round.number)
-        ).all()
-        critics = s.execute(
-            select(Judgment.critic, Judgment.critic_version)
-            .join(Episode, (Judgment.target == "episode") & (Judgment.target_id == Episode.id))
-            .join(Round, Round.id == Episode.round_id)
-            .where(Round.number.in_(rounds))
-            .distinct()
-        ).all()
-        sampling = sampling_by_round(sessions, rounds)
-        pinned = made_with(s, rounds, sampling)
-    return Lineage(
-        rounds=rounds,
-        policies=[PolicyRef(round=n, policy=name, version=v) for n, name, v, _ in policies],
-        critics=sorted(f"{c}:{v}" for c, v in critics),
-        sampling=sampling or None,  # manifests of offline rounds have no sampling key
-        made_with=pinned,
-    )
 
 
 def publish(
@@ -195,7 +164,7 @@ def _manifest(
         rows=sum(splits.values()),
         splits=dict(sorted(splits.items())),
         categories=dict(sorted(categories.items())),
-        lineage=_lineage(sessions, sorted({sh.round for sh in shards})),
+        lineage=lineage(sessions, sorted({sh.round for sh in shards})),
         shards=shards,
     )
 
