@@ -82,8 +82,9 @@ class FamilyShaper:
 
     def served_answer(self, row: dict[str, Any], stated: Action, size: tuple[int, int]) -> str | None:
         """The model's own output for the row's step, verbatim, where the row's answer is that output:
-        this family rolled the step out, on an image of this size, and the row's action is the one
-        the output says. None otherwise (the answer is then written in the family's codec)."""
+        this family rolled the step out, on an image of this size, the row's action is the one the
+        output says, and it holds no note the family's prompt does not ask for. None otherwise (the
+        answer is then written in the family's codec)."""
         step = self._served_step(row, size)
         if step is None or step.action is None:
             return None
@@ -92,6 +93,8 @@ class FamilyShaper:
             said = self.codec.parse(step.raw_output, screen)
         except ActionError:
             return None
+        if any(getattr(said, n) for n in self.codec.notes if n not in self.family.asks):
+            return None  # it says more than the family's prompt asks: written with what it asks instead
         return step.raw_output if mismatch(said.core(), stated.core(), [], screen, 1) is None else None
 
     def history(self, row: dict[str, Any]) -> list[Turn]:
