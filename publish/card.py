@@ -7,7 +7,7 @@ records (`Lineage.made_with`), beside the rounds, policies, critics and sampling
 - trajforge's version;
 - each round's seed and the served model name of each stage group that called one (`llm_call`);
 - each model family whose requests made episodes: its prompt source and version, the coordinate
-  space it answers in (for the rounds' own screen sizes) and how its client sends the image.
+  space it answers in (for the rounds' own screen sizes) and how many screenshots a request carries.
 
 `trajforge datasets card N` prints it with the rest of the lineage; an export copies it into its
 `.trajforge-export.json`, with what the export itself chose (family, action format, the image
