@@ -52,7 +52,9 @@ class ReasoningModel:
     the oracle picks the move, the model's reply says it in the family's format with the reasoning
     its prompt asks for (a thought, GUI-Owl's conclusion too), naming the element it acts on."""
 
-    def __init__(self, family: str, llm: ScriptedLLM, gateway: LLMGateway, frames: Any) -> None:
+    def __init__(
+        self, family: str, llm: ScriptedLLM, gateway: LLMGateway, frames: Any, says: tuple[str, ...] | None
+    ) -> None:
         self.family = get_family(family)
         self.codec = get_codec(self.family.action_format)
         self.oracle = NoisyOracle(OracleNoise(mis_tap=0, wrong_value=0, premature_terminate=0, malformed=0))
@@ -60,6 +62,7 @@ class ReasoningModel:
         self.vlm = VLMPolicy(config, gateway, frames)
         self.name, self.version = self.vlm.name, 0
         self.llm, self.said = llm, 0
+        self.says = self.family.asks if says is None else says  # the notes it answers with
 
     def start(self, query: Query, seed: str, guidance: str | None = None, rollout: int = 0) -> None:
         self.oracle.start(query, seed, guidance, rollout)
@@ -78,7 +81,7 @@ class ReasoningModel:
             "thought": f"My own reasoning {self.said}: to get on, {words}.",
             "intent": f"I did: {words}.",
         }
-        spoken = action.model_copy(update={n: notes[n] for n in self.family.asks})  # as its prompt asks
+        spoken = action.model_copy(update={n: notes[n] for n in self.says})
         screen = self.family.coordinate_screen(observation.width, observation.height)
         stated, how = conform(self.codec, spoken, screen)
         assert stated is not None, (how, spoken)
@@ -86,7 +89,7 @@ class ReasoningModel:
         return await self.vlm.act(observation)
 
 
-def _reasoning_round(family: str, tmp_path: Path) -> tuple[Any, Any]:
+def _reasoning_round(family: str, tmp_path: Path, says: tuple[str, ...] | None = None) -> tuple[Any, Any]:
     """One round of two settings queries, rolled out by the reasoning model, judged, curated and
     published as v1 of `gui`."""
     settings = load_settings()
@@ -118,7 +121,7 @@ def _reasoning_round(family: str, tmp_path: Path) -> tuple[Any, Any]:
             round_id,
             policy_id,
             queries,
-            lambda: ReasoningModel(family, llm, gateway, frames),
+            lambda: ReasoningModel(family, llm, gateway, frames, says),
             config,
             backend=None,
             gateway_to_close=gateway,
@@ -210,3 +213,20 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
         done = cli("datasets", "card", "1", "--dataset", "gui", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines() == card.splitlines()
+
+
+def test_a_thought_the_familys_prompt_never_asks_for_is_not_trained_on() -> None:
+    """A Qwen2.5-VL checkpoint that thinks aloud anyway (`<think>` before its call): its prompt asks
+    for the call alone, so the answers are written with the call alone, not verbatim."""
+    sessions, store = _reasoning_round("qwen25vl", Path.cwd(), says=("thought",))
+    out = Path.cwd() / "export"
+    export(
+        sessions, store, "gui", 1, "sft-sharegpt", str(out), trainer="none", weights="keep", family="qwen25vl"
+    )
+    answers = [
+        json.loads(line)["messages"][-1]["content"]
+        for f in sorted(out.glob("*.jsonl"))
+        for line in f.read_text().splitlines()
+    ]
+    calls = [a for a in answers if "<tool_call>" in a]
+    assert calls and not any("<think" in a or "My own reasoning" in a for a in calls)
