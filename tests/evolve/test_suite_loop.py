@@ -27,7 +27,7 @@ def _evolve(
 ) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.yaml").write_text(yaml.safe_dump({"home": str(folder / "home"), **config}))
-    env = child_env("TRAJFORGE_") | (extra_env or {})
+    env = child_env("TRAJFORGE_", shared_prefect=True) | (extra_env or {})
     done = subprocess.run(
         [trajforge, "evolve", "--config", "run.yaml"], cwd=folder, env=env, capture_output=True, text=True
     )

@@ -32,7 +32,7 @@ def _candidate_heldout(tmp_path: Path, backend: str) -> tuple[int, int]:
         "curate": {"featurizer": "phash"},
     }  # fmt: skip
     (folder / "run.yaml").write_text(yaml.safe_dump(config))
-    env = child_env("TRAJFORGE_")
+    env = child_env("TRAJFORGE_", shared_prefect=True)
     done = subprocess.run(
         [TRAJFORGE, "evolve", "--config", "run.yaml"], cwd=folder, env=env, capture_output=True, text=True
     )

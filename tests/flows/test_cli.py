@@ -23,8 +23,11 @@ def cli(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     timeout: float = 120,
+    shared_prefect: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    full_env = child_env("TRAJFORGE_")
+    """`trajforge ARGS` with a user's environment (`child_env`; `shared_prefect`: an `evolve` reports
+    to this worker's Prefect server instead of starting a temporary one)."""
+    full_env = child_env("TRAJFORGE_", shared_prefect=shared_prefect)
     full_env.update(env or {})
     return subprocess.run(
         [TRAJFORGE, *args],

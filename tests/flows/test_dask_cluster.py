@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = child_env("PREFECT_", "TRAJFORGE_")
+    env = child_env("PREFECT_", "TRAJFORGE_", shared_prefect=True)
     return env | {"PREFECT_HOME": str(tmp / "prefect"), "PYTHONPATH": str(REPO)}
 
 

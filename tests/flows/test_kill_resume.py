@@ -38,13 +38,15 @@ KILL_POINTS = [
 ]
 
 
-def _evolve(config: Path) -> subprocess.Popen[bytes]:
+def _evolve(config: Path, temporary_prefect: bool = False) -> subprocess.Popen[bytes]:
+    """`evolve` reporting to this worker's Prefect server, as a deployment's commands do; with
+    `temporary_prefect`, to a temporary server of its own, as the embedded default (`make run`) does."""
     return subprocess.Popen(
         [TRAJFORGE, "evolve", "--rounds", ROUNDS, "--config", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        start_new_session=True,  # the kill takes Prefect's temporary server with it, like a crash
-        env=child_env("PREFECT_"),
+        start_new_session=True,  # the kill takes a temporary Prefect server with it, like a crash
+        env=child_env("PREFECT_", shared_prefect=not temporary_prefect),
     )
 
 
@@ -109,11 +111,15 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_killed_anywhere_the_rerun_ends_where_an_uninterrupted_run_does(
     tmp_path: Path, db_url: str, engine: Engine, reference: dict
 ) -> None:
+    """Each database in its deployment's shape: SQLite with the embedded default's temporary Prefect
+    server (killed with the run, its database reopened by the rerun's), PostgreSQL with a Prefect
+    server of its own that outlives the kills."""
     config = tiny_config(tmp_path / "run" / "evolve.yaml", db_url)
-    watch = engine if db_url.startswith("postgresql") else create_db_engine(db_url)
-    points = KILL_POINTS[0::2] if db_url.startswith("sqlite") else KILL_POINTS[1::2]
+    embedded = db_url.startswith("sqlite")
+    watch = create_db_engine(db_url) if embedded else engine
+    points = KILL_POINTS[0::2] if embedded else KILL_POINTS[1::2]
     for where, stmt, at_least in points:
-        proc = _evolve(config)
+        proc = _evolve(config, temporary_prefect=embedded)
         deadline = time.monotonic() + 300
         while _count(watch, stmt) < at_least and proc.poll() is None:
             assert time.monotonic() < deadline, f"never reached: {where}"
@@ -123,10 +129,10 @@ def test_killed_anywhere_the_rerun_ends_where_an_uninterrupted_run_does(
             pytest.fail(f"the run ended (exit {proc.returncode}) before the kill point: {where}\n{out}")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    out = _finish(_evolve(config))
+    out = _finish(_evolve(config, temporary_prefect=embedded))
     assert "round 2/2: policy knn@1" in out
     assert _comparable(_snapshot(watch)) == reference
-    again = _finish(_evolve(config))  # a finished run is a no-op
+    again = _finish(_evolve(config, temporary_prefect=embedded))  # a finished run is a no-op
     assert again.count("already done") == 2 and _comparable(_snapshot(watch)) == reference
 
 

@@ -38,7 +38,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def _on_a_terminal(args: list[str], cwd: Path, limit_s: float) -> tuple[int, str, dict[str, float]]:
     """Run `args` with a pseudo-terminal as stdout and stderr: exit code, what it showed (escape
     codes removed) and when each label of `STAGES` and `COUNTED` first showed (seconds)."""
-    env = child_env("TRAJFORGE_")
+    env = child_env("TRAJFORGE_", shared_prefect=True)
     env |= {"TERM": "xterm-256color", "COLUMNS": "160"}
     leader, follower = pty.openpty()
     proc = subprocess.Popen(args, stdin=follower, stdout=follower, stderr=follower, cwd=cwd, env=env)

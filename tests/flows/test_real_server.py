@@ -107,7 +107,9 @@ def test_two_rounds_from_the_users_checkpoint_against_the_real_server(
             }
         )
     )
-    done = cli("evolve", "--rounds", "2", "--config", str(config), cwd=tmp_path, timeout=900)
+    done = cli(
+        "evolve", "--rounds", "2", "--config", str(config), cwd=tmp_path, timeout=900, shared_prefect=True
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "round 1/2: policy vlm-qwen25vl@0" in done.stdout
     with sqlite3.connect(tmp_path / "home" / "trajforge.db") as conn:
@@ -125,7 +127,9 @@ def test_two_rounds_from_the_users_checkpoint_against_the_real_server(
         assert policy["calls"] > 0 and policy["prompt_tokens"] > 500 and policy["cost_usd"] > 0
         assert row["model"]["calls"] == sum(s["calls"] for s in row["model"]["stages"].values())
     assert sum(r["model"]["calls"] for r in table) == paid
-    again = cli("evolve", "--rounds", "2", "--config", str(config), cwd=tmp_path, timeout=300)
+    again = cli(
+        "evolve", "--rounds", "2", "--config", str(config), cwd=tmp_path, timeout=300, shared_prefect=True
+    )
     with sqlite3.connect(tmp_path / "home" / "trajforge.db") as conn:
         assert conn.execute("select count(*) from llm_call").fetchone()[0] == paid  # nothing sent again
     assert again.returncode == 0 and again.stdout.count("already done") == 2

@@ -139,7 +139,7 @@ def test_a_second_evolve_refuses_in_one_line_and_writes_nothing(evolve_config: P
 @pytest.mark.slow
 def test_two_concurrent_evolves_one_works_the_other_refuses(evolve_config: Path, engine: Engine) -> None:
     command = [TRAJFORGE, "evolve", "--rounds", "1", "--config", str(evolve_config)]
-    env = child_env("PREFECT_")
+    env = child_env("PREFECT_", shared_prefect=True)
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.monotonic() + 120
     while holder(engine, NAME) is None and first.poll() is None and time.monotonic() < deadline:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
+import signal
+import socket
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 # Prefect's temporary API server on CI's two cores under the slow tier's four workers: trajforge's
@@ -16,11 +22,47 @@ from pathlib import Path
 LOADED_MACHINE = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "600"}
 
 
-def child_env(*drop: str) -> dict[str, str]:
+def child_env(*drop: str, shared_prefect: bool = False) -> dict[str, str]:
     """The environment for a command a test starts: this process's, less the variables whose names
     start with one of `drop` (a user's TRAJFORGE_ settings, a PREFECT_API_URL), with the loaded
-    machine's Prefect start timeout."""
-    return {k: v for k, v in os.environ.items() if not (drop and k.startswith(drop))} | LOADED_MACHINE
+    machine's Prefect start timeout.
+
+    `shared_prefect`: a `trajforge evolve` it starts reports to this test process's Prefect server
+    (`shared_prefect_api`), as a deployment's commands report to theirs, instead of starting the
+    embedded default's temporary server (about 18 s of CPU each time). The tests of that default
+    path leave it off: the kill/resume test on SQLite, the server watchdog, the slow-machine test."""
+    env = {k: v for k, v in os.environ.items() if not (drop and k.startswith(drop))} | LOADED_MACHINE
+    if shared_prefect:
+        env["PREFECT_API_URL"] = shared_prefect_api()
+    return env
+
+
+_SHARED: dict[str, str] = {}
+_STOP = ExitStack()
+atexit.register(_STOP.close)
+
+
+def shared_prefect_api() -> str:
+    """The API of one real Prefect server for this test process (an xdist worker), started on the
+    first call and stopped when the process exits. Its own home, no UI and no background services:
+    the commands only report flow and task runs to it, as to the temporary server."""
+    if "url" not in _SHARED:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        home = Path(tempfile.mkdtemp(prefix="trajforge-test-prefect-"))
+        _STOP.callback(lambda: subprocess.run(["rm", "-rf", str(home)], check=False))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        env |= {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        prefect = str(Path(sys.executable).with_name("prefect"))
+        args = [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+        args += ["--no-services", "--no-ui"]
+        url = f"http://127.0.0.1:{port}/api"
+        # the server dies with this process, even killed: PR_SET_PDEATHSIG (1) on Linux
+        orphan_guard = lambda: ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # noqa: E731
+        _STOP.enter_context(server_process(args, env, url, home / "server.log", 600, preexec_fn=orphan_guard))
+        _SHARED["url"] = url
+    return _SHARED["url"]
 
 
 def healthy(url: str) -> bool:
