@@ -14,6 +14,11 @@ SLOW_WORKERS ?= 4
 # One BLAS thread per test process, as the `trajforge` command runs (trajforge.procs.one_blas_thread):
 # the parallelism is the workers'; OpenBLAS's own threads on top only spin on the same two cores.
 TEST_ENV := OPENBLAS_NUM_THREADS=1
+# Every venv installs with --no-compile, so each module is compiled when first imported, and that
+# compiled file must be kept: with PYTHONDONTWRITEBYTECODE set (as on some CI machines), every process
+# would compile from source again, every time (6 s of CPU for each trajforge command, 9 s for each
+# import of torch with transformers, more for Label Studio). No recipe here runs with it.
+unexport PYTHONDONTWRITEBYTECODE
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
