@@ -20,6 +20,7 @@ from flows.cli_stage import stage_cmd
 from flows.prefect_env import prefect_call, prefect_env
 from flows.progress_view import progress_bar, shown
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
+from trajforge.actions.space import coordinate_screen
 from trajforge.errors import ActionError, TrajforgeError
 from trajforge.logs import RedactingStream, configure_logging, redact, redact_url
 from trajforge.procs import one_blas_thread
@@ -60,9 +61,13 @@ _FORMATS = ", ".join(CODECS)
 def actions_convert(
     from_fmt: Annotated[str, typer.Option("--from", help=f"Input format: {_FORMATS}.")],
     to_fmt: Annotated[str, typer.Option("--to", help=f"Output format: {_FORMATS}.")],
-    screen: Annotated[str, typer.Option(help="Screen WxH in pixels, for pixel formats.")] = (
-        f"{DEFAULT_SCREEN.width}x{DEFAULT_SCREEN.height}"
-    ),
+    screen: Annotated[
+        str,
+        typer.Option(
+            help="The screenshot's WxH in pixels: each format's coordinates live in its own space for "
+            "it, as rollout and export use (Qwen2.5-VL based formats: the processor's smart resize)."
+        ),
+    ] = f"{DEFAULT_SCREEN.width}x{DEFAULT_SCREEN.height}",
 ) -> None:
     """Convert one model output per stdin line; a bad line prints `error: <reason>` in its place.
 
@@ -70,11 +75,13 @@ def actions_convert(
     their newlines printed as spaces, which their parsers accept.
     """
     source, target, size = get_codec(from_fmt), get_codec(to_fmt), Screen.parse(screen)
+    read_in = coordinate_screen(from_fmt, size.width, size.height)
+    written_in = coordinate_screen(to_fmt, size.width, size.height)
     failed = 0
     for line in sys.stdin:
         text = line.rstrip("\r\n")
         try:
-            out = target.format(source.parse(text, size), size)
+            out = target.format(source.parse(text, read_in), written_in)
         except ActionError as exc:
             failed += 1
             out = f"error: {exc}"

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import child_env
-from trajforge.actions import CODECS, Screen, get_codec
+from trajforge.actions import CODECS, Action, get_codec
+from trajforge.actions.space import coordinate_screen
+from trajforge.families import FAMILY_NAMES, get_family
 
 TRAJFORGE = shutil.which("trajforge", path=str(Path(sys.executable).parent)) or "trajforge"
 
@@ -88,19 +90,40 @@ def test_convert_every_pair_matches_the_library(src: str, dst: str) -> None:
     )
     out = result.stdout.splitlines()
     assert len(out) == len(lines)
-    screen = Screen(1080, 2400)
+    # each side in its own space for a 1080x2400 screenshot (qwen's: the smart resize, 1092x2408)
+    read_in, written_in = coordinate_screen(src, 1080, 2400), coordinate_screen(dst, 1080, 2400)
     for line, got in zip(lines, out, strict=True):
-        action = get_codec(src).parse(line, screen)
+        action = get_codec(src).parse(line, read_in)
         try:
-            expected = get_codec(dst).format(action, screen)
+            expected = get_codec(dst).format(action, written_in)
         except Exception as exc:  # unsupported in the target: reported on that line
             expected = f"error: {exc}"
         # Multi-line formats (qwen, mobiler1) come out on one line: newlines become spaces.
         assert got == expected.replace("\n", " ")
         if got != expected:  # and the one-line form still parses to the same action
             target = get_codec(dst)
-            assert target.parse(got, screen) == target.parse(expected, screen)
+            assert target.parse(got, written_in) == target.parse(expected, written_in)
     assert result.returncode == (1 if any(o.startswith("error: ") for o in out) else 0)
+
+
+def test_convert_reads_each_family_in_the_space_rollout_and_export_use() -> None:
+    """A tap a family's model makes on a 1080x2400 screenshot, written in that family's own space (for
+    the Qwen2.5-VL based ones 1092x2408, as rollout reads it and export writes it), converts to the
+    same place on the screen: before, `--screen` was taken as their space, 0.5% off."""
+    tap = Action(kind="click", point=(333, 777))
+    lines = []
+    for name in FAMILY_NAMES:
+        family = get_family(name)
+        written = get_codec(family.action_format).format(tap, family.coordinate_screen(1080, 2400))
+        lines.append(written.replace("\n", " "))  # one output per line
+    for name, line in zip(FAMILY_NAMES, lines, strict=True):
+        fmt = get_family(name).action_format
+        done = cli(
+            "actions", "convert", "--from", fmt, "--to", "canonical", "--screen", "1080x2400", stdin=line
+        )
+        assert done.returncode == 0, (name, done.stdout, done.stderr)
+        x, y = json.loads(done.stdout)["point"]
+        assert abs(x - 333) <= 1 and abs(y - 777) <= 1, (name, line, done.stdout)
 
 
 def test_convert_malformed_lines_keep_their_place() -> None:
