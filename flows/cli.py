@@ -55,6 +55,10 @@ def _every_command() -> None:
 
 
 _FORMATS = ", ".join(CODECS)
+_SCREEN_HELP = (
+    "The screenshot's WxH in pixels: each format's coordinates live in its own space for it, as "
+    "rollout and export use (Qwen2.5-VL based formats: the processor's smart resize)."
+)
 
 
 @actions_app.command("convert")
@@ -62,11 +66,7 @@ def actions_convert(
     from_fmt: Annotated[str, typer.Option("--from", help=f"Input format: {_FORMATS}.")],
     to_fmt: Annotated[str, typer.Option("--to", help=f"Output format: {_FORMATS}.")],
     screen: Annotated[
-        str,
-        typer.Option(
-            help="The screenshot's WxH in pixels: each format's coordinates live in its own space for "
-            "it, as rollout and export use (Qwen2.5-VL based formats: the processor's smart resize)."
-        ),
+        str, typer.Option(help=_SCREEN_HELP)
     ] = f"{DEFAULT_SCREEN.width}x{DEFAULT_SCREEN.height}",
 ) -> None:
     """Convert one model output per stdin line; a bad line prints `error: <reason>` in its place.
@@ -75,8 +75,7 @@ def actions_convert(
     their newlines printed as spaces, which their parsers accept.
     """
     source, target, size = get_codec(from_fmt), get_codec(to_fmt), Screen.parse(screen)
-    read_in = coordinate_screen(from_fmt, size.width, size.height)
-    written_in = coordinate_screen(to_fmt, size.width, size.height)
+    read_in, written_in = (coordinate_screen(fmt, size.width, size.height) for fmt in (from_fmt, to_fmt))
     failed = 0
     for line in sys.stdin:
         text = line.rstrip("\r\n")
