@@ -20,7 +20,7 @@ from publish.exports import ACTION_FORMATS, export
 from storage.objectstore import S3ObjectStore
 from trajforge.actions import Action, Screen, get_codec
 from trajforge.actions.compare import mismatch
-from trajforge.actions.space import KNOWLEDGE_SYSTEM
+from trajforge.actions.space import KNOWLEDGE_SYSTEM, smart_resize
 from trajforge.errors import ConfigError
 
 
@@ -61,8 +61,9 @@ def test_sharegpt_matches_llama_factory_and_actions_reparse(
             for path in record["images"]:
                 assert not Path(path).is_absolute()
                 with Image.open(out / path) as img:
-                    # downscaled from 1080x2400; qwen's written at the 28-pixel grid LLaMA-Factory feeds
-                    assert img.size == ((252, 532) if action_format == "qwen" else (243, 540))
+                    # downscaled from 1080x2400 and written so: LLaMA-Factory's processor feeds it
+                    # on its 28-pixel grid (252x532), the resize a written 252x532 would have saved
+                    assert img.size == (243, 540) and smart_resize(*img.size) == (252, 532)
             if action is not None:
                 # qwen speaks pixels of the image as fed (252x532), uitars 0-1000
                 screen = Screen(252, 532) if action_format == "qwen" else Screen(243, 540)

@@ -84,12 +84,23 @@ def written_size(action_format: str, width: int, height: int, trainer: str | Non
     limit, which every later resize of that trainer leaves as it is, so the answer's pixels are
     the pixels the model sees. Without a trainer, and for relative (0-1000) formats, the size is
     kept (a Qwen-style format's coordinates then live in the processor's own resize of it).
+
+    The size is also kept where the trainer's own processor would make exactly that resize: an
+    image within the trainer's limit, whose smart resize within the format's budget is the one the
+    processor makes by default (1080x2400 -> 1092x2408 for verl and ms-swift). Its coordinates
+    still live in that resize; the export writes the stored bytes instead of re-encoding an
+    upscale. A format whose coordinates are the image's own pixels (IMAGE_PIXELS)
+    is always written at the fed size.
     """
     budget = BUDGETS.get(action_format, QWEN25VL if action_format in IMAGE_PIXELS else None)
     if budget is None or trainer is None:
         return width, height
     cap = PixelBudget(budget.min_pixels, min(TRAINER_MAX_PIXELS[trainer], budget.max_pixels))
-    return smart_resize(width, height, cap)
+    fed = smart_resize(width, height, cap)
+    processor_does_it = width * height <= TRAINER_MAX_PIXELS[trainer] and fed == smart_resize(width, height)
+    if action_format not in IMAGE_PIXELS and processor_does_it:
+        return width, height
+    return fed
 
 
 def image_tokens(width: int, height: int) -> int:
