@@ -228,8 +228,8 @@ def test_run_then_rerun_keeps_state_in_the_working_directory(tmp_path: Path) -> 
     assert (tmp_path / ".trajforge" / "trajforge.db").is_file()
     other = tmp_path / "elsewhere"
     other.mkdir()
-    assert cli("run", "--rollouts", "1", cwd=other).stdout.startswith(
-        "round 1:"
+    assert cli("run", "--queries", "1", "--rollouts", "1", cwd=other).stdout.startswith(
+        "round 1: 4 new queries, 4 episodes"  # one query per built-in app, one rollout each
     )  # another directory, another state
 
 
