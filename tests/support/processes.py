@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,7 +31,8 @@ def child_env(*drop: str, shared_prefect: bool = False) -> dict[str, str]:
     `shared_prefect`: a `trajforge evolve` it starts reports to this test process's Prefect server
     (`shared_prefect_api`), as a deployment's commands report to theirs, instead of starting the
     embedded default's temporary server (about 18 s of CPU each time). The tests of that default
-    path leave it off: the kill/resume test on SQLite, the server watchdog, the slow-machine test."""
+    path leave it off: the SQLite kill/resume test's first kill and its resume, the server watchdog,
+    the slow-machine test, and every command of the fast tier."""
     env = {k: v for k, v in os.environ.items() if not (drop and k.startswith(drop))} | LOADED_MACHINE
     if shared_prefect:
         env["PREFECT_API_URL"] = shared_prefect_api()
@@ -51,7 +53,7 @@ def shared_prefect_api() -> str:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
         home = Path(tempfile.mkdtemp(prefix="trajforge-test-prefect-"))
-        _STOP.callback(lambda: subprocess.run(["rm", "-rf", str(home)], check=False))
+        _STOP.callback(shutil.rmtree, home, True)  # after the server stops (last in, first out)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         env |= {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
         prefect = str(Path(sys.executable).with_name("prefect"))
