@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Base
 from tests.support.evolve import tiny_config
 from tests.support.label_studio import LabelStudioServer, label_studio_bin, running_server, serve
-from tests.support.processes import LOADED_MACHINE
+from tests.support.processes import LOADED_MACHINE, free_port
 from tests.support.scripted_llm import ScriptedLLM
 from trajforge.settings import S3Settings, Settings, load_settings
 
@@ -93,12 +92,6 @@ def engine(db_url: str) -> Iterator[Engine]:
 @pytest.fixture
 def sessions(engine: Engine) -> sessionmaker[Session]:
     return session_factory(engine)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

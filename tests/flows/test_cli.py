@@ -111,16 +111,12 @@ def test_convert_reads_each_family_in_the_space_rollout_and_export_use() -> None
     the Qwen2.5-VL based ones 1092x2408, as rollout reads it and export writes it), converts to the
     same place on the screen: before, `--screen` was taken as their space, 0.5% off."""
     tap = Action(kind="click", point=(333, 777))
-    lines = []
     for name in FAMILY_NAMES:
         family = get_family(name)
         written = get_codec(family.action_format).format(tap, family.coordinate_screen(1080, 2400))
-        lines.append(written.replace("\n", " "))  # one output per line
-    for name, line in zip(FAMILY_NAMES, lines, strict=True):
-        fmt = get_family(name).action_format
-        done = cli(
-            "actions", "convert", "--from", fmt, "--to", "canonical", "--screen", "1080x2400", stdin=line
-        )
+        line = written.replace("\n", " ")  # one output per line
+        args = ("--from", family.action_format, "--to", "canonical", "--screen", "1080x2400")
+        done = cli("actions", "convert", *args, stdin=line)
         assert done.returncode == 0, (name, done.stdout, done.stderr)
         x, y = json.loads(done.stdout)["point"]
         assert abs(x - 333) <= 1 and abs(y - 777) <= 1, (name, line, done.stdout)

@@ -49,9 +49,7 @@ def shared_prefect_api() -> str:
     first call and stopped when the process exits. Its own home, no UI and no background services:
     the commands only report flow and task runs to it, as to the temporary server."""
     if "url" not in _SHARED:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
+        port = free_port()
         home = Path(tempfile.mkdtemp(prefix="trajforge-test-prefect-"))
         _STOP.callback(shutil.rmtree, home, True)  # after the server stops (last in, first out)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
@@ -65,6 +63,12 @@ def shared_prefect_api() -> str:
         _STOP.enter_context(server_process(args, env, url, home / "server.log", 600, preexec_fn=orphan_guard))
         _SHARED["url"] = url
     return _SHARED["url"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def healthy(url: str) -> bool:
