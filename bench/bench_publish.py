@@ -10,8 +10,9 @@ on a smaller version (`--export-rows`, `--images` distinct screenshots) into a t
 directory. The rl-verl export embeds each row's screenshot, resized for verl where verl's own
 processor would not resize it the same way: it is timed with the encoded-image cache (each
 distinct image resized and encoded once), without it (the baseline: once per row), and with
-`--trainer none` (no resize at all); sft-sharegpt (LLaMA-Factory, which feeds a downscale) with
-and without its trainer too.
+`--trainer none` (no resize at all); sft-sharegpt (LLaMA-Factory, whose own downscale the
+coordinates are computed for, so its screenshots are written as stored) with and without its
+trainer too.
 
 Usage: python -m bench.bench_publish [--rows 1000000 --export-rows 20000 --images 64]
 """

@@ -1,4 +1,5 @@
-"""Where an export's files go: each screenshot written once, at the size its trainer feeds.
+"""Where an export's files go: each screenshot written once, as stored where its trainer resizes it
+as the coordinates assume, else at the size its trainer feeds.
 
 Rows that embed their images (rl-verl, hf) name the same screenshot many times (every category of
 a step, every step that shows it): its resized, encoded bytes are kept in a bounded LRU
@@ -26,8 +27,8 @@ class Writer:
 
     Image paths are relative to the export folder, so the folder can be moved: LLaMA-Factory resolves
     them against `media_dir` (its `dataset_dir` by default), ms-swift against `ROOT_IMAGE_DIR`.
-    `fit` gives the size an image of (width, height) is written at (`written_size` for the
-    format and the trainer), after the `max_side` downscale.
+    `fit` gives the sizes an image of (width, height) is written at and fed to the trainer's processor
+    at (`export_sizes` for the format and the trainer), after the `max_side` downscale.
     """
 
     def __init__(
@@ -35,12 +36,12 @@ class Writer:
         root: Path,
         store: ObjectStore,
         max_side: int | None,
-        fit: Callable[[int, int], tuple[int, int]],
+        fit: Callable[[int, int], tuple[tuple[int, int], tuple[int, int]]],
     ) -> None:
         self.root, self.store, self.max_side, self.fit = root, store, max_side, fit
         self.images: set[str] = set()  # written as files
         self.embedded: set[str] = set()  # written into rows as bytes
-        self.sizes: dict[str, tuple[int, int]] = {}  # exported (width, height) by sha
+        self.sizes: dict[str, tuple[int, int]] = {}  # the size the trainer's processor gets, by sha
         self.encodes = 0  # images decoded, resized and encoded (a cache miss each)
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cached = 0
@@ -60,7 +61,11 @@ class Writer:
         return {"bytes": self.image_bytes(sha), "path": f"{sha}.png"}
 
     def size_for(self, width: int, height: int) -> tuple[int, int]:
-        """The size a screenshot of width x height is exported at: within `max_side`, then `fit`."""
+        """The size the trainer's processor is handed a screenshot of width x height at (the size its
+        coordinates are computed for): within `max_side`, then `fit`."""
+        return self._sizes(width, height)[1]
+
+    def _sizes(self, width: int, height: int) -> tuple[tuple[int, int], tuple[int, int]]:
         if self.max_side is not None and max(width, height) > self.max_side:
             scale = self.max_side / max(width, height)
             width, height = max(1, round(width * scale)), max(1, round(height * scale))
@@ -85,10 +90,9 @@ class Writer:
         data = self.store.get(blob_key(sha))
         img: Image.Image = Image.open(io.BytesIO(data))
         stored = img.size
-        size = self.size_for(*img.size)
+        size, self.sizes[sha] = self._sizes(*img.size)
         if size != img.size:
             img = img.resize(size, Image.Resampling.BICUBIC)
-        self.sizes[sha] = img.size
         if img.size == stored:
             return data
         buf = io.BytesIO()

@@ -66,7 +66,7 @@ from storage.datasets import Manifest, iter_rows, manifest, read_shard
 from storage.objectstore import ObjectStore
 from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
-from trajforge.actions.space import TRAINERS, written_size
+from trajforge.actions.space import TRAINERS, export_sizes
 from trajforge.errors import ConfigError
 from trajforge.families import PROMPT_VERSION, Family, get_family
 from trajforge.progress import counted
@@ -119,7 +119,7 @@ def export(
     man = manifest(sessions, store, name, version)
     report = ExportReport(fmt, out, trainer=fed_by)
     with export_target(out, settings) as (root, finish):
-        writer = Writer(root, store, max_side, partial(written_size, action_format, trainer=fed_by))
+        writer = Writer(root, store, max_side, partial(export_sizes, action_format, trainer=fed_by))
         shaper = FamilyShaper(fam, sessions, writer.size_for) if fam is not None else None
         render = partial(
             render_row, action_format=action_format, report=report, thoughts=thoughts, shaper=shaper

@@ -76,31 +76,44 @@ def coordinate_screen(action_format: str, width: int, height: int) -> Screen:
     return Screen(*smart_resize(width, height, budget)) if budget else Screen(width, height)
 
 
-def written_size(action_format: str, width: int, height: int, trainer: str | None) -> tuple[int, int]:
-    """The size an exported screenshot of width x height is written at, for a format and a trainer.
+def trainer_input(trainer: str, width: int, height: int) -> tuple[int, int]:
+    """The size `trainer` hands the image processor an image of width x height at. LLaMA-Factory 0.9.5
+    first shrinks an image above its `image_max_pixels` by f = sqrt(limit / (w*h)) to int(w*f) x int(h*f)
+    (`mm_plugin.BasePlugin._preprocess_image`); ms-swift and verl hand it over as it is (qwen-vl-utils'
+    `fetch_image` makes the processor's own smart resize)."""
+    limit = TRAINER_MAX_PIXELS[trainer]
+    if trainer != "llamafactory" or width * height <= limit:
+        return width, height
+    factor = math.sqrt(limit / (width * height))
+    return int(width * factor), int(height * factor)
 
-    For a trainer, a pixel-coordinate format's image is written at the size that trainer feeds
-    the model: the processor's smart resize within the model's budget and the trainer's pixel
-    limit, which every later resize of that trainer leaves as it is, so the answer's pixels are
-    the pixels the model sees. Without a trainer, and for relative (0-1000) formats, the size is
-    kept (a Qwen-style format's coordinates then live in the processor's own resize of it).
 
-    The size is also kept where the trainer's own processor would make exactly that resize: an
-    image within the trainer's limit, whose smart resize within the format's budget is the one the
-    processor makes by default (1080x2400 -> 1092x2408 for verl and ms-swift). Its coordinates
-    still live in that resize; the export writes the stored bytes instead of re-encoding an
-    upscale. A format whose coordinates are the image's own pixels (IMAGE_PIXELS)
-    is always written at the fed size.
+def export_sizes(
+    action_format: str, width: int, height: int, trainer: str | None
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(written, fed): the size an exported screenshot of width x height is written at, and the size
+    the trainer's image processor is handed it at, whose processor resize (`coordinate_screen`) is the
+    space the answers' pixels live in.
+
+    Without a trainer, and for relative (0-1000) formats, both are the image's own size (a Qwen-style
+    format's coordinates then live in the processor's own resize of it). For a trainer, the stored
+    bytes are written wherever that trainer's own loading and its processor's default smart resize
+    make the resize the format's coordinates assume: ms-swift and verl feed a 1080x2400 screenshot as
+    1092x2408; LLaMA-Factory shrinks it to 515x1144 (its 768*768 limit), which its processor feeds as
+    504x1148. The coordinates are computed for that, and no image is re-encoded. Otherwise (a format
+    whose coordinates are the image's own pixels, IMAGE_PIXELS, or a family budget the processor's
+    default would not keep) the image is written at the size the trainer feeds the model, which no
+    later resize of that trainer changes.
     """
     budget = BUDGETS.get(action_format, QWEN25VL if action_format in IMAGE_PIXELS else None)
     if budget is None or trainer is None:
-        return width, height
+        return (width, height), (width, height)
+    handed = trainer_input(trainer, width, height)
+    if action_format not in IMAGE_PIXELS and smart_resize(*handed, budget) == smart_resize(*handed):
+        return (width, height), handed
     cap = PixelBudget(budget.min_pixels, min(TRAINER_MAX_PIXELS[trainer], budget.max_pixels))
     fed = smart_resize(width, height, cap)
-    processor_does_it = width * height <= TRAINER_MAX_PIXELS[trainer] and fed == smart_resize(width, height)
-    if action_format not in IMAGE_PIXELS and processor_does_it:
-        return width, height
-    return fed
+    return fed, fed
 
 
 def image_tokens(width: int, height: int) -> int:
