@@ -28,7 +28,7 @@ from sqlalchemy import select
 
 from evolve.policies import register_policy, upload_checkpoint
 from evolve.spine import Spine
-from publish.exports import export
+from publish.exports import export, images_trainer
 from rollout.policies.knn import NAME as KNN
 from storage.db import transaction
 from storage.models import Policy as PolicyRow
@@ -93,15 +93,16 @@ def _write_export(spine: Spine, dataset_version: int, fmt: str, builtin: bool, f
     export(
         spine.sessions, spine.store, settings.evolve.dataset, dataset_version, fmt, str(folder),
         "canonical" if family else settings.trainer.action_format, tolerance=settings.curate.point_tolerance,
-        settings=settings, trainer="none" if builtin else "auto", family=family,
+        settings=settings, trainer="none" if builtin else settings.trainer.images, family=family,
     )  # fmt: skip
 
 
-def _run_trainer(settings: Settings, data: Path, number: int, folder: Path) -> None:
-    """The user's trainer command on the export `data`; its checkpoint goes to `folder`."""
+def _run_trainer(settings: Settings, data: Path, version: int, number: int, folder: Path) -> None:
+    """The user's trainer command on the export `data` of dataset `version`; its checkpoint goes to
+    `folder`."""
     trainer = settings.trainer
     folder.mkdir(parents=True)
-    argv = command_line(settings, data, folder, number, number)
+    argv = command_line(settings, data, folder, version, number)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=trainer.timeout_s, check=False)
     except FileNotFoundError as exc:
@@ -150,7 +151,17 @@ def train_next(spine: Spine, number: int, dataset_version: int) -> dict[str, Any
     data = _complete(root / shaped, partial(_write_export, spine, dataset_version, fmt, builtin))
     if builtin and not any(data.glob("train*.parquet")):
         return _nothing_to_train(spine, number, parent_id)
-    output = _complete(root / f"{name}-checkpoint", partial(_run_trainer, settings, data, number))
+    if not builtin and trainer.family and images_trainer(fmt, trainer.images) == "llamafactory":
+        log.warning(
+            "trainer.family %s is served screenshots as stored, but the export is sized for "
+            "LLaMA-Factory's default image_max_pixels (768*768): the checkpoint learns smaller images and "
+            "coordinates than it will be served. Set image_max_pixels: 12845056 in the trainer's YAML "
+            "and trainer.images: none",
+            trainer.family,
+        )
+    output = _complete(
+        root / f"{name}-checkpoint", partial(_run_trainer, settings, data, dataset_version, number)
+    )
     fill = {"output": str(output), "version": str(number)}
     meta: dict[str, Any] = {}
     if builtin:

@@ -115,7 +115,7 @@ def export(
         raise ConfigError(f"unknown --weights {weights!r}; known: {', '.join(WEIGHTS)}")
     if thoughts not in THOUGHTS:
         raise ConfigError(f"unknown --thoughts {thoughts!r}; known: {', '.join(THOUGHTS)}")
-    fed_by = _trainer(fmt, trainer)
+    fed_by = images_trainer(fmt, trainer)
     man = manifest(sessions, store, name, version)
     report = ExportReport(fmt, out, trainer=fed_by)
     with export_target(out, settings) as (root, finish):
@@ -187,7 +187,7 @@ def _family_notes(fam: Family | None) -> list[str]:
     ]
 
 
-def _trainer(fmt: str, trainer: str) -> str | None:
+def images_trainer(fmt: str, trainer: str) -> str | None:
     """The trainer whose image size the export writes for (None: the images' own size)."""
     known = (*TRAINERS, "none", "auto")
     if trainer not in known:

@@ -67,9 +67,17 @@ class TrainerSettings(BaseSettings):
     command: str | None = Field(
         None,
         description="External trainer command line; {dataset} (the export directory), {output} (the "
-        "checkpoint directory), {version} and {round} are filled in. None: the built-in knn policy.",
+        "checkpoint directory), {version} (the dataset version exported: LLaMA-Factory's dataset is "
+        "`<dataset>_v{version}_train`) and {round} are filled in. None: the built-in knn policy.",
     )
     format: ExportFormat = Field("sft-sharegpt", description="Export format handed to an external trainer.")
+    images: Literal["auto", "llamafactory", "swift", "verl", "none"] = Field(
+        "auto",
+        description="Whose image loading the export's coordinates are computed for (`datasets export "
+        "--trainer`): auto, the trainer the format is for; none, the screenshot as stored, resized only by "
+        "the model's processor, as the rollout serves it (LLaMA-Factory with `image_max_pixels: 12845056`, "
+        "the model's own limit, so the checkpoint is trained on the images it will be served).",
+    )
     action_format: str = Field(
         "qwen",
         description="Action format of the export and of the trained policy: a codec name "

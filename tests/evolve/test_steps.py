@@ -254,11 +254,14 @@ def test_filtering_off_and_an_external_trainer(evolve_settings: Settings, tmp_pa
     script.write_text(
         "import pathlib, sys\n"
         "data, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])\n"
-        "assert any(data.glob('*_train.jsonl')) and (data / 'dataset_info.json').is_file()\n"
+        "assert any(data.glob(f'*_v{sys.argv[3]}_train.jsonl')) and (data / 'dataset_info.json').is_file()\n"
         "(out / 'model.safetensors').write_text('weights')\n"
-    )
+    )  # {version}: the dataset version, which names LLaMA-Factory's dataset in dataset_info.json
     trainer = settings.trainer.model_copy(
-        update={"command": f"{sys.executable} {script} {{dataset}} {{output}}", "name": "my-agent"}
+        update={
+            "command": f"{sys.executable} {script} {{dataset}} {{output}} {{version}}",
+            "name": "my-agent",
+        }
     )
     external = settings.model_copy(update={"trainer": trainer})
     with pytest.raises(ConfigError, match=r"trainer\.endpoint is not"):

@@ -32,14 +32,17 @@ def serve_python() -> str | None:
 
 @contextmanager
 def transformers_serve(
-    python: str, workdir: Path, port: int, timeout_s: float = 180
+    python: str, workdir: Path, port: int, timeout_s: float = 180, pinned: bool = True
 ) -> Iterator[ModelServer]:
-    """Build the tiny model with the server's own transformers, serve it on 127.0.0.1:port, stop it after."""
+    """Build the tiny model with the server's own transformers, serve it on 127.0.0.1:port, stop it after.
+    `pinned`: the server answers for the tiny model only; else it loads whichever local model folder a
+    request names (a checkpoint trained meanwhile, say)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
     model = workdir / "tiny-qwen2.5-vl"
     subprocess.run([python, str(TINY), str(model)], check=True, capture_output=True, env=env, timeout=300)
     cli = str(Path(python).with_name("transformers"))
-    args = [cli, "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    forced = [str(model)] if pinned else []
+    args = [cli, "serve", *forced, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
     url = f"http://127.0.0.1:{port}"
     with server_process(args, env, url, workdir / "serve.log", timeout_s, start_new_session=True):
         yield ModelServer(f"{url}/v1", str(model))
