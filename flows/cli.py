@@ -193,8 +193,8 @@ def rollout(
     family: Annotated[
         str | None,
         typer.Option(
-            help="vlm: the served checkpoint's model family (uitars15, qwen25vl, guiowl, agentcpm), sent "
-            "its own published prompt; implies --policy vlm. Default: policy.family of the run config."
+            help="vlm: the served checkpoint's family (uitars15, qwen25vl, guiowl, agentcpm, mobiler1), "
+            "sent its own published prompt; implies --policy vlm. Default: policy.family of the run config."
         ),
     ] = None,
     backend: Annotated[str, typer.Option(help="sim, web (Chromium) or android (adb).")] = "sim",

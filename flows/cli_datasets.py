@@ -135,7 +135,7 @@ def datasets_export(
         str | None,
         typer.Option(
             help="Write each action row as this model family's conversation (uitars15, qwen25vl, guiowl, "
-            "agentcpm): its prompt, history and coordinate space, as `policy.family` rolls it out."
+            "agentcpm, mobiler1): its prompt, history and coordinate space, as `policy.family` rolls it out."
         ),
     ] = None,
     dataset: DatasetOpt = "trajforge",

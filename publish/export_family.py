@@ -113,6 +113,10 @@ class FamilyShaper:
             action = step.action.model_copy(update=unasked)  # the policy's own notes its prompt asks for
             if "intent" in self.family.asks and action.intent is None:  # the step in words, as rows say it
                 action = action.model_copy(update={"intent": describe(action, step.view())})
+            # a note the codec cannot leave out but the policy never gave (Mobile-R1's <think>) stays
+            # empty: the family's history reads the step's intent, not its reasoning
+            required = getattr(self.codec, "required_notes", ())
+            action = action.model_copy(update={n: "" for n in required if getattr(action, n) is None})
             stated, _ = conform(self.codec, action, screen)
             if stated is not None:
                 turns.append(Turn(step.screenshot, self.codec.format(stated, screen)))

@@ -45,9 +45,10 @@ class PolicySettings(BaseSettings):
     family: str | None = Field(
         None,
         description="The model family the served checkpoint belongs to (uitars15, qwen25vl, guiowl, "
-        "agentcpm): each request is built as that family's published inference code builds it (prompt, "
-        "history, image preprocessing, coordinate space) and its answers read with its codec; the history "
-        "settings above then do not apply. None: trajforge's own prompt in the trainer's action format.",
+        "agentcpm, mobiler1): each request is built as that family's published inference code builds it "
+        "(prompt, history, image preprocessing, coordinate space) and its answers read with its codec; the "
+        "history settings above then do not apply. None: trajforge's own prompt in the trainer's action "
+        "format.",
         json_schema_extra={"enum": list(FAMILY_NAMES)},
     )
 
@@ -88,8 +89,8 @@ class TrainerSettings(BaseSettings):
     family: str | None = Field(
         None,
         description="Export for an external trainer as this model family's conversations (uitars15, "
-        "qwen25vl, guiowl, agentcpm; `datasets export --family`), and roll the trained checkpoint out as "
-        "that family: fine-tune a released checkpoint on what it was trained to be sent. None: "
+        "qwen25vl, guiowl, agentcpm, mobiler1; `datasets export --family`), and roll the trained checkpoint "
+        "out as that family: fine-tune a released checkpoint on what it was trained to be sent. None: "
         "trajforge's own prompt in action_format.",
         json_schema_extra={"enum": list(FAMILY_NAMES)},
     )

@@ -144,7 +144,7 @@ def _gui_owl_split(text: str) -> tuple[str, dict[str, Any], str]:
     return thinking, call, conclusion
 
 
-@pytest.mark.parametrize("family", ["uitars15", "guiowl", "agentcpm", "qwen25vl"])
+@pytest.mark.parametrize("family", ["uitars15", "guiowl", "agentcpm", "qwen25vl", "mobiler1"])
 def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_format(
     family: str, tmp_path: Path
 ) -> None:
@@ -162,7 +162,7 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
     for record in acted:
         answer = record["messages"][-1]["content"]
         check_answer(
-            {"uitars15": "uitars15", "agentcpm": "agentcpm"}.get(family, "qwen"),
+            {"uitars15": "uitars15", "agentcpm": "agentcpm", "mobiler1": "mobiler1"}.get(family, "qwen"),
             answer.split("\n<conclusion>")[0]
             .replace("<thinking>\n", "<think>")
             .replace("\n</thinking>", "</think>"),
@@ -177,6 +177,9 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
             if "My own reasoning" in thinking:
                 own += 1
                 assert conclusion.startswith("I did: "), answer  # its own conclusion, not a template
+        elif family == "mobiler1":  # its three parts, each the model's own
+            assert answer.startswith("<think>My own reasoning") and "<action>I did: " in answer, answer
+            own += 1
         elif family == "agentcpm":  # the schema in its system prompt requires the thought
             thought = json.loads(answer)["thought"]
             own += "My own reasoning" in thought

@@ -31,6 +31,8 @@ OUTPUTS = {  # an earlier step's answer, as each family writes one
     '{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [120, 310]}}\n</tool_call>\n'
     '<conclusion>\nOpened the "Wi-Fi" page\nof Settings.\n</conclusion>',
     "agentcpm": '{"thought":"打开设置","POINT":[111,129]}',
+    "mobiler1": "<think>Settings is open; Wi-Fi is the first row.</think>\n<action>Tap  the Wi-Fi\nrow</action>\n"
+    '<tool_call>\n{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [120, 310]}}\n</tool_call>',
     "uitars15-computer": "Thought: Open the File menu.\nAction: hotkey(key='ctrl s')",
     "qwen25vl-computer": '<tool_call>\n{"name": "computer_use", "arguments": {"action": "key", "keys": ["ctrl", "s"]}}'
     "\n</tool_call>",
@@ -71,7 +73,12 @@ def test_single_turn_families_send_one_screenshot_and_their_history_as_text() ->
     )
     owl = _request("guiowl", 2)[1]["content"][0]["text"]
     assert "Step 1: Opened the Wi-Fi pageof Settings.; Step 2: Opened the Wi-Fi pageof Settings.; .\n" in owl
-    for name in ("qwen25vl", "guiowl", "agentcpm"):
+    r1 = _request("mobiler1", 2)[1]["content"][0]["text"]  # its own <action> texts, whitespace folded
+    assert r1.endswith(
+        f"User Task: {TASK}\nHistorical actions: Step 1: Tap the Wi-Fi row; Step 2: Tap the Wi-Fi row; "
+    )
+    assert _request("mobiler1", 0)[1]["content"][0]["text"].endswith(f"User Task: {TASK}")
+    for name in ("qwen25vl", "guiowl", "agentcpm", "mobiler1"):
         images = [
             p for m in _request(name, 3) for p in (m["content"] if isinstance(m["content"], list) else [])
         ]
@@ -80,7 +87,7 @@ def test_single_turn_families_send_one_screenshot_and_their_history_as_text() ->
 
 def test_qwen_style_families_state_the_resized_screen_they_answer_in() -> None:
     """The tool states the smart-resized resolution (the image the model sees), not the raw screen."""
-    for name, size in (("qwen25vl", "1092x2408"), ("guiowl", "1092x2408")):
+    for name, size in (("qwen25vl", "1092x2408"), ("guiowl", "1092x2408"), ("mobiler1", "1092x2408")):
         system = _request(name, 0)[0]["content"]
         assert f"The screen's resolution is {size}." in system and "1080x2400" not in system
         assert get_family(name).coordinate_screen(1080, 2400) == Screen(1092, 2408)

@@ -70,14 +70,22 @@ class Family(Protocol):
 def _registry() -> dict[str, Family]:
     from trajforge.families.agentcpm import AgentCPMGUI
     from trajforge.families.computer import Qwen25VLComputerUse, UITars15Computer
-    from trajforge.families.qwen import GUIOwl, Qwen25VLMobileUse
+    from trajforge.families.qwen import GUIOwl, MobileR1, Qwen25VLMobileUse
     from trajforge.families.uitars import UITars15Mobile
 
-    phones = (UITars15Mobile(), Qwen25VLMobileUse(), GUIOwl(), AgentCPMGUI())
+    phones = (UITars15Mobile(), Qwen25VLMobileUse(), GUIOwl(), AgentCPMGUI(), MobileR1())
     return {f.name: f for f in (*phones, UITars15Computer(), Qwen25VLComputerUse())}
 
 
-FAMILY_NAMES = ("uitars15", "qwen25vl", "guiowl", "agentcpm", "uitars15-computer", "qwen25vl-computer")
+FAMILY_NAMES = (
+    "uitars15",
+    "qwen25vl",
+    "guiowl",
+    "agentcpm",
+    "mobiler1",
+    "uitars15-computer",
+    "qwen25vl-computer",
+)
 PROMPT_VERSION = "families-1"  # bumped whenever a family's request changes
 
 

@@ -12,6 +12,15 @@ GUI-Owl: X-PLUG/MobileAgent `Mobile-Agent-v3/android_world_v3/android_world/agen
 `function_call_mobile_answer.py` (`AndroidWorldMobileUse`, which adds `answer` and has no `open`) and
 `coordinate_resize.py` (`update_image_size_`: at most 12800 visual tokens). The history is the model's
 own `<conclusion>` of each earlier step; it reasons in `<thinking>` and ends with a `<conclusion>`.
+
+Mobile-R1 (seed 004, Gu et al. 2025, Appendix A.2 "Prompt for Agent Exploration" and A.4 "Prompts of
+Training System", the same text): a Qwen2.5-VL fine-tune that answers `<think>`, `<action>` and
+`<tool_call>`. The paper publishes no inference code, and its figure elides the tool's description
+("designed to ensure consistency with the Qwen2.5-VL's GUI prompt"), so: the system turn is the
+paper's role sentence over qwen-agent's function-call template with the cookbook's `mobile_use` tool,
+limited to the paper's eight actions (Table 7: no `open`); the user turn is the paper's instruction
+paragraph ending `User Task: {task}`, then the action history as the model's own `<action>` texts
+("Step 1: ...; ", the Qwen cookbook's progress layout), then the current screenshot: one image.
 """
 
 from __future__ import annotations
@@ -132,7 +141,20 @@ def tool_system(function: dict[str, Any]) -> str:
     return DEFAULT_SYSTEM + "\n\n" + FN_CALL_TEMPLATE.format(tool_descs=tool)
 
 
+R1_ROLE = (
+    "You are a mobile GUI agent. You are given a task and your action history, with screenshots. You "
+    "need to perform the next action to complete the task."
+)
+R1_ASK = (
+    "Analyze the task and historical actions, and predict the next step. Output your reasoning process "
+    "within the <think></think> tag. Output the action to be performed in this step within the "
+    "<action></action> tag. Output the final answer within the <tool_call></tool_call> tag. User Task: "
+)
+R1_ACTIONS = tuple(action for action in QWEN_ACTIONS if action[0] != "open")  # Table 7's eight
+
+
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+_ACTION = re.compile(r"<action>(.*?)</action>", re.S)
 _CONCLUSION = re.compile(r"<conclusion>\n?(.*?)\n?</conclusion>", re.S)
 
 
@@ -222,3 +244,38 @@ def _conclusion(output: str) -> str | None:
     quotes removed); None when the output had none (gui_owl.py then skips the step)."""
     found = _CONCLUSION.search(output)
     return found[1].replace("\n", "").replace('"', "") if found else None
+
+
+class MobileR1(Qwen25VLMobileUse):
+    name = "mobiler1"
+    action_format = "mobiler1"  # <think>, <action>, <tool_call>
+    asks: tuple[str, ...] = ("thought", "intent")  # the three-part answer its prompt demands
+    source = "Mobile-R1 (arXiv 2506.20332) Appendix A.2/A.4 prompt, over the Qwen2.5-VL cookbook's mobile_use"
+
+    def messages(
+        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+    ) -> list[Message]:
+        resized = self.coordinate_screen(screen.width, screen.height)
+        tool = json.dumps(
+            {
+                "type": "function",
+                "function": mobile_use(
+                    resized.width, resized.height, R1_ACTIONS, "`action=key` and `action=type`"
+                ),
+            },
+            ensure_ascii=False,
+        )
+        system = R1_ROLE + " " + FN_CALL_TEMPLATE.split("\n\n", 2)[2].format(tool_descs=tool)
+        steps = "".join(f"Step {i}: {_action(turn.output)}; " for i, turn in enumerate(history, 1))
+        query = R1_ASK + task + (f"\nHistorical actions: {steps}" if steps else "")
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": [text_part(query), image(current)]},
+        ]
+
+
+def _action(output: str) -> str:
+    """An earlier step as Mobile-R1's history gives it: the model's own `<action>` text, whitespace
+    folded; its tool call (`_call`) where it wrote none."""
+    found = _ACTION.search(output)
+    return " ".join(found[1].split()) if found and found[1].strip() else _call(output)
