@@ -66,7 +66,7 @@ from storage.datasets import Manifest, iter_rows, manifest, read_shard
 from storage.objectstore import ObjectStore
 from trajforge.actions import CODECS
 from trajforge.actions.compare import DEFAULT_TOLERANCE
-from trajforge.actions.space import TRAINERS, export_sizes
+from trajforge.actions.space import IMAGE_TRAINERS, export_sizes
 from trajforge.errors import ConfigError
 from trajforge.families import PROMPT_VERSION, Family, get_family
 from trajforge.progress import counted
@@ -189,9 +189,8 @@ def _family_notes(fam: Family | None) -> list[str]:
 
 def images_trainer(fmt: str, trainer: str) -> str | None:
     """The trainer whose image size the export writes for (None: the images' own size)."""
-    known = (*TRAINERS, "none", "auto")
-    if trainer not in known:
-        raise ConfigError(f"unknown --trainer {trainer!r}; known: {', '.join(known)}")
+    if trainer not in IMAGE_TRAINERS:
+        raise ConfigError(f"unknown --trainer {trainer!r}; known: {', '.join(IMAGE_TRAINERS)}")
     if trainer == "auto":
         return FORMAT_TRAINER.get(fmt)
     return None if trainer == "none" else trainer

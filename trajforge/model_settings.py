@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trajforge.actions import CODECS
+from trajforge.actions.space import IMAGE_TRAINERS
 from trajforge.families import FAMILY_NAMES
 from trajforge.stage_settings import ExportFormat
 
@@ -72,12 +73,13 @@ class TrainerSettings(BaseSettings):
         "`<dataset>_v{version}_train`) and {round} are filled in. None: the built-in knn policy.",
     )
     format: ExportFormat = Field("sft-sharegpt", description="Export format handed to an external trainer.")
-    images: Literal["auto", "llamafactory", "swift", "verl", "none"] = Field(
+    images: str = Field(
         "auto",
         description="Whose image loading the export's coordinates are computed for (`datasets export "
         "--trainer`): auto, the trainer the format is for; none, the screenshot as stored, resized only by "
         "the model's processor, as the rollout serves it (LLaMA-Factory with `image_max_pixels: 12845056`, "
         "the model's own limit, so the checkpoint is trained on the images it will be served).",
+        json_schema_extra={"enum": list(IMAGE_TRAINERS)},
     )
     action_format: str = Field(
         "qwen",
@@ -106,6 +108,13 @@ class TrainerSettings(BaseSettings):
     @classmethod
     def _known_family(cls, value: str | None) -> str | None:
         return PolicySettings._known_family(value)
+
+    @field_validator("images")
+    @classmethod
+    def _known_trainer(cls, value: str) -> str:
+        if value not in IMAGE_TRAINERS:
+            raise ValueError(f"unknown trainer {value!r}; known: {', '.join(IMAGE_TRAINERS)}")
+        return value
 
     name: str = Field(
         "trained", min_length=1, max_length=128, description="Policy name of external checkpoints."

@@ -137,11 +137,11 @@ def test_a_checkpoint_trained_by_llamafactory_is_served_and_rolled_out_on_what_i
     trained_on = {r["messages"][0]["content"] for r in actions}
     trained_size = {Image.open(export / r["images"][-1]).size for r in actions}
     marker = json.loads((export / ".trajforge-export.json").read_text())
+    assert all(USER_TURN.fullmatch(r["messages"][1]["content"]) for r in actions)
     for request in sent:
         system, user, sizes = _live(request)
         assert trained_on == {system}  # one system prompt, the same text
         assert USER_TURN.fullmatch(user), user[:300]
-        assert all(USER_TURN.fullmatch(r["messages"][1]["content"]) for r in actions)
         assert set(sizes) == trained_size  # the image as stored, fed whole to the same processor
         space = get_family("qwen25vl").coordinate_screen(*sizes[-1])
         assert set(marker["card"]["coordinate_sizes"]) == {f"{space.width}x{space.height}"}

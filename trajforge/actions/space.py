@@ -47,6 +47,9 @@ BUDGETS = {
 # verl hand it to qwen-vl-utils' `fetch_image`, whose bound is the model's own.
 TRAINER_MAX_PIXELS = {"llamafactory": 768 * 768, "swift": QWEN25VL.max_pixels, "verl": QWEN25VL.max_pixels}
 TRAINERS = tuple(TRAINER_MAX_PIXELS)
+# Whose image loading an export sizes for (`datasets export --trainer`, `trainer.images`): auto, the
+# trainer the format is for; none, the screenshot as stored.
+IMAGE_TRAINERS = (*TRAINERS, "none", "auto")
 # Formats whose coordinates are pixels of the image as given (not of a resize the model makes).
 IMAGE_PIXELS = {"androidworld", "pyautogui"}
 

@@ -34,11 +34,9 @@ from trajforge.actions.space import GUIOWL, QWEN25VL, smart_resize
 from trajforge.families import ImagePart, Message, Turn
 from trajforge.gateway import image_part, text_part
 
-FN_CALL_TEMPLATE = """# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
+# qwen-agent's FN_CALL_TEMPLATE in its two parts: Mobile-R1's prompt keeps only the second
+FN_CALL_HEADER = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+FN_CALL_SIGNATURES = """You are provided with function signatures within <tools></tools> XML tags:
 <tools>
 {tool_descs}
 </tools>
@@ -135,10 +133,15 @@ def action_property(actions: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     }
 
 
+def tool_signatures(function: dict[str, Any]) -> str:
+    """The part of qwen-agent's Nous function-call template that lists the tool and the call format."""
+    tool = json.dumps({"type": "function", "function": function}, ensure_ascii=False)
+    return FN_CALL_SIGNATURES.format(tool_descs=tool)
+
+
 def tool_system(function: dict[str, Any]) -> str:
     """qwen-agent's Nous function-call system prompt over the default system message."""
-    tool = json.dumps({"type": "function", "function": function}, ensure_ascii=False)
-    return DEFAULT_SYSTEM + "\n\n" + FN_CALL_TEMPLATE.format(tool_descs=tool)
+    return DEFAULT_SYSTEM + "\n\n" + FN_CALL_HEADER + tool_signatures(function)
 
 
 R1_ROLE = (
@@ -256,16 +259,8 @@ class MobileR1(Qwen25VLMobileUse):
         self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
     ) -> list[Message]:
         resized = self.coordinate_screen(screen.width, screen.height)
-        tool = json.dumps(
-            {
-                "type": "function",
-                "function": mobile_use(
-                    resized.width, resized.height, R1_ACTIONS, "`action=key` and `action=type`"
-                ),
-            },
-            ensure_ascii=False,
-        )
-        system = R1_ROLE + " " + FN_CALL_TEMPLATE.split("\n\n", 2)[2].format(tool_descs=tool)
+        tool = mobile_use(resized.width, resized.height, R1_ACTIONS, "`action=key` and `action=type`")
+        system = R1_ROLE + " " + tool_signatures(tool)
         steps = "".join(f"Step {i}: {_action(turn.output)}; " for i, turn in enumerate(history, 1))
         query = R1_ASK + task + (f"\nHistorical actions: {steps}" if steps else "")
         return [
