@@ -9,11 +9,13 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 from urllib.parse import unquote
 
-# The password runs to the last @ before the host (one written with an unencoded @ still ends there);
-# the scheme may be mistyped (`postgresql+psycopg//`, `https:/`).
-_URL_PASSWORD = re.compile(
-    r"(?P<scheme>[a-z][a-z0-9+.-]*(?::/{0,2}|//))(?P<user>[^:/@\s]*):(?P<pw>[^/\s]*)@", re.I
-)
+# A URL's scheme and its separator, found where a run of scheme characters starts (each run is tried
+# once, and possessively: masking stays linear in the text's length). The scheme may be mistyped
+# (`postgresql+psycopg//`, `https:/`); `_mask_url_passwords` reads the user and password after it.
+_SCHEME = re.compile(r"(?<![a-z0-9+.-])(?P<run>[a-z0-9+.-]*+)(?::/{0,2}|//)", re.I)
+_LETTER = re.compile(r"[a-z]", re.I)
+_URL_TOKEN = re.compile(r"[^/\s]*")  # what a URL's user and password can hold: no slash, no space
+_USER_END = re.compile(r"[:@]")
 # libpq and SQLAlchemy also take a password as a query parameter: ...?password=...
 _QUERY_PASSWORD = re.compile(r"(?i)([?&](?:password|passwd|pwd|sslpassword)=)[^&#\s]*")
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+")
@@ -54,10 +56,34 @@ def redact(text: str) -> str:
     secret the settings hold (`remember_secret`)."""
     for secret in sorted(_SECRETS, key=len, reverse=True):
         text = text.replace(secret, "***")
-    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    text = _mask_url_passwords(text)
     text = _QUERY_PASSWORD.sub(r"\1***", text)
     text = _AUTH_HEADER.sub(r"\1***", text)
     return _BEARER.sub(r"\1***", text)
+
+
+def _mask_url_passwords(text: str) -> str:
+    """`scheme://user:password@host` as `scheme://user:***@host`, in one pass over `text`. The
+    password runs to the last @ before the host (one written with an unencoded @ still ends there),
+    and the user holds no `:` or `@`. Every scheme in one stretch without a slash or a space shares
+    that stretch's end and its last @, found once."""
+    out: list[str] = []
+    done = token_end = last_at = 0
+    for scheme in _SCHEME.finditer(text):
+        start = scheme.end()
+        if scheme.start() < done or not _LETTER.search(scheme["run"]):
+            continue
+        if start >= token_end:
+            token_end = _URL_TOKEN.match(text, start).end()  # type: ignore[union-attr]  # matches ""
+            last_at = text.rfind("@", start, token_end)
+        if last_at < start:
+            continue
+        user_end = _USER_END.search(text, start, last_at + 1)
+        if user_end is None or user_end.group() != ":":
+            continue
+        out += [text[done : user_end.end()], "***@"]
+        done = last_at + 1
+    return "".join(out) + text[done:]
 
 
 class RedactingStream:
