@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from flows.cli_annotate import annotate_app
-from flows.cli_common import ConfigOpt, cli_settings, cli_spine
+from flows.cli_common import ConfigOpt, cli_settings, cli_spine, hold_home
 from flows.cli_critics import critics_app
 from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
@@ -159,6 +159,7 @@ def queries_generate(
 
     shares = check_mix(parse_mix(mix)) if mix else None
     settings = cli_settings(config)
+    hold_home(settings)
     spec = load_app(app_ref)
     sessions = open_spine(settings).sessions
     check_apps(sessions, [spec])  # a spec named like a stored, different one: refused before any call
@@ -259,7 +260,9 @@ def run(
     from evolve.smoke import run_smoke_round
 
     configure_logging(logging.INFO)
-    report = run_smoke_round(cli_settings(config), queries_per_app=queries, rollouts=rollouts)
+    settings = cli_settings(config)
+    hold_home(settings)
+    report = run_smoke_round(settings, queries_per_app=queries, rollouts=rollouts)
     typer.echo(report.render())
 
 

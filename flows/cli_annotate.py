@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings, cli_spine
+from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings, cli_spine, hold_home
 
 annotate_app = typer.Typer(
     no_args_is_help=True,
@@ -32,6 +32,7 @@ def annotate_push(
     from evolve.spine import open_spine
 
     settings = cli_settings(config)
+    hold_home(settings)
     sessions, round_id, number = cli_round(settings, round_number)
     report = push_round(sessions, round_id, open_spine(settings).store, settings.annotate, settings.s3, limit)
     typer.echo(f"round {number}: {report.render()}")
@@ -43,7 +44,9 @@ def annotate_pull(config: ConfigOpt = None) -> None:
     """Fetch new, updated and deleted annotations; store human anchors and corrections."""
     from annotation.pull import pull
 
-    settings, sessions, _ = cli_spine(config)
+    settings = cli_settings(config)
+    hold_home(settings)
+    sessions = cli_spine(config)[1]
     typer.echo(pull(sessions, settings.annotate).render())
 
 

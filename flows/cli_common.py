@@ -28,6 +28,18 @@ def cli_spine(config: Path | None) -> tuple[Settings, Any, Any]:
     return settings, spine.sessions, spine.store
 
 
+def hold_home(settings: Settings) -> None:
+    """Hold the home's one-writer lock (`evolve.ownership.loop_lock`) until this command ends. Every
+    command that writes rounds, labels, samples or versions takes it, as `evolve` and a schedule's run
+    do: while another holds it, the command refuses in one line naming the holder, before it writes."""
+    from typer._click.globals import get_current_context  # typer's own click, not the click package
+
+    from evolve.ownership import loop_lock
+
+    ctx = get_current_context()
+    ctx.with_resource(loop_lock(settings, ctx.command_path))
+
+
 def cli_round(settings: Settings, number: int | None, stage: str | None = None) -> tuple[Any, int, int]:
     """A session factory on the migrated database, the round's id and its number (default: the
     latest); with `stage`, the stages it needs must have run on the round (`evolve.stages`)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
+from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings, hold_home
 from flows.cli_stage import run_stage_here
 
 critics_app = typer.Typer(no_args_is_help=True, help="Offline critics and their calibration.")
@@ -17,6 +17,7 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
     from critics.stages import JUDGE
 
     settings = cli_settings(config)
+    hold_home(settings)
     number = cli_round(settings, round_number)[2]
 
     def show(text: str) -> None:
@@ -31,7 +32,9 @@ def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -
     """Compare the critics' trajectory verdicts with the anchors; store and print the report."""
     from critics.calibration import calibrate_round, render_calibration
 
-    sessions, round_id, number = cli_round(cli_settings(config), round_number, "calibrate")
+    settings = cli_settings(config)
+    hold_home(settings)
+    sessions, round_id, number = cli_round(settings, round_number, "calibrate")
     typer.echo(f"round {number} calibration")
     typer.echo(render_calibration(calibrate_round(sessions, round_id)))
 
@@ -47,6 +50,7 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     from storage.objectstore import frame_reader
 
     settings = cli_settings(config)
+    hold_home(settings)
     sessions, round_id, number = cli_round(settings, round_number, "calibrate")
     gateway = build_gateway(settings.llm, sessions, "writer")
     store = open_spine(settings).store

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
+from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings, hold_home
 from flows.cli_stage import run_stage_here
 from flows.progress_view import shown
 from trajforge.settings import FeaturizerName
@@ -31,6 +31,7 @@ def curate(ctx: typer.Context, round_number: RoundOpt = None, config: ConfigOpt 
     from curation.stages import CURATE
 
     settings = cli_settings(config)
+    hold_home(settings)
     number = cli_round(settings, round_number)[2]
     typer.echo(f"round {number}")
     run_stage_here(settings, CURATE, number, typer.echo)
@@ -56,6 +57,7 @@ def train_encoder(
     from evolve.spine import open_spine
 
     settings = cli_settings(config)
+    hold_home(settings)
     spine = open_spine(settings)
     round_id = cli_round(settings, round_number)[1] if round_number is not None else None
     with shown():

@@ -6,7 +6,7 @@ from typing import Annotated, get_args
 
 import typer
 
-from flows.cli_common import ConfigOpt, cli_spine
+from flows.cli_common import ConfigOpt, cli_settings, cli_spine, hold_home
 from flows.progress_view import shown
 from trajforge.actions import CODECS
 from trajforge.settings import ExportFormat
@@ -36,7 +36,9 @@ def datasets_publish(
     from publish.versions import PublishConfig, publish
 
     picked = _round_numbers(rounds) if rounds else None
-    settings, sessions, store = cli_spine(config)
+    settings = cli_settings(config)
+    hold_home(settings)
+    _, sessions, store = cli_spine(config)
     filters = {"curate": settings.curate.model_dump(mode="json")}
     cfg = PublishConfig(rounds=picked, val_fraction=val_fraction, filters=filters)
     with shown():

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings
+from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings, hold_home
 from flows.progress_view import shown
 from trajforge.settings import Settings
 
@@ -50,6 +50,7 @@ def stage_cmd(
     from evolve.stages import stage_named
 
     settings = cli_settings(config)
+    hold_home(settings)
     stage = stage_named(name)
     number = cli_round(settings, round_number)[2]
     typer.echo(f"round {number}: {stage.name}")

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from evolve.lifecycle import close_round, open_round, play
 from evolve.policies import register_policy
 from evolve.spine import Spine, build_gateway, open_pool, open_spine, policy_llm
+from flows.cli_common import hold_home
 from flows.progress_view import shown
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
@@ -59,6 +60,7 @@ def run_rollout(
     through the loop's lifecycle (`evolve.lifecycle`): opened, played, closed."""
     _check_choices(policy, backend, serials, family)
     settings = _load(config, family)
+    hold_home(settings)
     spec, apps = _apps(app_ref, settings, backend)
     spine = open_spine(settings)
     check_apps(spine.sessions, apps)  # before anything is written

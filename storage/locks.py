@@ -47,7 +47,8 @@ def _key(name: str) -> int:
 def _busy(name: str, holder: str) -> LoopBusy:
     return LoopBusy(
         f"{name} is held by {holder}; wait for it to finish (or stop it), then run again: "
-        "one evolve at a time per home (its database)",
+        "one writing command at a time per home (its database): evolve, a schedule's run, rollout, run, "
+        "stage, critics, curate, datasets publish, annotate push and pull, queries generate",
         holder,
     )
 

@@ -33,7 +33,7 @@ def test_a_held_lock_names_its_holder_and_is_free_after(engine: Engine) -> None:
         with pytest.raises(LoopBusy) as caught, exclusive(engine, NAME, "second evolve"):
             pass
         assert f"first evolve (pid {os.getpid()}" in str(caught.value)
-        assert "one evolve at a time per home (its database)" in str(caught.value)
+        assert "one writing command at a time per home (its database)" in str(caught.value)
         with exclusive(engine, "another lock", "other"):
             pass  # another lock is not this one
     assert holder(engine, NAME) is None
