@@ -270,3 +270,13 @@ def coincident_pairs(groups: dict[str, list[Rollout]]) -> int:
                 by_screen[view.before] = (right, errors)
         pairs += sum(len(errors) for right, errors in by_screen.values() if right)
     return pairs
+
+
+def recovery_line(rec: dict[str, Any]) -> str:
+    """The round's error-recovery figures (`RecoveryReport.as_dict`) in one line."""
+    skipped = ", ".join(f"{r} {n}" for r, n in sorted(rec["skipped"].items())) or "none"
+    return (
+        f"{rec['samples'].get('error_escape', 0)} escape pairs observed of {rec['probed']} probes "
+        f"({rec['prone_steps']} prone-to-error sites; skipped: {skipped}); the pixel-coincidence "
+        f"method would pair {rec['coincident']}"
+    )

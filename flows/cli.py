@@ -6,7 +6,7 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -158,8 +158,7 @@ def queries_generate(
     from trajforge.appspec import load_app
 
     shares = check_mix(parse_mix(mix)) if mix else None
-    settings = cli_settings(config)
-    hold_home(settings)
+    settings = hold_home(cli_settings(config))
     spec = load_app(app_ref)
     sessions = open_spine(settings).sessions
     check_apps(sessions, [spec])  # a spec named like a stored, different one: refused before any call
@@ -260,8 +259,7 @@ def run(
     from evolve.smoke import run_smoke_round
 
     configure_logging(logging.INFO)
-    settings = cli_settings(config)
-    hold_home(settings)
+    settings = hold_home(cli_settings(config))
     report = run_smoke_round(settings, queries_per_app=queries, rollouts=rollouts)
     typer.echo(report.render())
 
@@ -319,6 +317,7 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
     spine = open_spine(settings)
     prefect_env(settings, verbose)
     from curation.curriculum import curriculum_line
+    from curation.recovery import recovery_line
     from evolve.heldout import heldout_line
     from evolve.report import success_text, write_report
     from flows.rounds import round_flow
@@ -348,16 +347,6 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
             typer.echo(f"  held-out: {line}")
     index = write_report(spine.sessions, spine.store, report_dir or settings.home / "report")
     typer.echo(f"report: {index.resolve().as_uri()}")
-
-
-def recovery_line(rec: dict[str, Any]) -> str:
-    """The round's error-recovery figures (`curation.recovery.RecoveryReport.as_dict`) in one line."""
-    skipped = ", ".join(f"{r} {n}" for r, n in sorted(rec["skipped"].items())) or "none"
-    return (
-        f"{rec['samples'].get('error_escape', 0)} escape pairs observed of {rec['probed']} probes "
-        f"({rec['prone_steps']} prone-to-error sites; skipped: {skipped}); the pixel-coincidence "
-        f"method would pair {rec['coincident']}"
-    )
 
 
 @app.command("report")

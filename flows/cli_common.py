@@ -28,7 +28,7 @@ def cli_spine(config: Path | None) -> tuple[Settings, Any, Any]:
     return settings, spine.sessions, spine.store
 
 
-def hold_home(settings: Settings) -> None:
+def hold_home(settings: Settings) -> Settings:
     """Hold the home's one-writer lock (`evolve.ownership.loop_lock`) until this command ends. Every
     command that writes rounds, labels, samples or versions takes it, as `evolve` and a schedule's run
     do: while another holds it, the command refuses in one line naming the holder, before it writes."""
@@ -38,6 +38,7 @@ def hold_home(settings: Settings) -> None:
 
     ctx = get_current_context()
     ctx.with_resource(loop_lock(settings, ctx.command_path))
+    return settings
 
 
 def cli_round(settings: Settings, number: int | None, stage: str | None = None) -> tuple[Any, int, int]:

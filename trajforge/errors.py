@@ -6,9 +6,16 @@ is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from trajforge.logs import redact
+
 
 class TrajforgeError(Exception):
-    """Root of every error trajforge raises on purpose."""
+    """Root of every error trajforge raises on purpose. Its message is masked when it is made
+    (`trajforge.logs.redact`): it is printed, logged and stored as an item's failure detail, and a
+    server's error body can quote the request's headers, API key included."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(TrajforgeError, ValueError):

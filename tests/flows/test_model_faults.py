@@ -231,3 +231,28 @@ def test_curate_with_a_failing_endpoint_finishes_and_counts_each_failure_by_reas
     with _db(tmp_path) as conn:
         stages = dict(conn.execute("select stage, count(*) from llm_failure group by stage").fetchall())
     assert stages and all(s.split(".")[0] in ("guidance", "bottleneck", "thought") for s in stages), stages
+
+
+def test_a_server_error_quoting_the_api_key_leaves_it_nowhere_at_rest(tmp_path: Path) -> None:
+    """A server whose 500 body quotes the request's headers (`Authorization: Bearer sk-…`): the
+    failure is kept with its HTTP detail, masked, in every table, object and log of the home, and
+    the command's output. Rollout keeps it in the episode and its exclusion, critics in theirs."""
+    key = "sk-quoted-back-7731"
+    env = llm_env("") | {"TRAJFORGE_LLM_API_KEY": key}
+    fault = Reply(status=500, quote_headers=True)
+    rollout = ("rollout", "--app", "takeout", "--queries", "2", "--policy", "vlm", "--workers", "1")
+    with ScriptedLLM(responder=OneBadRequest(lambda rec: TERMINATE, fault)) as llm:
+        played = cli(*rollout, env=env | {"TRAJFORGE_LLM_BASE_URL": llm.url}, cwd=tmp_path)
+    with ScriptedLLM(responder=OneBadRequest(critic_responder, fault)) as llm:
+        judged = cli("critics", "run", env=env | {"TRAJFORGE_LLM_BASE_URL": llm.url}, cwd=tmp_path)
+    assert played.returncode == 0 and judged.returncode == 0, played.stderr + judged.stderr
+    with _db(tmp_path) as conn:
+        kept = conn.execute("select detail from exclusion where reason = 'policy_error'").fetchone()
+        tables = [t for (t,) in conn.execute("select name from sqlite_master where type = 'table'")]
+        stored = "\n".join(str(row) for t in tables for row in conn.execute(f'select * from "{t}"'))
+    assert kept is not None and "request headers" in kept[0] and "***" in kept[0]  # masked, not dropped
+    assert "request headers" in stored and key not in stored
+    for path in (tmp_path / ".trajforge").rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
+    assert key not in played.stdout + played.stderr + judged.stdout + judged.stderr

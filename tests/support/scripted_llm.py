@@ -47,6 +47,7 @@ class Reply:
     completion_tokens: int = 5
     body: str | None = None  # sent as it is with status 200 instead of a completion
     no_choices: bool = False  # a completion whose `choices` is empty
+    quote_headers: bool = False  # an error whose message quotes the request's headers (its API key)
 
 
 @dataclass
@@ -151,7 +152,8 @@ class ScriptedLLM:
                 reply = outer.probe if probing else outer._pick(rec)
                 time.sleep(outer.latency_s + reply.delay_s)
                 if reply.status != 200:
-                    return self._send(reply.status, _error(f"scripted {reply.status}"), reply.headers)
+                    quoted = f"; request headers: {dict(self.headers)}" if reply.quote_headers else ""
+                    return self._send(reply.status, _error(f"scripted {reply.status}{quoted}"), reply.headers)
                 if reply.body is not None:
                     return self._send_raw(reply.body.encode())
                 self._send(200, _completion(body.get("model", "scripted"), reply), reply.headers)
