@@ -130,11 +130,6 @@ def train_next(spine: Spine, number: int, dataset_version: int) -> dict[str, Any
     settings = spine.settings
     trainer = settings.trainer
     builtin = trainer.command is None
-    if not builtin and not trainer.endpoint:
-        raise ConfigError(
-            "trainer.command is set but trainer.endpoint is not: say where the trained checkpoint "
-            "will be served (an OpenAI-compatible URL; {output} and {version} are filled in)"
-        )
     name = KNN if builtin else trainer.name
     with spine.sessions() as s:
         rnd = s.scalars(select(Round).where(Round.number == number)).one()

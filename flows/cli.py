@@ -17,12 +17,12 @@ from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
 from flows.cli_ops import check_cmd, devices_app, serve_cmd, status_cmd
 from flows.cli_stage import stage_cmd
-from flows.prefect_env import prefect_call, prefect_env
+from flows.prefect_env import prefect_call, prefect_env, records_to_file
 from flows.progress_view import progress_bar, shown
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.actions.space import coordinate_screen
 from trajforge.errors import ActionError, TrajforgeError
-from trajforge.logs import RedactingStream, configure_logging, redact, redact_url
+from trajforge.logs import RedactingStream, configure_logging, log_file, redact, redact_url
 from trajforge.procs import one_blas_thread
 from trajforge.settings import Settings
 from trajforge.stopping import Stopped, call_stoppable, stop_on_signals
@@ -316,6 +316,8 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
 
     spine = open_spine(settings)
     prefect_env(settings, verbose)
+    if not verbose:  # Prefect's records, a failed task's traceback among them: to the home's log file
+        records_to_file(settings)
     from curation.curriculum import curriculum_line
     from curation.recovery import recovery_line
     from evolve.heldout import heldout_line
@@ -378,7 +380,8 @@ def main() -> None:
     try:
         app()  # standalone: usage errors print themselves and exit 2
     except TrajforgeError as exc:
-        typer.echo(redact(f"error: {exc}"), err=True)
+        log = log_file()
+        typer.echo(redact(f"error: {exc}{f' (details: {log})' if log else ''}"), err=True)
         sys.exit(1)
     except DatabaseError as exc:
         if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from trajforge.errors import TrajforgeError
@@ -25,6 +26,36 @@ def prefect_env(settings: Settings, verbose: bool = False) -> None:
         from flows.prefect_server import quiet_temporary_server
 
         quiet_temporary_server(home / "server.log")
+
+
+def records_to_file(settings: Settings) -> Path:
+    """Prefect's log records go to the home's log file (`HOME/trajforge.log`) instead of the terminal:
+    a failed task's ERROR records and tracebacks, its retries and the libraries' warnings. The
+    command prints one `error:` line naming the file (`trajforge.logs.log_file`). Prefect's own
+    logging config with its console handler replaced by a masking file handler; called before
+    Prefect is imported (it reads the config when it loads)."""
+    import importlib.util
+
+    import yaml
+
+    from trajforge.logs import use_log_file
+
+    log = use_log_file(settings.home / "trajforge.log")
+    spec = importlib.util.find_spec("prefect")
+    assert spec is not None and spec.submodule_search_locations  # a dependency
+    default = Path(next(iter(spec.submodule_search_locations))) / "logging" / "logging.yml"
+    config = yaml.safe_load(default.read_text(encoding="utf-8"))
+    config["handlers"]["console"] = {
+        "level": 0,
+        "class": "trajforge.logs.RedactingFileHandler",
+        "formatter": "standard",
+        "filename": str(log),
+    }
+    path = settings.home / "prefect" / "logging.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    os.environ["PREFECT_LOGGING_SETTINGS_PATH"] = str(path)
+    return log
 
 
 def prefect_call(fn: Any, *args: Any) -> Any:

@@ -6,6 +6,7 @@ import logging
 import re
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import unquote
 
@@ -136,6 +137,32 @@ def _install_redacting_factory() -> None:
 
     factory.redacting = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)
+
+
+_LOG_FILE: list[Path] = []  # the command's log file, once it has one
+
+
+def use_log_file(path: Path) -> Path:
+    """Make `path` this command's log file (its folder made): the one `error:` line names it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _LOG_FILE[:] = [path]
+    return path
+
+
+def log_file() -> Path | None:
+    """The command's log file, where the tracebacks of errors inside a round go (None: the terminal)."""
+    return _LOG_FILE[0] if _LOG_FILE else None
+
+
+class RedactingFileHandler(logging.FileHandler):
+    """A log file whose every formatted record is masked, tracebacks included: the exception a
+    traceback shows can be a library's, quoting what a server sent back."""
+
+    def __init__(self, filename: str, **kwargs: Any) -> None:
+        super().__init__(filename, encoding="utf-8", **kwargs)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 class _StderrHandler(logging.StreamHandler[Any]):

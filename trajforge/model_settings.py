@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trajforge.actions import CODECS
@@ -128,3 +128,14 @@ class TrainerSettings(BaseSettings):
         "{output}", description="Model name at the endpoint; {output} and {version} filled in."
     )
     timeout_s: float = Field(86_400.0, gt=0, description="The trainer command's time limit.")
+
+    @model_validator(mode="after")
+    def _served_somewhere(self) -> TrainerSettings:
+        """A checkpoint trained by a command must be served to be rolled out: said at load time,
+        not after a round's rollout, judging and publishing."""
+        if self.command is not None and not self.endpoint:
+            raise ValueError(
+                "trainer.command is set but trainer.endpoint is not: say where the trained checkpoint "
+                "will be served (an OpenAI-compatible URL; {output} and {version} are filled in)"
+            )
+        return self

@@ -258,3 +258,29 @@ def test_a_suite_hook_that_throws_is_one_configuration_error_before_the_first_ro
     one_line_error(done, "web suite 'counter': its reset hook threw TypeError: app.restart is not a function")
     with sqlite3.connect(tmp_path / ".trajforge" / "trajforge.db") as conn:
         assert conn.execute("select count(*) from round").fetchone() == (0,)
+
+
+def test_an_error_inside_a_round_is_one_line_naming_the_log_with_the_traceback(tmp_path: Path) -> None:
+    """A trainer that fails after the round's rollout, judging and publishing: before, Prefect's ERROR
+    records and their tracebacks (47 lines) came before the one line."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "apps": ["settings"],
+                "evolve": {
+                    "queries_per_app": 1,
+                    "rollouts": 2,
+                    "devices": 1,
+                    "max_steps": 4,
+                    "heldout_per_app": 0,
+                },
+                "curate": {"encoder_steps": 1},
+                "trainer": {"command": "sh -c 'echo boom >&2; exit 3'", "endpoint": "http://127.0.0.1:9/v1"},
+            }
+        )
+    )
+    done = cli("evolve", "--rounds", "1", "--config", str(cfg), cwd=tmp_path)
+    log = tmp_path / ".trajforge" / "trajforge.log"
+    one_line_error(done, "error: trainer command exited 3: boom", f"(details: {log})")
+    assert "Traceback" in log.read_text() and "trainer command exited 3" in log.read_text()

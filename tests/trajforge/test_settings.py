@@ -224,3 +224,11 @@ def test_every_section_of_a_run_config_reaches_the_settings(tmp_path: Path) -> N
     cfg.write_text("critics:\n  outcome: critic\n  tau_c: 0.9\n")
     critics = load_settings(cfg).critics
     assert (critics.outcome, critics.tau_c) == ("critic", 0.9)
+
+
+def test_a_trainer_command_without_an_endpoint_is_refused_when_the_config_loads(tmp_path: Path) -> None:
+    """Once found by the train stage, after a whole round's rollout, judging and publishing."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"trainer": {"command": "llamafactory-cli train sft.yaml"}}))
+    with pytest.raises(ConfigError, match=r"trainer\.command is set but trainer\.endpoint is not"):
+        load_settings(cfg)
