@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trajforge.errors import SpecError, yaml_problem
+from trajforge.files import read_text
 from trajforge.spec_check import validate_spec
 from trajforge.spec_refs import ROW_VALUE, SLOT_REF
 
@@ -183,18 +184,9 @@ def load_spec(path: Path) -> AppSpec:
     Raises:
         SpecError: unreadable YAML, unknown fields, or any validation problem (all listed).
     """
+    text = read_text(path, "app spec", SpecError)
     try:
-        data = _read_yaml(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise SpecError(f"app spec {path}: file not found") from exc
-    except IsADirectoryError as exc:
-        raise SpecError(f"app spec {path}: is a directory; give the path of a .yaml file in it") from exc
-    except UnicodeDecodeError as exc:
-        raise SpecError(
-            f"app spec {path}: not a text file (byte {exc.start} is not UTF-8); give a YAML app spec"
-        ) from exc
-    except OSError as exc:
-        raise SpecError(f"app spec {path}: cannot be read ({exc.strerror or exc})") from exc
+        data = _read_yaml(text)
     except DuplicateKey as exc:
         raise SpecError(f"app spec {path}: {exc}") from exc
     except yaml.YAMLError as exc:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trajforge.errors import ConfigError, yaml_problem
+from trajforge.files import read_text
 from trajforge.logs import remember_secret, remember_url_secret
 from trajforge.model_settings import PolicySettings, TrainerSettings
 from trajforge.stage_settings import (
@@ -350,10 +351,9 @@ def _check_env_names(environ: Mapping[str, str]) -> None:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    text = read_text(path, "config")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config {path}: file not found; pass an existing YAML file") from exc
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config {path}: not valid YAML at {yaml_problem(exc)}; fix the syntax") from exc
     if data is None:

@@ -26,6 +26,7 @@ from rollout.env import Environment
 from storage.objectstore import ObjectStore
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, yaml_problem
+from trajforge.files import read_text
 from trajforge.world.verify import VerifierResult
 
 ENTRY_POINTS = "trajforge.suites"
@@ -124,10 +125,9 @@ def suite_names() -> list[str]:
 
 def read_suite_file(path: Path) -> Any:
     """The YAML a suite file holds (a web suite's or a gym suite's), or one ConfigError naming the fix."""
+    text = read_text(path, "suite")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"suite file {path}: file not found; pass an existing YAML file") from exc
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(
             f"suite file {path}: not valid YAML at {yaml_problem(exc)}; fix the syntax"

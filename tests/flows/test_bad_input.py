@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import yaml
 from storage.datasets import manifest
 from storage.db import create_db_engine, session_factory
 from storage.objectstore import open_object_store
-from tests.flows.test_cli import cli
+from tests.flows.test_cli import TRAJFORGE, cli
 from tests.support.smoke import smoke_round
 from trajforge.settings import load_settings
 
@@ -284,3 +285,36 @@ def test_an_error_inside_a_round_is_one_line_naming_the_log_with_the_traceback(t
     log = tmp_path / ".trajforge" / "trajforge.log"
     one_line_error(done, "error: trainer command exited 3: boom", f"(details: {log})")
     assert "Traceback" in log.read_text() and "trainer command exited 3" in log.read_text()
+
+
+RSS_OF = (  # the command's peak resident memory in KiB, printed after its own output
+    "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(done.returncode)"
+)
+
+
+@pytest.mark.parametrize("given", ["/dev/zero", "folder", "binary"])
+@pytest.mark.parametrize("as_", ["config", "app spec"])
+def test_a_device_a_folder_or_a_binary_file_is_one_line_in_bounded_memory(
+    tmp_path: Path, given: str, as_: str
+) -> None:
+    """Before: `/dev/zero` as a config or spec grew to 14 and 19 GB; a folder or a binary config was
+    a 50-line traceback."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "binary").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
+    path = given if given.startswith("/") else str(tmp_path / given)
+    args = ["evolve", "--config", path] if as_ == "config" else ["apps", "validate", path]
+    done = subprocess.run(
+        [sys.executable, "-c", RSS_OF, TRAJFORGE, *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    *lines, peak_kib = done.stderr.strip().splitlines()
+    expected = {"/dev/zero": "over the 8 MiB", "folder": "is a directory", "binary": "not a text file (byte"}
+    one_line_error(
+        subprocess.CompletedProcess(args, done.returncode, "", "\n".join(lines)), f"{as_} ", expected[given]
+    )
+    assert int(peak_kib) < 200 * 1024, peak_kib
+    assert not (tmp_path / ".trajforge").exists()  # nothing written
