@@ -21,7 +21,7 @@ from flows.prefect_env import prefect_call, prefect_env, records_to_file
 from flows.progress_view import progress_bar, shown
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.actions.space import coordinate_screen
-from trajforge.errors import ActionError, TrajforgeError
+from trajforge.errors import ActionError, ConfigError, TrajforgeError
 from trajforge.logs import RedactingStream, configure_logging, log_file, redact, redact_url
 from trajforge.procs import one_blas_thread
 from trajforge.settings import Settings
@@ -55,6 +55,7 @@ def _every_command() -> None:
 
 
 _FORMATS = ", ".join(CODECS)
+_MAX_LINE = 2**20  # `actions convert`: the longest model output a line may hold
 _SCREEN_HELP = (
     "The screenshot's WxH in pixels: each format's coordinates live in its own space for it, as "
     "rollout and export use (Qwen2.5-VL based formats: the processor's smart resize)."
@@ -77,7 +78,11 @@ def actions_convert(
     source, target, size = get_codec(from_fmt), get_codec(to_fmt), Screen.parse(screen)
     read_in, written_in = (coordinate_screen(fmt, size.width, size.height) for fmt in (from_fmt, to_fmt))
     failed = 0
-    for line in sys.stdin:
+    for number, line in enumerate(iter(lambda: sys.stdin.readline(_MAX_LINE + 1), ""), 1):
+        if len(line) > _MAX_LINE:  # read no further: `< /dev/zero` has no line end
+            raise ConfigError(
+                f"stdin line {number}: over {_MAX_LINE} characters; give one model output per line"
+            )
         text = line.rstrip("\r\n")
         try:
             out = target.format(source.parse(text, read_in), written_in)

@@ -136,6 +136,17 @@ def test_convert_malformed_lines_keep_their_place() -> None:
     assert result.stderr == ""
 
 
+def test_convert_refuses_a_line_over_a_mebibyte_without_reading_on(tmp_path: Path) -> None:
+    """`< /dev/zero` has no line end: the command once read it until the kernel killed it."""
+    with open("/dev/zero", "rb") as zero:
+        done = subprocess.run(
+            [TRAJFORGE, "actions", "convert", "--from", "qwen", "--to", "uitars"],
+            stdin=zero, capture_output=True, text=True, env=child_env("TRAJFORGE_"), timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == "error: stdin line 1: over 1048576 characters; give one model output per line\n"
+
+
 def test_convert_to_canonical_uses_screen_for_pixels() -> None:
     result = cli(
         "actions",
