@@ -7,18 +7,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.spine import open_spine
-from storage.keys import blob_key
+from storage.keys import BLOBS, blob_key
 from storage.locks import LOOP_LOCK, exclusive
 from storage.models import DatasetVersion, Round, Step
+from storage.objectstore import ObjectStore
 from trajforge.errors import ConfigError, StorageError
 from trajforge.settings import Settings
 
 
 def check_loop_rounds(settings: Settings) -> None:
     """Before the loop runs: every stored round is one of the loop's, and the object store still holds
-    what the database says it wrote (the latest sealed manifests, the first and last screenshots).
+    what the database says it wrote (`check_store`).
 
     Raises:
         ConfigError: names the first round another command made.
@@ -29,12 +31,27 @@ def check_loop_rounds(settings: Settings) -> None:
         for row in s.scalars(select(Round).order_by(Round.number)):
             if not loop_round(row):
                 raise foreign_round(row)
-        expected = [key for key in s.scalars(_latest_manifests()) if key]
-        first, last = s.execute(select(func.min(Step.id), func.max(Step.id))).one()
-        expected += [
-            blob_key(sha) for sha in s.scalars(select(Step.screenshot).where(Step.id.in_([first, last])))
-        ]
-    lost = [key for key in expected if not spine.store.exists(key)]
+    check_store(spine.sessions, spine.store)
+
+
+def lost_objects(sessions: sessionmaker[Session], store: ObjectStore) -> list[str]:
+    """What the database names and the store no longer holds: the latest sealed manifest of each
+    dataset, and every screenshot a step names (before and after it), found by listing the
+    store's screenshots once rather than asking for each."""
+    with sessions() as s:
+        manifests = [key for key in s.scalars(_latest_manifests()) if key]
+        shas = set(s.scalars(select(Step.screenshot).distinct()))
+        shas |= {sha for sha in s.scalars(select(Step.screenshot_after).distinct()) if sha}
+    lost = [key for key in manifests if not store.exists(key)]
+    if shas:
+        stored = set(store.list(f"{BLOBS}sha256/"))
+        lost += sorted(key for key in map(blob_key, shas) if key not in stored)
+    return lost
+
+
+def check_store(sessions: sessionmaker[Session], store: ObjectStore) -> None:
+    """Raises StorageError naming what the store lost (`lost_objects`), with the fixes."""
+    lost = lost_objects(sessions, store)
     if lost:
         raise StorageError(
             f"the object store has lost data the database expects ({', '.join(lost[:2])}"

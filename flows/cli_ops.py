@@ -123,8 +123,11 @@ def serve_cmd(
 def check_cmd(config: ConfigOpt = None) -> None:
     """Validate the settings, reach the database (and check a SQLite file's integrity) and the object
     store, and look for the fonts the simulated screens need. Exit 1 on any problem."""
+    from sqlalchemy import inspect
+
+    from evolve.ownership import check_store
     from rollout.sim.render import cjk_font_path
-    from storage.db import check_connection, engine_from_settings, integrity_problems
+    from storage.db import check_connection, engine_from_settings, integrity_problems, session_factory
     from storage.objectstore import open_object_store
     from trajforge.errors import StorageError
     from trajforge.logs import redact_url
@@ -141,7 +144,9 @@ def check_cmd(config: ConfigOpt = None) -> None:
             f"database {redact_url(settings.db_url)} is damaged ({len(problems)} problems above); "
             "restore it from a backup, or move the file aside to start afresh"
         )
-    open_object_store(settings)
+    store = open_object_store(settings)
+    if inspect(engine).has_table("step"):  # a home with rounds: the store still holds what they name
+        check_store(session_factory(engine), store)
     typer.echo(f"database {redact_url(settings.db_url)}: ok")
     typer.echo(f"object store {settings.store_where}: ok")
     if settings.llm.offline:

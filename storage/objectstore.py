@@ -101,9 +101,10 @@ class LocalObjectStore:
         return self._path(key).is_file()
 
     def list(self, prefix: str = "") -> Iterator[str]:
+        folder = self.root / prefix.rpartition("/")[0]  # walk only the folder the prefix is in
         keys = (
             p.relative_to(self.root).as_posix()
-            for p in self.root.rglob("*")
+            for p in folder.rglob("*")
             if p.is_file() and not p.name.startswith(".tmp-")
         )
         yield from sorted(k for k in keys if k.startswith(prefix))

@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from evolve.ownership import check_store
+from evolve.spine import open_spine
 from storage.datasets import manifest
 from storage.db import create_db_engine, session_factory
 from storage.objectstore import open_object_store
 from tests.flows.test_cli import TRAJFORGE, cli
 from tests.support.smoke import smoke_round
+from trajforge.errors import StorageError
 from trajforge.settings import load_settings
 
 
@@ -318,3 +321,20 @@ def test_a_device_a_folder_or_a_binary_file_is_one_line_in_bounded_memory(
     )
     assert int(peak_kib) < 200 * 1024, peak_kib
     assert not (tmp_path / ".trajforge").exists()  # nothing written
+
+
+def test_a_screenshot_lost_from_the_middle_of_the_store_is_found_by_check(published: Path) -> None:
+    """`evolve` once checked the first and last screenshots only: with a middle one deleted, the next
+    round was rolled out and curated before publish failed (87 lines). `check` said `ok`."""
+    home = published.parent
+    assert cli("check", cwd=home.parent).returncode == 0
+    with sqlite3.connect(published) as conn:
+        shas = [sha for (sha,) in conn.execute("select distinct screenshot from step order by id")]
+    middle = shas[len(shas) // 2]
+    blob = next((home / "objects").rglob(f"{middle}.png"))
+    blob.unlink()
+    done = cli("check", cwd=home.parent)
+    one_line_error(done, "the object store has lost data the database expects", f"{middle}.png")
+    spine = open_spine(load_settings())
+    with pytest.raises(StorageError, match=middle):
+        check_store(spine.sessions, spine.store)
