@@ -104,7 +104,14 @@ class WebSuite(BaseModel):
         if suite.url.startswith("file://") and not suite.url.startswith("file:///"):  # relative to the file
             suite = suite.model_copy(update={"url": file_uri(path.parent / suite.url[7:])})
         if suite.url.startswith("file:"):
-            suite = suite.model_copy(update={"root": (path.parent / (suite.root or ".")).resolve()})
+            root = (path.parent / (suite.root or ".")).resolve()
+            if suite.local_files == "folder" and not root.is_relative_to(path.parent.resolve()):
+                raise ConfigError(
+                    f"web suite {path}: root {suite.root} is outside the suite's folder, so its pages "
+                    "could read every file under it; give a folder under the suite file's, or set "
+                    "`local_files: any` for a page you trust"
+                )
+            suite = suite.model_copy(update={"root": root})
         return suite
 
     def check_task(self, task: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,22 @@ def test_a_missing_home_template_and_an_unknown_param_are_named(tmp_path: Path) 
         get_suite(str(path))
     with pytest.raises(ConfigError, match="names 'colour', which is not one of its params \\(word\\)"):
         fill("a {colour} car", {"word": "x"})
+
+
+@pytest.mark.parametrize("home", ["../../../../../../../../../etc", "/etc", "../outside"])
+def test_a_home_outside_the_suites_folder_is_refused_unless_opted_in(tmp_path: Path, home: str) -> None:
+    """Before: `home: ../../../../etc` was a raw shutil.Error, and an absolute folder outside was
+    copied into every episode."""
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "suites").mkdir()
+    path = tmp_path / "suites" / "office.yaml"
+    path.write_text(SUITE.replace("display:", f"home: {home}\ndisplay:"))
+    with pytest.raises(
+        ConfigError, match=rf"home {re.escape(home)} is outside the suite's folder.*local_files: any"
+    ):
+        get_suite(str(path))
+    path.write_text(SUITE.replace("display:", f"home: {home}\nlocal_files: any\ndisplay:"))
+    assert get_suite(str(path)).home == (path.parent / home).resolve()  # type: ignore[attr-defined]
 
 
 def test_checks_are_metrics_never_eval() -> None:

@@ -201,6 +201,23 @@ def test_a_suite_that_says_so_may_read_any_local_file(tmp_path: Path) -> None:
     assert _reads(tmp_path, "any") == {"own": "own data", "outside": "the secret", "linked": "the secret"}
 
 
+@pytest.mark.parametrize("root", ["/", "..", "../other"])
+def test_a_root_outside_the_suites_folder_is_refused_unless_every_file_is_allowed(
+    tmp_path: Path, root: str
+) -> None:
+    """`root: /` once served the whole filesystem to the suite's pages, undocumented."""
+    (tmp_path / "suite").mkdir()
+    spec = tmp_path / "suite" / "suite.yaml"
+    body = "name: reader\nurl: file://{task}.html\nhooks: {reset: '() => 0', instruction: '() => \"x\"', done: '() => false', reward: '() => 0'}\n"
+    spec.write_text(body + f"root: {root}\n")
+    with pytest.raises(ConfigError, match=r"root .* is outside the suite's folder.*`local_files: any`"):
+        WebSuite.from_yaml(spec)
+    spec.write_text(body + f"root: {root}\nlocal_files: any\n")
+    assert WebSuite.from_yaml(spec).root == (spec.parent / root).resolve()
+    spec.write_text(body + "root: data\n")
+    assert WebSuite.from_yaml(spec).root == spec.parent / "data"
+
+
 _CONTROLS = """<html><head><meta charset="utf-8"></head><body><div id=app>
 <button id=close aria-label="Close dialog">×</button>
 <button id=menu title="Main menu">☰</button>

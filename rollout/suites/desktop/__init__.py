@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -41,6 +41,11 @@ class DesktopSuite(BaseModel):
     home: Path | None = Field(
         None, description="A folder copied into each episode's home (relative to the file)."
     )
+    local_files: Literal["folder", "any"] = Field(
+        "folder",
+        description="Where `home:` may be: `folder`, inside the suite file's folder; `any`, anywhere "
+        "(only for a folder you mean every episode to get a copy of).",
+    )
     desktop: dict[str, DesktopTask] = Field(min_length=1)
     end_on_success: bool = Field(
         False,
@@ -59,7 +64,12 @@ class DesktopSuite(BaseModel):
             msg = err["msg"].removeprefix("Value error, ")
             raise ConfigError(f"desktop suite {path}: {where}: {msg}; fix it (docs/environments.md)") from exc
         if suite.home is not None:
-            home = suite.home if suite.home.is_absolute() else path.parent / suite.home
+            home = (path.parent / suite.home).resolve()  # an absolute `home:` stays itself
+            if suite.local_files == "folder" and not home.is_relative_to(path.parent.resolve()):
+                raise ConfigError(
+                    f"desktop suite {path}: home {suite.home} is outside the suite's folder; move it "
+                    "under the suite file's folder, or set `local_files: any` to copy it into every episode"
+                )
             if not home.is_dir():
                 raise ConfigError(
                     f"desktop suite {path}: home {suite.home} is not a folder; create it or drop `home`"
