@@ -202,6 +202,12 @@ def examples(sessions: sessionmaker[Session], number: int, n: int = EXAMPLES) ->
     return picked
 
 
+def _legend(plt: Any, **style: Any) -> None:
+    """A legend when the plot has labelled lines (an empty one prints matplotlib's warning)."""
+    if plt.gca().get_legend_handles_labels()[0]:
+        plt.legend(**style)
+
+
 def _success(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
     rates = [float("nan") if f.success_rate is None else f.success_rate for f in figs]
     plt.plot(rounds, rates, "o-", lw=2.5, label="all apps")
@@ -211,7 +217,7 @@ def _success(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
     plt.ylim(-0.02, 1.02)
     plt.xlabel("round")
     plt.xticks(rounds)
-    plt.legend(fontsize=7)
+    _legend(plt, fontsize=7)
 
 
 def _pass_rates(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
@@ -220,7 +226,7 @@ def _pass_rates(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
         if f.pass_rates:
             plt.hist(f.pass_rates, bins=bins, histtype="step", lw=2, label=f"round {f.number}")
     plt.xlabel("pass rate per query (k of K rollouts)")
-    plt.legend(fontsize=7)
+    _legend(plt, fontsize=7)
 
 
 def _accuracy(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
@@ -228,7 +234,7 @@ def _accuracy(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
         plt.plot(rounds, [f.accuracy.get(channel, float("nan")) for f in figs], "o-", label=channel)
     plt.ylim(-0.02, 1.02)
     plt.xticks(rounds)
-    plt.legend(fontsize=7)
+    _legend(plt, fontsize=7)
 
 
 def _retention(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
@@ -244,7 +250,7 @@ def _categories(plt: Any, figs: list[RoundFigures], rounds: list[int]) -> None:
         plt.bar(rounds, values, bottom=bottom, label=category)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     plt.xticks(rounds)
-    plt.legend(fontsize=6, ncol=2)
+    _legend(plt, fontsize=6, ncol=2)
 
 
 def _top_drops(figs: list[RoundFigures]) -> list[tuple[str, int]]:

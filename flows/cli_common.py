@@ -58,7 +58,12 @@ def cli_round(settings: Settings, number: int | None, stage: str | None = None) 
         row = s.scalars(select(Round).where(Round.number == wanted)).first() if wanted is not None else None
     if row is None:
         raise ConfigError(
-            f"no round {number if number is not None else ''} in the database; run `trajforge run` first"
+            (
+                f"no round {number} in the database"
+                if number is not None
+                else "the database holds no round yet"
+            )
+            + "; run `trajforge evolve` (or `trajforge rollout`) first"
         )
     if stage is not None:
         require(spine, row.number, stage)

@@ -38,7 +38,7 @@ def records_to_file(settings: Settings) -> Path:
 
     import yaml
 
-    from trajforge.logs import use_log_file
+    from trajforge.logs import keep_info, use_log_file
 
     log = use_log_file(settings.home / "trajforge.log")
     spec = importlib.util.find_spec("prefect")
@@ -55,6 +55,7 @@ def records_to_file(settings: Settings) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     os.environ["PREFECT_LOGGING_SETTINGS_PATH"] = str(path)
+    keep_info(log)
     return log
 
 

@@ -331,7 +331,8 @@ class LLMGateway:
                     attempts=attempt,
                 ) from error
             delay = retry_after if retry_after is not None else self._backoff(attempt)
-            log.warning("%s: %s, retry %d in %.2fs", stage, type(error).__name__, attempt, delay)
+            # the log file's (`evolve`), not the terminal's: a faulty endpoint's retries once flooded it
+            log.info("%s: %s, retry %d in %.2fs", stage, type(error).__name__, attempt, delay)
             await self._sleep(delay)
 
     def _backoff(self, attempt: int) -> float:

@@ -165,6 +165,21 @@ class RedactingFileHandler(logging.FileHandler):
         return redact(super().format(record))
 
 
+def keep_info(log: Path) -> None:
+    """trajforge's own INFO records (a model request's retries) go to `log` as well; the terminal
+    keeps the level it had."""
+    logger = logging.getLogger("trajforge")
+    for handler in logger.handlers:
+        if isinstance(handler, _StderrHandler) and handler.level < logger.getEffectiveLevel():
+            handler.setLevel(logger.getEffectiveLevel())
+    if not any(isinstance(h, RedactingFileHandler) for h in logger.handlers):
+        file = RedactingFileHandler(str(log))
+        file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(file)
+    logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
+    logger.propagate = False  # the root's handler writes the same file: once is enough
+
+
 class _StderrHandler(logging.StreamHandler[Any]):
     """Writes to whatever `sys.stderr` is when a record is emitted, not the one it was made with:
     a command run in-process (a test's runner, a notebook) swaps stderr and closes its own after."""

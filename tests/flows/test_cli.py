@@ -171,6 +171,10 @@ def test_convert_to_canonical_uses_screen_for_pixels() -> None:
             "error: unknown action format 'json'; known: agentcpm, qwen",
         ),
         (["--from", "qwen", "--to", "qwen", "--screen", "big"], "error: screen 'big' is not WxH"),
+        (
+            ["--from", "qwen", "--to", "qwen", "--screen", "99999999999x2"],
+            "error: screen 99999999999x2 is over 32768 pixels on a side",
+        ),
     ],
 )
 def test_convert_bad_arguments(args: list[str], message: str) -> None:

@@ -227,6 +227,9 @@ def build_action(raw: str, **fields: Any) -> Action:
         raise ParseError("invalid_action", f"{where + ': ' if where else ''}{msg}", raw) from exc
 
 
+MAX_SCREEN_SIDE = 32_768  # an 8K display is 7680 wide; a phone's long side 3200
+
+
 @dataclass(frozen=True)
 class Screen:
     """A screen size in pixels, for formats that speak pixels."""
@@ -237,6 +240,11 @@ class Screen:
     def __post_init__(self) -> None:
         if self.width < 2 or self.height < 2:
             raise ConfigError(f"screen {self.width}x{self.height} is too small; give WxH in pixels")
+        if max(self.width, self.height) > MAX_SCREEN_SIDE:
+            raise ConfigError(
+                f"screen {self.width}x{self.height} is over {MAX_SCREEN_SIDE} pixels on a side; "
+                "give WxH in pixels"
+            )
 
     @classmethod
     def parse(cls, text: str) -> Screen:
