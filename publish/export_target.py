@@ -11,6 +11,7 @@ versions and never deletes files trajforge did not write.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -31,8 +32,17 @@ def _listed(root: Path) -> list[str]:
     return [str(p.relative_to(root)) for p in sorted(root.rglob("*")) if p.is_file()]
 
 
+# Folders an export never replaces, refused before anything in them is read (`--out /` once walked
+# /proc into a traceback, and `--out /usr` read 137k files before refusing).
+SYSTEM_FOLDERS = frozenset(
+    Path(p) for p in ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", "/root",
+                      "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var")
+)  # fmt: skip
+SHOWN = 3  # foreign files a refusal names
+
+
 def _foreign(names: list[str], what: str) -> ConfigError:
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    shown = ", ".join(names[:SHOWN]) + (" and more" if len(names) > SHOWN else "")
     return ConfigError(
         f"export target {what} holds files that no trajforge export wrote ({shown}); give a new or "
         "empty folder, or one an earlier export wrote (it is replaced whole)"
@@ -40,12 +50,21 @@ def _foreign(names: list[str], what: str) -> ConfigError:
 
 
 def _not_exported(folder: Path) -> list[str]:
-    """The files in `folder` that the export recorded in its marker did not write (all, without one)."""
+    """The first few files in `folder` (at most SHOWN + 1) that the export recorded in its marker did
+    not write: the walk stops there, and skips what it cannot read."""
     try:
         written = set(json.loads((folder / MARKER).read_text(encoding="utf-8"))["files"]) | {MARKER}
     except (OSError, ValueError, KeyError, TypeError):
         written = set()
-    return [name for name in _listed(folder) if name not in written]
+    found: list[str] = []
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            relative = str((Path(parent) / name).relative_to(folder))
+            if relative not in written:
+                found.append(relative)
+                if len(found) > SHOWN:
+                    return found
+    return found
 
 
 def _write_marker(root: Path, fields: dict[str, Any]) -> list[str]:
@@ -68,6 +87,8 @@ def export_target(out: str, settings: Settings | None) -> Iterator[tuple[Path, F
 
 @contextmanager
 def _local_target(final: Path) -> Iterator[tuple[Path, Finish]]:
+    if final.resolve() in SYSTEM_FOLDERS:
+        raise ConfigError(f"export target {final} is a system folder; give a new folder of your own")
     if final.exists() and not final.is_dir():
         raise ConfigError(f"export target {final} is a file; give a folder path")
     if final.is_dir() and (foreign := _not_exported(final)):

@@ -99,6 +99,18 @@ def test_export_options_and_targets(published: Path, tmp_path: Path) -> None:
         "give a folder you can write to",
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == [".trajforge", "notes.txt"]  # nothing half-made
+    for system in ("/", "/usr"):  # refused before anything in them is read (`/` once walked into /proc)
+        one_line_error(
+            cli(*export, "--out", system, cwd=tmp_path), f"export target {system} is a system folder"
+        )
+    many = tmp_path / "mine"
+    for i in range(50):
+        (many / str(i)).mkdir(parents=True)
+        (many / str(i) / "notes.txt").write_text("mine")
+    line = one_line_error(
+        cli(*export, "--out", str(many), cwd=tmp_path), "holds files that no trajforge export"
+    )
+    assert line.count("notes.txt") == 3 and "and more" in line  # the walk stops at the fourth
 
 
 def test_export_of_a_damaged_shard_leaves_nothing(published: Path, tmp_path: Path) -> None:
