@@ -246,7 +246,7 @@ def show_config(config: ConfigOpt = None) -> None:
                 typer.echo(redact(f"{name}.{key} = {value}"))
         else:
             typer.echo(redact(f"{name} = {section}"))
-    create_db_engine(settings.db_url).dispose()  # a ConfigError names the problem and the fix
+    create_db_engine(settings.db_url, make_folder=False).dispose()  # a ConfigError names the fix
 
 
 @app.command("run")

@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from flows.cli_common import ConfigOpt, cli_settings
 from flows.prefect_env import prefect_env
+from trajforge.settings import Settings
 
 devices_app = typer.Typer(no_args_is_help=True, help="The device pool: health, leases, resets.")
 RUNS_SHOWN = 5
@@ -123,17 +125,38 @@ def serve_cmd(
 def check_cmd(config: ConfigOpt = None) -> None:
     """Validate the settings, reach the database (and check a SQLite file's integrity) and the object
     store, and look for the fonts the simulated screens need. Exit 1 on any problem."""
+    from rollout.sim.render import cjk_font_path
+    from trajforge.probe import probe_endpoints
+
+    settings = cli_settings(config)
+    if not _not_made_yet(settings):  # a new home is only read: `evolve` makes it
+        _check_home(settings)
+    if settings.llm.offline:
+        typer.echo("llm: offline (no endpoint configured)")
+    for answered in probe_endpoints(settings.llm):
+        typer.echo(f"{answered}: ok")
+    font = cjk_font_path()
+    if font is None:
+        typer.echo(
+            "fonts: no CJK font, so screens with Chinese text cannot be rendered; reinstall trajforge's "
+            "dependencies (pip install -e .), which bring one, or apt-get install fonts-wqy-microhei",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"fonts: CJK {font}: ok")
+    _check_suites(settings.apps)
+
+
+def _check_home(settings: Settings) -> None:
+    """The database answers and is sound, and the object store holds what the database names."""
     from sqlalchemy import inspect
 
     from evolve.ownership import check_store
-    from rollout.sim.render import cjk_font_path
     from storage.db import check_connection, engine_from_settings, integrity_problems, session_factory
     from storage.objectstore import open_object_store
     from trajforge.errors import StorageError
     from trajforge.logs import redact_url
-    from trajforge.probe import probe_endpoints
 
-    settings = cli_settings(config)
     engine = engine_from_settings(settings)
     check_connection(engine)
     problems = integrity_problems(engine)
@@ -149,20 +172,24 @@ def check_cmd(config: ConfigOpt = None) -> None:
         check_store(session_factory(engine), store)
     typer.echo(f"database {redact_url(settings.db_url)}: ok")
     typer.echo(f"object store {settings.store_where}: ok")
-    if settings.llm.offline:
-        typer.echo("llm: offline (no endpoint configured)")
-    for answered in probe_endpoints(settings.llm):
-        typer.echo(f"{answered}: ok")
-    font = cjk_font_path()
-    if font is None:
-        typer.echo(
-            "fonts: no CJK font, so screens with Chinese text cannot be rendered; reinstall trajforge's "
-            "dependencies (pip install -e .), which bring one, or apt-get install fonts-wqy-microhei",
-            err=True,
-        )
-        raise typer.Exit(1)
-    typer.echo(f"fonts: CJK {font}: ok")
-    _check_suites(settings.apps)
+
+
+def _not_made_yet(settings: Settings) -> bool:
+    """A home whose SQLite file and local store do not exist yet: say so, and make neither."""
+    from storage.db import create_db_engine
+    from trajforge.logs import redact_url
+
+    engine = create_db_engine(settings.db_url, make_folder=False)  # a malformed URL: its one line
+    url = engine.url
+    engine.dispose()
+    local = settings.store.backend == "local"
+    if url.get_backend_name() != "sqlite" or not url.database or Path(url.database).exists():
+        return False
+    if not local or settings.store_path.exists():
+        return False
+    typer.echo(f"database {redact_url(settings.db_url)}: not made yet (the first round makes it): ok")
+    typer.echo(f"object store {settings.store_where}: not made yet: ok")
+    return True
 
 
 def _check_suites(apps: list[str]) -> None:

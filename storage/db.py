@@ -27,9 +27,10 @@ _DIALECTS = ("sqlite", "postgresql")
 
 
 def create_db_engine(
-    url: str, *, echo: bool = False, pool_size: int = 5, connect_timeout_s: int = 5
+    url: str, *, echo: bool = False, pool_size: int = 5, connect_timeout_s: int = 5, make_folder: bool = True
 ) -> Engine:
-    """An engine for a SQLite or PostgreSQL URL.
+    """An engine for a SQLite or PostgreSQL URL (`make_folder`: a SQLite file's folder is made, so
+    the first connection creates the file).
 
     Raises:
         ConfigError: the URL is malformed or names an unsupported database.
@@ -55,7 +56,7 @@ def create_db_engine(
         parsed = parsed.set(drivername="postgresql+psycopg")  # psycopg 3, not psycopg2
     kwargs: dict[str, Any] = {"echo": echo, "future": True}
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
+        if parsed.database and parsed.database != ":memory:" and make_folder:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
     else:

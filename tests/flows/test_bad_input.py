@@ -350,3 +350,13 @@ def test_a_screenshot_lost_from_the_middle_of_the_store_is_found_by_check(publis
     spine = open_spine(load_settings())
     with pytest.raises(StorageError, match=middle):
         check_store(spine.sessions, spine.store)
+
+
+def test_check_and_config_read_a_new_home_without_making_it(tmp_path: Path) -> None:
+    """Both once made `.trajforge` and an empty database: a typo'd TRAJFORGE_HOME then looked real."""
+    checked = cli("check", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert "trajforge.db: not made yet (the first round makes it): ok" in checked.stdout
+    assert "fonts: CJK" in checked.stdout  # the rest is still checked
+    assert cli("config", cwd=tmp_path).returncode == 0
+    assert list(tmp_path.iterdir()) == []
