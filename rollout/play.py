@@ -27,9 +27,11 @@ class Play:
         self.reason, self.policy_failure, self.over = reason, detail, True
 
     def episode(self, uid: str, rollout: int, verdict: VerifierResult) -> Episode:
-        # An environment that ends its own episodes decides it with its reward; elsewhere the
-        # policy must also claim success (a verified state reached by chance is not a success).
-        success = verdict.success and (self.status == "success" or self.ended_by_env)
+        # An environment that ends its own episodes decides it with its reward, one that judges at the
+        # end (`VerifierResult.at_end`) with its checks unless the policy gave up or failed; elsewhere
+        # the policy must also claim success (a verified state reached by chance is not a success).
+        judged = verdict.at_end and self.status is None and self.policy_failure is None
+        success = verdict.success and (self.status == "success" or self.ended_by_env or judged)
         reason = self.reason
         if not success and reason is None:
             reason = "gave_up" if self.status == "failure" else (verdict.failed or "terminated_early")

@@ -359,3 +359,26 @@ def test_a_farm_retired_by_faults_heals_and_the_next_run_plays_every_episode(
     assert second.not_run == 0 and second.completed == first.not_run, second.render()
     assert second.skipped == first.completed and _count(sessions, Episode) == 16
     assert {d.health for d in pool.devices()} == {"healthy"}  # probed after the cool-down, returned
+
+
+@pytest.mark.parametrize(
+    ("at_end", "status", "reason", "outcome", "why"),
+    [
+        (True, None, "max_steps", "success", None),  # OSWorld: the checks decide however it ended
+        (True, "success", None, "success", None),
+        (True, "failure", None, "failure", "gave_up"),  # the policy said it could not: its FAIL
+        (False, None, "max_steps", "failure", "max_steps"),  # a phone: the policy must claim it
+        (False, None, None, "failure", "no_terminate"),
+    ],
+)
+def test_a_verifier_that_judges_at_the_end_decides_an_episode_the_policy_never_ended(
+    at_end: bool, status: str | None, reason: str | None, outcome: str, why: str | None
+) -> None:
+    from rollout.play import Play
+    from trajforge.world.verify import VerifierResult
+
+    play = Play(status=status, reason=reason)
+    episode = play.episode("uid", 0, VerifierResult(True, None, "1 check(s) met", 1.0, at_end=at_end))
+    assert (episode.outcome, episode.reason) == (outcome, why)
+    faulted = Play(reason="policy_error", policy_failure={"reason": "llm_error"})  # replayed by a rerun
+    assert faulted.episode("uid", 0, VerifierResult(True, at_end=True)).outcome == "failure"

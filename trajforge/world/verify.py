@@ -51,6 +51,10 @@ class VerifierResult:
     failed: str | None = None  # which constraint: "app", "screen" or "slot:<name>"
     detail: str = ""
     reward: float | None = None  # an environment's own reward, where it computes one (MiniWoB++'s raw reward)
+    # The verdict is the outcome however the episode ended, as OSWorld's checker at the end decides a
+    # task: `max_steps` too, unless the policy gave up (desktop suites). Elsewhere the policy must
+    # also claim success: a verified state reached by chance is not one.
+    at_end: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"success": self.success, "failed": self.failed, "detail": self.detail}

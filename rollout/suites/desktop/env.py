@@ -245,8 +245,10 @@ class DesktopEnv:
             got = self._get(check, params)
             if got is None or not meets(metric, got, fill(expected, params), check.tolerance):
                 shown = "nothing" if got is None else repr(got[:120])
-                return VerifierResult(False, "check_failed", f"check {i + 1} ({metric}): got {shown}", 0.0)
-        return VerifierResult(True, None, f"{len(spec.check)} check(s) met", 1.0)
+                return VerifierResult(
+                    False, "check_failed", f"check {i + 1} ({metric}): got {shown}", 0.0, at_end=True
+                )
+        return VerifierResult(True, None, f"{len(spec.check)} check(s) met", 1.0, at_end=True)
 
     def _get(self, check: Check, params: dict[str, str]) -> str | None:
         get = check.get
