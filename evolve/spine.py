@@ -63,26 +63,8 @@ class Spine:
 
     @cached_property
     def suites(self) -> dict[str, Suite]:
-        """The run's suite tasks (`SUITE:TASK` in `apps:`), by app name, each checked against its suite.
-
-        Raises:
-            ConfigError: an unknown suite or task, or two suite files with the same `name:` (their
-                tasks would share one page per device).
-        """
-        out: dict[str, Suite] = {}
-        source: dict[str, str] = {}  # suite name -> the suite part of the first ref naming it
-        for ref in self.settings.apps:
-            if is_suite_ref(ref):
-                app, suite, _ = resolve(ref)
-                given = split_ref(ref)[0]
-                given = str(Path(given).resolve()) if given.endswith((".yaml", ".yml")) else given
-                if source.setdefault(suite.name, given) != given:
-                    raise ConfigError(
-                        f"apps: {source[suite.name]} and {given} are both suite {suite.name!r}; give one of "
-                        "them another `name:` (a suite's tasks share its page on each device)"
-                    )
-                out[app] = suite
-        return out
+        """The run's suite tasks (`run_suites`)."""
+        return run_suites(self.settings.apps)
 
     @cached_property
     def frames(self) -> Callable[[str], bytes]:
@@ -147,6 +129,40 @@ def new_spine(settings: Settings) -> Spine:
     engine = engine_from_settings(settings)
     upgrade(engine)
     return Spine(settings, session_factory(engine))
+
+
+def run_suites(apps: list[str]) -> dict[str, Suite]:
+    """The suite tasks (`SUITE:TASK`) of `apps`, by app name, each checked against its suite.
+
+    Raises:
+        ConfigError: an unknown suite or task, or two suite files with the same `name:` (their
+            tasks would share one page per device).
+    """
+    out: dict[str, Suite] = {}
+    source: dict[str, str] = {}  # suite name -> the suite part of the first ref naming it
+    for ref in apps:
+        if is_suite_ref(ref):
+            app, suite, _ = resolve(ref)
+            given = split_ref(ref)[0]
+            given = str(Path(given).resolve()) if given.endswith((".yaml", ".yml")) else given
+            if source.setdefault(suite.name, given) != given:
+                raise ConfigError(
+                    f"apps: {source[suite.name]} and {given} are both suite {suite.name!r}; give one of "
+                    "them another `name:` (a suite's tasks share its page on each device)"
+                )
+            out[app] = suite
+    return out
+
+
+def check_run_apps(settings: Settings) -> None:
+    """Every spec file and suite task `apps:` names loads and checks (a desktop task's strings
+    render, its paths stay in its home), before anything of the home is made.
+
+    Raises:
+        ConfigError, SpecError: the first that does not, in one line naming it.
+    """
+    load_apps([ref for ref in settings.apps if not is_suite_ref(ref)])
+    run_suites(settings.apps)
 
 
 def open_spine(settings: Settings) -> Spine:

@@ -285,13 +285,13 @@ def evolve_cmd(
     round's policy, judges, calibrates, curates, publishes a dataset version and trains the next
     policy. Rerun after a crash: finished work is not redone."""
     from evolve.ownership import check_loop_rounds, loop_lock
-    from evolve.spine import open_spine
+    from evolve.spine import check_run_apps, open_spine
     from rollout.suites import probe_tasks
 
     settings = cli_settings(config)
     target = rounds or settings.evolve.rounds
-    # Reach the database and the object store first: a bad URL or an unreachable server is one line
-    # here, not a failed flow run's tracebacks and a round line that looks finished.
+    check_run_apps(settings)  # every spec and suite file loads, before the home is made
+    # Reach the database and the store: a bad URL or a server down is one line, not a flow's tracebacks
     spine = open_spine(settings)  # migrates, so it connects
     spine.store  # noqa: B018 (reaching it is the check)
     spine.apps  # noqa: B018 (every spec loads, before round 1)

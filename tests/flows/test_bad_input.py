@@ -254,8 +254,7 @@ def test_apps_are_checked_before_the_first_round(tmp_path: Path, case: str) -> N
     done = cli("evolve", "--rounds", "1", "--config", str(cfg), cwd=tmp_path)
     one_line_error(done, expected)
     assert "round 1" not in done.stdout
-    with sqlite3.connect(tmp_path / ".trajforge" / "trajforge.db") as conn:
-        assert conn.execute("select count(*) from round").fetchone() == (0,)
+    assert not (tmp_path / ".trajforge").exists()  # refused before the home was made
 
 
 def test_a_suite_hook_that_throws_is_one_configuration_error_before_the_first_round(tmp_path: Path) -> None:
@@ -360,3 +359,46 @@ def test_check_and_config_read_a_new_home_without_making_it(tmp_path: Path) -> N
     assert "fonts: CJK" in checked.stdout  # the rest is still checked
     assert cli("config", cwd=tmp_path).returncode == 0
     assert list(tmp_path.iterdir()) == []
+
+
+DESKTOP_SUITE = """\
+name: office
+desktop:
+  note:
+    instruction: "Write {word} in notes.txt"
+    params: {word: [alpha, beta]}
+    setup: [{write: {path: notes.txt, text: ""}}, {launch: [mousepad, notes.txt]}]
+    check: [{get: {file: notes.txt}, contains: "{word}"}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            'contains: "{word}"',
+            'contains: "{wrd}"',
+            "desktop.note: check 1: '{wrd}' names 'wrd', which is not",
+        ),
+        (
+            "get: {file: notes.txt}",
+            "get: {file: ../../etc/passwd}",
+            "check 1: path '../../etc/passwd' leaves",
+        ),
+        (
+            "{write: {path: notes.txt",
+            "{write: {path: /tmp/x",
+            "setup step 1: path '/tmp/x' leaves the episode's",
+        ),
+    ],
+)
+def test_check_refuses_a_desktop_suite_that_would_fail_only_when_it_runs(
+    tmp_path: Path, old: str, new: str, expected: str
+) -> None:
+    """Before: `trajforge check` said rc 0, and `evolve` ran 40 s into 137 lines of tracebacks."""
+    (tmp_path / "office.yaml").write_text(DESKTOP_SUITE.replace(old, new))
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"apps": ["office.yaml:note"]}))
+    one_line_error(cli("check", "--config", str(cfg), cwd=tmp_path), "desktop suite ", expected, "fix it")
+    one_line_error(cli("evolve", "--config", str(cfg), cwd=tmp_path), expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["office.yaml", "run.yaml"]  # nothing written

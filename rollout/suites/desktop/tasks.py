@@ -31,11 +31,12 @@ import ast
 import csv
 import io
 import operator
+import posixpath
 import random
 import re
 import subprocess
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -139,6 +140,45 @@ class DesktopTask(BaseModel):
     params: dict[str, list[str | int | float] | Range] = Field(default_factory=dict)
     setup: list[Step] = Field(min_length=1)
     check: list[Check] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _renders(self) -> DesktopTask:
+        """Every string names only the task's params, and every path stays in the episode's home:
+        checked on a sample of the params when the suite loads (`trajforge check`, evolve's
+        preflight), not when an episode first reaches it."""
+        params = self.instance("", 0)
+        for where, template, is_path in self._templates():
+            try:
+                text = fill(template, params)
+            except ConfigError as exc:
+                raise ValueError(f"{where}: {str(exc).removeprefix('desktop task: ')}") from None
+            if is_path and (
+                PurePosixPath(text).is_absolute() or posixpath.normpath(text).split("/")[0] == ".."
+            ):
+                raise ValueError(f"{where}: path {text!r} leaves the episode's home; give a path inside it")
+        return self
+
+    def _templates(self) -> Iterator[tuple[str, str, bool]]:
+        """(where, template, whether it is a path) of every string the task fills with its params."""
+        yield "instruction", self.instruction, False
+        for i, step in enumerate(self.setup, 1):
+            if step.write is not None:
+                yield f"setup step {i}", step.write.path, True
+                yield f"setup step {i}", step.write.text, False
+            for arg in step.run or step.launch or []:
+                yield f"setup step {i}", arg, False
+            for text in (step.type, step.key):
+                if text is not None:
+                    yield f"setup step {i}", text, False
+        for i, check in enumerate(self.check, 1):
+            get = check.get
+            for path in (get.file, get.exists, get.cell.file if get.cell else None):
+                if path is not None:
+                    yield f"check {i}", path, True
+            for text in (get.cell.ref if get.cell else None, get.element.name if get.element else None):
+                if text is not None:
+                    yield f"check {i}", text, False
+            yield f"check {i}", check.metric()[1], False
 
     def instance(self, name: str, seed: int) -> dict[str, str]:
         """The parameters of seed `seed`: one value of each, the same for the same (task, seed)."""
