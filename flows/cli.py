@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -16,9 +15,10 @@ from flows.cli_critics import critics_app
 from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
 from flows.cli_ops import check_cmd, devices_app, serve_cmd, status_cmd
+from flows.cli_queries import queries_app
 from flows.cli_stage import stage_cmd
 from flows.prefect_env import prefect_call, prefect_env, records_to_file
-from flows.progress_view import progress_bar, shown
+from flows.progress_view import shown
 from trajforge.actions import CODECS, DEFAULT_SCREEN, Screen, get_codec
 from trajforge.actions.space import coordinate_screen
 from trajforge.errors import ActionError, ConfigError, TrajforgeError
@@ -36,7 +36,6 @@ app = typer.Typer(
 actions_app = typer.Typer(no_args_is_help=True, help="Parse and convert model action outputs.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
 apps_app = typer.Typer(no_args_is_help=True, help="App specs (navigation graphs).")
-queries_app = typer.Typer(no_args_is_help=True, help="Task queries sampled from app graphs.")
 app.add_typer(actions_app, name="actions")
 app.add_typer(db_app, name="db")
 app.add_typer(apps_app, name="apps")
@@ -142,58 +141,20 @@ def apps_list() -> None:
         )
 
 
-@queries_app.command("generate")
-def queries_generate(
-    app_ref: Annotated[str, typer.Option("--app", help="Built-in app name or path to an app spec.")],
-    n: Annotated[int, typer.Option("--n", min=1, max=1_000_000, help="Queries to keep.")] = 100,
-    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    mix: Annotated[
-        str | None,
-        typer.Option(help="Tier mix, e.g. localization=0.5,functional=0.3,intent=0.2 (default: as sampled)."),
-    ] = None,
-    config: ConfigOpt = None,
-) -> None:
-    """Sample, synthesise, validate and dedup queries for one app; store them and print a summary."""
-    import asyncio
-
-    from evolve.spine import build_gateway, open_spine
-    from querygen.complexity import check_mix, parse_mix
-    from querygen.pipeline import GenerationReport, agenerate_queries, load_history, store_generation
-    from storage.apps import check_apps
-    from trajforge.appspec import load_app
-
-    shares = check_mix(parse_mix(mix)) if mix else None
-    settings = hold_home(cli_settings(config))
-    spec = load_app(app_ref)
-    sessions = open_spine(settings).sessions
-    check_apps(sessions, [spec])  # a spec named like a stored, different one: refused before any call
-    coverage, dedup = load_history(sessions, spec.name)
-
-    async def generate(kept: Callable[[int], None]) -> GenerationReport:
-        gateway = build_gateway(settings.llm, sessions, "writer")
-        try:
-            return await agenerate_queries(
-                spec, n, seed, gateway=gateway, coverage=coverage, deduper=dedup, mix=shares, progress=kept
-            )
-        finally:
-            if gateway is not None:
-                await gateway.aclose()
-
-    with progress_bar(f"{spec.name}: queries kept", n) as advance:
-        report = asyncio.run(generate(advance))
-    store_generation(sessions, spec, report)
-    typer.echo(report.render(spec))
-
-
 @app.command("rollout")
 def rollout(
-    app_ref: Annotated[str, typer.Option("--app", help="Built-in app name or app spec path.")],
+    app_ref: Annotated[
+        str, typer.Option("--app", help="Built-in app, app spec path, or suite task (desktop:TASK).")
+    ],
     queries: Annotated[
         int, typer.Option("--queries", min=1, help="Queries to roll out (generated if missing).")
     ] = 10,
     rollouts_per_query: Annotated[int, typer.Option("--rollouts-per-query", min=1, max=64)] = 1,
     policy: Annotated[
-        str | None, typer.Option(help="noisy-oracle (the default), random-explorer or vlm.")
+        str | None,
+        typer.Option(
+            help="noisy-oracle (the default; suite tasks: random-explorer), random-explorer or vlm."
+        ),
     ] = None,
     family: Annotated[
         str | None,
@@ -219,7 +180,7 @@ def rollout(
         app_ref,
         queries,
         rollouts_per_query,
-        policy or ("vlm" if family else "noisy-oracle"),
+        policy,
         backend,
         workers,
         max_steps,

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.lifecycle import close_round, open_round, play
 from evolve.policies import register_policy
-from evolve.spine import Spine, build_gateway, open_pool, open_spine, policy_llm
+from evolve.spine import Spine, build_gateway, open_pool, open_spine, policy_llm, run_suites
 from flows.cli_common import hold_home
 from flows.progress_view import shown
 from querygen.pipeline import generate_queries, load_history, store_generation
@@ -22,6 +22,9 @@ from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, V
 from rollout.records import MODEL_FAULTS
 from rollout.runner import RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
+from rollout.suites import Suite, is_suite_ref
+from rollout.suites.farm import SuiteFarm
+from rollout.suites.queries import environment_queries
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
 from storage.apps import check_apps
@@ -46,7 +49,7 @@ def run_rollout(
     app_ref: str,
     queries: int,
     rollouts_per_query: int,
-    policy: str,
+    policy: str | None,
     backend: str,
     workers: int,
     max_steps: int,
@@ -58,24 +61,31 @@ def run_rollout(
 ) -> None:
     """Roll out a policy on the device farm; a rerun resumes the unfinished round. The round goes
     through the loop's lifecycle (`evolve.lifecycle`): opened, played, closed."""
-    _check_choices(policy, backend, serials, family)
+    suite_task = is_suite_ref(app_ref)  # a suite brings its tasks: the explorer plays them by default
+    policy = policy or ("vlm" if family else "random-explorer" if suite_task else "noisy-oracle")
+    _check_choices(policy, backend, serials, family, suite_task)
     settings = _load(config, family)
     hold_home(settings)
-    spec, apps = _apps(app_ref, settings, backend)
+    suites = run_suites([app_ref]) if suite_task else {}
+    spec, apps = _apps(app_ref, settings, backend, suites)
+    name = next(iter(suites)) if suites else spec.name
     spine = open_spine(settings)
     check_apps(spine.sessions, apps)  # before anything is written
     make_policy, gateway, meta = _policies(policy, spine, noise, max_steps, workers)
     sample = make_policy()
-    todo = _queries(spine.sessions, spec, queries)
+    if suites:  # seeds 0..N-1, each worded by the environment: a rerun asks for the same ones
+        todo = environment_queries(spine.sessions, suites, {name: list(range(queries))})[name]
+    else:
+        todo = _queries(spine.sessions, spec, queries)
     with transaction(spine.sessions) as s:
         endpoint = settings.llm.for_group("policy").base_url if policy == "vlm" else None
         policy_id = register_policy(s, sample.name, sample.version, meta=meta, endpoint=endpoint)
         # The same rollout again (app, queries, policy, backend, budget) is the round that holds it:
         # its stored episodes are not redone. Otherwise an unfinished round of this policy resumes.
-        same = rollout_hash(spec, todo, rollouts_per_query, backend, max_steps, sample)
-        rnd = _rollout_round(s, policy_id, same, spec.name)
+        same = rollout_hash(name, todo, rollouts_per_query, backend, max_steps, sample)
+        rnd = _rollout_round(s, policy_id, same, name)
         number = rnd.number
-    farm, workers = _farm(backend, apps, spine, settings, serials, adb, workers)
+    farm, workers = _farm(backend, apps, spine, settings, serials, adb, workers, suites)
     pool = open_pool(spine)
     farm.register(pool, workers)
     config_ = RolloutConfig(rollouts_per_query=rollouts_per_query, workers=workers, max_steps=max_steps)
@@ -94,7 +104,8 @@ def run_rollout(
         )
     if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it
         close_round(spine, number, {})
-    _say(number, f"{spec.name}, policy {sample.name} v{sample.version}, {workers} {backend} devices", report)
+    kind = f"suite {suites[name].name}" if suites else backend
+    _say(number, f"{name}, policy {sample.name} v{sample.version}, {workers} {kind} devices", report)
     _endpoint_failed_all(spine.sessions, rnd.id, number, report)
 
 
@@ -143,11 +154,16 @@ def _load(config: Path | None, family: str | None) -> Settings:
     return settings.model_copy(update={"policy": settings.policy.model_copy(update={"family": family})})
 
 
-def _apps(app_ref: str, settings: Settings, backend: str) -> tuple[AppSpec, list[AppSpec]]:
+def _apps(
+    app_ref: str, settings: Settings, backend: str, suites: dict[str, Suite]
+) -> tuple[AppSpec, list[AppSpec]]:
     """The app rolled out, and every app the farm serves (the run's apps with this one among
-    them: its launcher must show it)."""
+    them: its launcher must show it); a suite task's farm serves the run's apps beside it."""
+    others = load_apps([ref for ref in settings.apps if not is_suite_ref(ref)])
+    if suites:
+        return others[0], others
     spec = load_app(app_ref)
-    apps = [spec, *(a for a in load_apps(settings.apps) if a.name != spec.name)]
+    apps = [spec, *(a for a in others if a.name != spec.name)]
     if backend == "android" and spec.name not in android_packages(apps):
         raise ConfigError(
             f"backend 'android' cannot open app {spec.name!r}: its spec has no `package:`; set the "
@@ -193,9 +209,18 @@ def _policies(
     return make_policy, gateway, meta
 
 
-def _check_choices(policy: str, backend: str, serials: list[str] | None, family: str | None = None) -> None:
+def _check_choices(
+    policy: str, backend: str, serials: list[str] | None, family: str | None = None, suite_task: bool = False
+) -> None:
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    if suite_task and policy == "noisy-oracle":
+        raise ConfigError(
+            "the noisy oracle knows only app specs' graphs; roll a suite task out with --policy "
+            "random-explorer or vlm"
+        )
+    if suite_task and backend != "sim":
+        raise ConfigError(f"a suite task runs in its suite's own environment; drop --backend {backend}")
     if family is not None and policy != "vlm":
         raise ConfigError(f"--family names the model family of --policy vlm, not of {policy!r}; drop one")
     if family is not None:
@@ -234,14 +259,16 @@ def _farm(
     serials: list[str] | None,
     adb: str,
     workers: int,
-) -> tuple[SimFarm | WebFarm | AndroidFarm, int]:
-    """The devices, and how many episodes run at once on them."""
+    suites: dict[str, Suite],
+) -> tuple[SimFarm | WebFarm | AndroidFarm | SuiteFarm, int]:
+    """The devices, and how many episodes run at once on them; each slot plays the suite tasks too."""
     if backend == "android":
         return AndroidFarm(serials or [], android_packages(apps), adb, spine.store), min(
             workers, len(serials or [])
         )
     faults = settings.evolve.faults  # fault drills: the config's switch
-    return (SimFarm if backend == "sim" else WebFarm)(apps, store=spine.store, faults=faults), workers
+    base = (SimFarm if backend == "sim" else WebFarm)(apps, store=spine.store, faults=faults)
+    return (SuiteFarm(base, suites) if suites else base), workers
 
 
 def android_packages(apps: list[AppSpec]) -> dict[str, str]:
@@ -254,12 +281,10 @@ def android_packages(apps: list[AppSpec]) -> dict[str, str]:
     }
 
 
-def rollout_hash(
-    spec: AppSpec, queries: list[Query], k: int, backend: str, max_steps: int, policy: Policy
-) -> str:
+def rollout_hash(app: str, queries: list[Query], k: int, backend: str, max_steps: int, policy: Policy) -> str:
     """What makes two `trajforge rollout` calls the same rollout."""
     what = {
-        "app": spec.name,
+        "app": app,
         "queries": sorted(q.uid for q in queries),
         "rollouts_per_query": k,
         "backend": backend,

@@ -449,3 +449,32 @@ def test_convert_a_line_that_is_not_utf8_is_one_error_in_its_place(src: str) -> 
     assert len(out) == 4 and out[0] == out[3] and not out[0].startswith("error: ")
     assert out[1].startswith("error: ") or out[1] == out[0]  # qwen finds its call after the junk
     assert out[2].startswith("error: ")
+
+
+def test_rollout_takes_a_suite_task_and_its_rerun_resumes_it(tmp_path: Path) -> None:
+    """A suite task's seeds are its queries, worded by the environment: `rollout --app miniwob:…`
+    once looked for a spec file of that name."""
+    from rollout.web.browser import chromium_available
+    from tests.conftest import service_missing
+
+    if not chromium_available():
+        service_missing("Chromium or Playwright missing (apt-get install chromium)")
+    args = (
+        "rollout",
+        "--app",
+        "miniwob:click-button",
+        "--queries",
+        "2",
+        "--max-steps",
+        "3",
+        "--workers",
+        "1",
+    )
+    done = cli(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("round 1: miniwob:click-button, policy random-explorer v0, 1 suite miniwob")
+    assert "(2 run now, 0 already stored)" in done.stdout
+    again = cli(*args, cwd=tmp_path)
+    assert "round 1: " in again.stdout and "(0 run now, 2 already stored)" in again.stdout
+    oracle = cli(*args, "--policy", "noisy-oracle", cwd=tmp_path)
+    assert oracle.returncode == 1 and "the noisy oracle knows only app specs' graphs" in oracle.stderr
