@@ -73,10 +73,7 @@ def run_rollout(
     check_apps(spine.sessions, apps)  # before anything is written
     make_policy, gateway, meta = _policies(policy, spine, noise, max_steps, workers)
     sample = make_policy()
-    if suites:  # seeds 0..N-1, each worded by the environment: a rerun asks for the same ones
-        todo = environment_queries(spine.sessions, suites, {name: list(range(queries))})[name]
-    else:
-        todo = _queries(spine.sessions, spec, queries)
+    todo = _queries(spine.sessions, spec, queries, suites)
     with transaction(spine.sessions) as s:
         endpoint = settings.llm.for_group("policy").base_url if policy == "vlm" else None
         policy_id = register_policy(s, sample.name, sample.version, meta=meta, endpoint=endpoint)
@@ -294,8 +291,12 @@ def rollout_hash(app: str, queries: list[Query], k: int, backend: str, max_steps
     return sha256_hex(json.dumps(what, sort_keys=True).encode())
 
 
-def _queries(sessions: sessionmaker[Session], spec: AppSpec, n: int) -> list[Query]:
-    """The app's n most recent kept queries, generating and storing the missing ones."""
+def _queries(sessions: sessionmaker[Session], spec: AppSpec, n: int, suites: dict[str, Suite]) -> list[Query]:
+    """The app's n most recent kept queries, generating and storing the missing ones; a suite task's
+    seeds 0..n-1, each worded by its environment (a rerun asks for the same ones)."""
+    if suites:
+        name = next(iter(suites))
+        return environment_queries(sessions, suites, {name: list(range(n))})[name]
     with sessions() as s:
         have = s.scalars(
             select(QueryRow)
