@@ -6,8 +6,6 @@ is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-from trajforge.logs import redact
-
 
 class TrajforgeError(Exception):
     """Root of every error trajforge raises on purpose. Its message is masked when it is made
@@ -15,7 +13,17 @@ class TrajforgeError(Exception):
     server's error body can quote the request's headers, API key included."""
 
     def __init__(self, *args: object) -> None:
-        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+        super().__init__(*(_masked(a) for a in args))
+
+
+def _masked(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        from trajforge.logs import redact
+    except ImportError:  # the reward library an rl-verl export copies (Python 3.10, no secrets) has none
+        return value
+    return redact(value)
 
 
 class ConfigError(TrajforgeError, ValueError):
