@@ -282,13 +282,14 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
 
     spine = open_spine(settings)
     prefect_env(settings, verbose)
-    if not verbose:  # Prefect's records, a failed task's traceback among them: to the home's log file
-        records_to_file(settings)
     from curation.curriculum import curriculum_line
     from curation.recovery import recovery_line
     from evolve.heldout import heldout_line
     from evolve.report import success_text, write_report
-    from flows.rounds import round_flow
+    from flows.rounds import round_flow  # imports Prefect, which sets its logging up
+
+    if not verbose:  # Prefect's records, a failed task's traceback among them: to the home's log file
+        records_to_file(settings)
 
     typer.echo(
         f"evolving to {target} rounds on {redact_url(settings.db_url)} (runner: {settings.evolve.runner})"

@@ -29,32 +29,30 @@ def prefect_env(settings: Settings, verbose: bool = False) -> None:
 
 
 def records_to_file(settings: Settings) -> Path:
-    """Prefect's log records go to the home's log file (`HOME/trajforge.log`) instead of the terminal:
-    a failed task's ERROR records and tracebacks, its retries and the libraries' warnings. The
-    command prints one `error:` line naming the file (`trajforge.logs.log_file`). Prefect's own
-    logging config with its console handler replaced by a masking file handler; called before
-    Prefect is imported (it reads the config when it loads)."""
-    import importlib.util
+    """Prefect's log records in this process go to the home's log file (`HOME/trajforge.log`)
+    instead of the terminal: a failed task's ERROR records and tracebacks, and the libraries'
+    warnings. The command prints one `error:` line naming the file (`trajforge.logs.log_file`).
+    Called once Prefect is imported (it sets its logging up then): each of its console handlers
+    becomes a masking file handler with the same format. The temporary API server, a process of
+    its own, keeps writing to its own log (`quiet_temporary_server`)."""
+    import logging
 
-    import yaml
+    from prefect.logging.handlers import PrefectConsoleHandler
 
-    from trajforge.logs import keep_info, use_log_file
+    from trajforge.logs import RedactingFileHandler, keep_info, use_log_file
 
     log = use_log_file(settings.home / "trajforge.log")
-    spec = importlib.util.find_spec("prefect")
-    assert spec is not None and spec.submodule_search_locations  # a dependency
-    default = Path(next(iter(spec.submodule_search_locations))) / "logging" / "logging.yml"
-    config = yaml.safe_load(default.read_text(encoding="utf-8"))
-    config["handlers"]["console"] = {
-        "level": 0,
-        "class": "trajforge.logs.RedactingFileHandler",
-        "formatter": "standard",
-        "filename": str(log),
-    }
-    path = settings.home / "prefect" / "logging.yml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    os.environ["PREFECT_LOGGING_SETTINGS_PATH"] = str(path)
+    loggers = [
+        logging.getLogger(),
+        *(x for x in logging.Logger.manager.loggerDict.values() if isinstance(x, logging.Logger)),
+    ]
+    for logger in loggers:
+        for handler in [h for h in logger.handlers if isinstance(h, PrefectConsoleHandler)]:
+            file = RedactingFileHandler(str(log))
+            file.setFormatter(handler.formatter)
+            file.setLevel(handler.level)
+            logger.removeHandler(handler)
+            logger.addHandler(file)
     keep_info(log)
     return log
 
