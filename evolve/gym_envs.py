@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import string
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,7 +34,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rollout.env import Environment
-from rollout.suites import is_suite_ref, task_query
+from rollout.suites import is_suite_ref, split_ref, task_query
 from storage.keys import blob_key
 from storage.objectstore import LocalObjectStore
 from trajforge.actions import Action, ActionKind, Screen
@@ -65,7 +65,6 @@ class ActionSpaceConfig:
     allowed_keys: tuple[str, ...] = ALLOWED_KEYS
     coord_bins: tuple[int, int] | None = None
     text_max_len: int = 256
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class TrajforgeEnv(gymnasium.Env[np.ndarray, dict[str, Any]]):
@@ -160,7 +159,7 @@ def _environment(task: str, store: LocalObjectStore) -> tuple[Environment, Any, 
 
         suite = run_suites([task])[task]
         env: Any = suite.environment(store)
-        name = task.rpartition(":")[2]
+        name = split_ref(task)[1]
 
         def suite_query(seed: int) -> Query:
             return task_query(task, seed, *env.describe(name, seed))

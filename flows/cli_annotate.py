@@ -43,10 +43,10 @@ def annotate_push(
 def annotate_pull(config: ConfigOpt = None) -> None:
     """Fetch new, updated and deleted annotations; store human anchors and corrections."""
     from annotation.pull import pull
+    from evolve.spine import open_spine
 
-    settings = cli_settings(config)
-    hold_home(settings)
-    sessions = cli_spine(config)[1]
+    settings = hold_home(cli_settings(config))
+    sessions = open_spine(settings).sessions
     typer.echo(pull(sessions, settings.annotate).render())
 
 

@@ -33,12 +33,13 @@ def datasets_publish(
     config: ConfigOpt = None,
 ) -> None:
     """Seal the next version from the kept samples (shards re-used where unchanged)."""
+    from evolve.spine import open_spine
     from publish.versions import PublishConfig, publish
 
     picked = _round_numbers(rounds) if rounds else None
-    settings = cli_settings(config)
-    hold_home(settings)
-    _, sessions, store = cli_spine(config)
+    settings = hold_home(cli_settings(config))
+    spine = open_spine(settings)
+    sessions, store = spine.sessions, spine.store
     filters = {"curate": settings.curate.model_dump(mode="json")}
     cfg = PublishConfig(rounds=picked, val_fraction=val_fraction, filters=filters)
     with shown():

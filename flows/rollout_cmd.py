@@ -68,7 +68,7 @@ def run_rollout(
     hold_home(settings)
     suites = run_suites([app_ref]) if suite_task else {}
     spec, apps = _apps(app_ref, settings, backend, suites)
-    name = next(iter(suites)) if suites else spec.name
+    name = spec.name if spec else next(iter(suites))
     spine = open_spine(settings)
     check_apps(spine.sessions, apps)  # before anything is written
     make_policy, gateway, meta = _policies(policy, spine, noise, max_steps, workers)
@@ -153,12 +153,12 @@ def _load(config: Path | None, family: str | None) -> Settings:
 
 def _apps(
     app_ref: str, settings: Settings, backend: str, suites: dict[str, Suite]
-) -> tuple[AppSpec, list[AppSpec]]:
-    """The app rolled out, and every app the farm serves (the run's apps with this one among
-    them: its launcher must show it); a suite task's farm serves the run's apps beside it."""
+) -> tuple[AppSpec | None, list[AppSpec]]:
+    """The app rolled out (None: a suite task), and every app the farm serves (the run's apps with
+    this one among them: its launcher must show it); a suite task's farm serves the run's apps beside it."""
     others = load_apps([ref for ref in settings.apps if not is_suite_ref(ref)])
     if suites:
-        return others[0], others
+        return None, others
     spec = load_app(app_ref)
     apps = [spec, *(a for a in others if a.name != spec.name)]
     if backend == "android" and spec.name not in android_packages(apps):
@@ -291,10 +291,12 @@ def rollout_hash(app: str, queries: list[Query], k: int, backend: str, max_steps
     return sha256_hex(json.dumps(what, sort_keys=True).encode())
 
 
-def _queries(sessions: sessionmaker[Session], spec: AppSpec, n: int, suites: dict[str, Suite]) -> list[Query]:
+def _queries(
+    sessions: sessionmaker[Session], spec: AppSpec | None, n: int, suites: dict[str, Suite]
+) -> list[Query]:
     """The app's n most recent kept queries, generating and storing the missing ones; a suite task's
     seeds 0..n-1, each worded by its environment (a rerun asks for the same ones)."""
-    if suites:
+    if spec is None:
         name = next(iter(suites))
         return environment_queries(sessions, suites, {name: list(range(n))})[name]
     with sessions() as s:
