@@ -1,8 +1,9 @@
-"""Step-critic judgments per second through the gateway, against the concurrency bound.
+"""Model-critic requests per second through the gateway, against the concurrency bound.
 
-The scripted server (its own process) answers each judgment after 200 ms; with concurrency
-C the bound is C / 0.2 s. Each judgment sends two 1080x2400 screenshots (the pre-action one
-with its point marked). Usage: python -m bench.critic_throughput [--judgments 640 --concurrency 32]
+The scripted server (its own process) answers each request after 200 ms; with concurrency C the
+bound is C / 0.2 s. Each request is the episode judge's (`critics.llm.LLMEpisodeJudge`) for one
+evaluation episode: its 1080x2400 screenshots, each pre-action one with its point marked, and the
+last screen. Usage: python -m bench.critic_throughput [--judgments 640 --concurrency 32]
 """
 
 from __future__ import annotations
@@ -15,14 +16,23 @@ from pathlib import Path
 
 from bench.common import scripted_server, table, timed
 from bench.evalset import build_eval_set
-from critics.llm import LLMStepCritic
+from critics.llm import LLMEpisodeJudge
 from storage.keys import blob_key
 from storage.objectstore import LocalObjectStore
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.gateway import LLMGateway
 from trajforge.settings import LLMSettings
 
-ANSWER = json.dumps({"analysis": "ok", "summary": "taps the next item", "label": "GOOD"})
+ANSWER = json.dumps(
+    {
+        "steps": [
+            {"step": n, "analysis": "ok", "summary": "taps the next item", "label": "GOOD"}
+            for n in range(1, 33)
+        ],
+        "analysis": "ends on the goal",
+        "verdict": "correct",
+    }
+)
 
 
 def main() -> None:
@@ -35,27 +45,36 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, scripted_server(args.latency_ms, ANSWER) as url:
         store = LocalObjectStore(Path(tmp))
         episodes = build_eval_set(apps, max(1, args.judgments // 24), (0.0,), store=store)
-        steps = [(ep.query, view) for ep in episodes for view in ep.steps][: args.judgments]
+        episodes = [ep for ep in episodes if ep.steps][: args.judgments]
 
         async def run() -> int:
             gateway = LLMGateway(LLMSettings(base_url=url, model="critic", concurrency=args.concurrency))
-            critic = LLMStepCritic(gateway, lambda sha: store.get(blob_key(sha)))
-            results = await asyncio.gather(*(critic.judge(q, v, []) for q, v in steps))
+            critic = LLMEpisodeJudge(gateway, lambda sha: store.get(blob_key(sha)))
+            results = await asyncio.gather(*(critic.judge(ep.query, ep.steps) for ep in episodes))
             await gateway.aclose()
-            return sum(r.label == "GOOD" for r in results)
+            return sum(r.verdict.label == "correct" for r in results)
 
         good, seconds = timed(lambda: asyncio.run(run()))
+    steps = sum(len(ep.steps) for ep in episodes)
     bound = args.concurrency / (args.latency_ms / 1000)
-    rate = len(steps) / seconds
+    rate = len(episodes) / seconds  # one request per episode of at most 8 steps
     title = (
-        f"step critic through the gateway: {len(steps)} judgments, {args.latency_ms:g} ms latency, "
-        f"concurrency {args.concurrency}"
+        f"episode judge through the gateway: {len(episodes)} episodes ({steps} steps), "
+        f"{args.latency_ms:g} ms latency, concurrency {args.concurrency}"
     )
     print(
         table(
             title,
-            ["judgments/s", "bound C/L", "achieved", "parsed"],
-            [[f"{rate:,.1f}", f"{bound:,.0f}", f"{rate / bound:.0%}", f"{good}/{len(steps)}"]],
+            ["requests/s", "bound C/L", "achieved", "steps judged/s", "parsed"],
+            [
+                [
+                    f"{rate:,.1f}",
+                    f"{bound:,.0f}",
+                    f"{rate / bound:.0%}",
+                    f"{steps / seconds:,.1f}",
+                    f"{good}/{len(episodes)}",
+                ]
+            ],
         )
     )
 

@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.csrs_writer import write_with_model
-from critics.llm import TEMPLATES
+from critics.csrs_writer import Judged, write_with_model
+from critics.llm import JUDGE_VERSION, TEMPLATES, LLMEpisodeJudge, knowledge
 from critics.outcomes import decide_outcomes
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
@@ -221,6 +221,21 @@ def _grounding(action: Action, words: str, view: StepView) -> dict[str, Any]:
     }
 
 
+def _judge_answers(
+    uid: str, steps: list[Any], judged: dict[int, dict[str, Any]]
+) -> dict[tuple[Any, int | None], Judged]:
+    """The knowledge answers the model critics' episode judge wrote for an episode's steps."""
+    out: dict[tuple[Any, int | None], Judged] = {}
+    for i, st in enumerate(steps):
+        row = judged.get(st.id, {}).get(LLMEpisodeJudge.name)
+        if row is not None and row.critic_version.startswith(JUDGE_VERSION):
+            answers = knowledge(row.raw_output)
+            if answers:
+                model = row.critic_version.removeprefix(JUDGE_VERSION)
+                out[(uid, i)] = Judged(answers, model, row.critic_version)
+    return out
+
+
 def _action_drop(success: bool, verdict: StepVerdict, action: Action, words: str, tau_c: float) -> str | None:
     """Why an action-prediction sample is dropped: a failed trajectory's actions stay as data,
     dropped with their reason (unfiltered runs use them)."""
@@ -250,18 +265,22 @@ def extract_round(
     gateway: LLMGateway | None = None,
     frames: Callable[[str], bytes] | None = None,
     settings: CriticSettings | None = None,
+    judge_writes: bool = False,
 ) -> ExtractionReport:
     """Samples for every episode of a judged round whose outcome is decided (`critics.outcomes`);
     idempotent; drops go to `exclusion` too, and so do episodes left for a human, with why.
 
     Step labels are the stored step judgments (a model critic's where present). With a gateway
-    (and `frames` to load screenshots), categories 1-5 are written by the model.
+    (and `frames` to load screenshots), categories 1-5 are written by the model; with
+    `judge_writes` (the writer and the model critics share an endpoint and model), a step the
+    model critics judged takes the answers their request already wrote.
     """
     settings = settings or CriticSettings()
     report = ExtractionReport()
     batches: list[tuple[int, list[SampleDraft]]] = []
     outcomes: dict[int, dict[str, Any]] = {}  # episode id -> its provenance.anchor now
     undecided: list[tuple[str, str, dict[str, Any]]] = []
+    answered: dict[tuple[Any, int | None], Judged] = {}
     with sessions() as s:
         decided = decide_outcomes(s, round_id, settings)
         judged = round_step_judgments(s, round_id)
@@ -272,6 +291,8 @@ def extract_round(
                 undecided.append((episode.uid, outcome.source, detail))
                 continue
             verdicts = stored_step_verdicts(judged, round_id, steps)
+            if judge_writes:
+                answered.update(_judge_answers(episode.uid, steps, judged))
             views = [st.view() for st in steps]
             outcomes[episode.id] = outcome.provenance()
             drafts = extract(
@@ -286,7 +307,9 @@ def extract_round(
             batches.append((episode.id, drafts))
     if gateway is not None and frames is not None:  # one event loop for every model call
         every = [d for _, drafts in batches for d in drafts]
-        asyncio.run(closing(gateway, write_with_model(every, gateway, frames, settings.csrs_model_share)))
+        asyncio.run(
+            closing(gateway, write_with_model(every, gateway, frames, settings.csrs_model_share, answered))
+        )
         report.template_kept = Counter(filter(None, (d.provenance.get("writer_error") for d in every)))
     superseded = revise_outcomes(sessions, round_id, outcomes)
     for bucket, tally in store_drafts(sessions, round_id, batches, "csrs").items():

@@ -8,6 +8,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from critics.llm import TEMPLATES
@@ -28,6 +29,7 @@ async def write_with_model(
     gateway: LLMGateway,
     frames: Callable[[str], bytes],
     share: float = 1.0,
+    judged: dict[tuple[Any, int | None], Judged] | None = None,
 ) -> None:
     """Step-GUI's extraction by a thinking model, anchored (§2.1.4): it answers a step's knowledge
     prompts from the screenshots before and after the step, told what the calibrated trajectory
@@ -42,6 +44,11 @@ async def write_with_model(
     that contradicts the anchor (a self-reflection whose label differs, a state verification whose
     yes/no differs) drops it (`llm_contradicts_anchor`). A draft dropped as `empty_answer` (its
     element tree had no text) is kept when the model reads something from the screenshots.
+
+    `judged` holds, by (episode uid, step index), what the model critics' episode judge already
+    answered for a step (`critics.llm.LLMEpisodeJudge`, on the writer's own endpoint and model): those
+    steps take its answers and send no request of their own. Its request did not know the anchor,
+    so the same verdict check holds its answers to it after the fact.
     """
     steps: dict[tuple[Any, int | None], list[SampleDraft]] = defaultdict(list)
     for d in drafts:
@@ -49,7 +56,11 @@ async def write_with_model(
             steps[(d.provenance["episode"], d.step_index)].append(d)
     model = gateway.model_for(STAGE)
 
-    async def one(group: list[SampleDraft]) -> None:
+    async def one(key: tuple[Any, int | None], group: list[SampleDraft]) -> None:
+        given = (judged or {}).get(key)
+        if given is not None:
+            _answer(group, given.answers, {"model": given.model, "judgment": given.version})
+            return
         images = list(dict.fromkeys(sha for d in group for sha in d.payload["images"]))
         after = group[0].context.get("after")
         if after and after not in images and any(d.category in SHOWN_AFTER for d in group):
@@ -62,21 +73,34 @@ async def write_with_model(
                 draft.provenance = {**draft.provenance, "model": model, "writer_error": exc.reason}
             return
         answers = result.data if isinstance(result.data, dict) else {}
-        for draft in group:
-            answer = answers.get(draft.category)
-            if not isinstance(answer, str):  # no answer of its own: the template's stands, and says why
-                why = result.json_error or "no_answer_for_category"
-                draft.provenance = {**draft.provenance, "model": model, "writer_error": why}
-                continue
-            draft.payload = {
-                **draft.payload,
-                "reference": draft.payload["response"],
-                "response": answer.strip() if isinstance(answer, str) else "",
-            }
-            draft.provenance = {**draft.provenance, "model": model, "prompt_hash": result.request_hash}
-            draft.reason = _verdict(draft)
+        _answer(group, answers, {"model": model, "prompt_hash": result.request_hash}, result.json_error)
 
-    await gather("CSRS steps written", (one(g) for key, g in steps.items() if chosen(key, share)))
+    await gather("CSRS steps written", (one(key, g) for key, g in steps.items() if chosen(key, share)))
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A step's knowledge answers from the model critics' request (`critics.llm.knowledge`)."""
+
+    answers: dict[str, Any]
+    model: str
+    version: str  # the judge's critic version
+
+
+def _answer(
+    group: list[SampleDraft], answers: dict[str, Any], source: dict[str, Any], error: str | None = None
+) -> None:
+    """A step's drafts take the model's answers; a category without one keeps its template answer
+    and says why."""
+    for draft in group:
+        answer = answers.get(draft.category)
+        if not isinstance(answer, str):  # no answer of its own: the template's stands, and says why
+            why = error or "no_answer_for_category"
+            draft.provenance = {**draft.provenance, "model": source["model"], "writer_error": why}
+            continue
+        draft.payload = {**draft.payload, "reference": draft.payload["response"], "response": answer.strip()}
+        draft.provenance = {**draft.provenance, **source}
+        draft.reason = _verdict(draft)
 
 
 STAGE = "csrs.step"

@@ -7,7 +7,6 @@ against the anchors is `critics.calibration`.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from critics.learned import Prediction
 from critics.learned_steps import NAME as LEARNED_STEP
 from critics.learned_steps import VERSION as LEARNED_STEP_VERSION
 from critics.learned_steps import step_verdicts
-from critics.llm import LLMJudgment, LLMStepCritic, LLMTrajectoryCritic
+from critics.llm import LLMEpisodeJudge, LLMJudgment
 from critics.outcomes import success_references
 from critics.trained import learned_round
 from critics.view import critic_view
@@ -34,7 +33,7 @@ from storage.models import Episode, Exclusion, Judgment
 from storage.objectstore import ObjectStore, frame_reader
 from storage.rounds import JUDGED, mark_stage
 from trajforge.appspec import AppSpec
-from trajforge.domain import Query, StepVerdict, backend_of, describe
+from trajforge.domain import Query, StepVerdict, backend_of
 from trajforge.episode import Step
 from trajforge.errors import LLMError, LLMRefused
 from trajforge.gateway import LLMGateway
@@ -177,16 +176,16 @@ async def judge_round_llm(
     model: str | None = None,
     settings: CriticSettings | None = None,
 ) -> JudgeReport:
-    """The model critics on every step and episode of a round, in parallel within the gateway's bounds.
+    """The model critics on every step and episode of a round (`critics.llm.LLMEpisodeJudge`: one
+    request per episode, or per window of `critics.judge_window` steps), in parallel within the
+    gateway's bounds.
 
     Idempotent: judgments are keyed by critic, version and target, and the gateway's cache
     answers every request it has already paid for, so a rerun costs no model calls. The round's
-    consensus is composed again afterwards, with the model channels' votes.
+    consensus is composed again afterwards, with the model channel's vote.
     """
-    judges = _ModelJudges(
-        LLMStepCritic(gateway, frames, model),
-        [LLMTrajectoryCritic(c, gateway, frames, model) for c in ("textual", "multimodal")],
-    )
+    settings = settings or CriticSettings()
+    judges = _ModelJudges(LLMEpisodeJudge(gateway, frames, model, settings.judge_window))
     with sessions() as s:
         episodes = round_episodes(s, round_id)
     results = await gather("model critics", (judges.rows(e, q, st) for e, q, st in episodes))
@@ -209,10 +208,9 @@ async def judge_round_llm(
 
 @dataclass
 class _ModelJudges:
-    """The model critics of one round: a step critic and the trajectory channels."""
+    """The model critics of one round: the episode judge (step labels and the episode's verdict)."""
 
-    step_critic: LLMStepCritic
-    channels: list[LLMTrajectoryCritic]
+    judge: LLMEpisodeJudge
     report: JudgeReport = field(default_factory=JudgeReport)
     failed: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # episode uid -> why
 
@@ -227,32 +225,21 @@ class _ModelJudges:
             return []
 
     async def _judged(self, episode: Episode, query: Query, steps: list[Step]) -> list[dict[str, Any]]:
-        step_critic, channels = self.step_critic, self.channels
-        views = [st.view() for st in steps]
-        history = [describe(v.act, v) if v.act else "(unparseable)" for v in views]
-        verdict_steps = await asyncio.gather(
-            *(step_critic.judge(query, v, history[:i]) for i, v in enumerate(views))
-        )
-        summaries = [j.summary or history[i] for i, j in enumerate(verdict_steps)]
-        verdicts = await asyncio.gather(*(c.judge(query, views, summaries) for c in channels))
-        # an answer that did not parse abstains, as an offline channel does; none parsed: undecided
-        agreed = consensus(
-            [
-                ChannelVerdict(c.name, None if v.label is None else v.label == "correct", v.parse_error or "")
-                for c, v in zip(channels, verdicts, strict=True)
-            ]
-        )
+        judge = self.judge
+        judged = await judge.judge(query, [st.view() for st in steps])
+        verdict = judged.verdict
+        # an answer that did not parse abstains, as an offline channel does: undecided
+        vote = None if verdict.label is None else verdict.label == "correct"
+        agreed = consensus([ChannelVerdict(judge.channel, vote, verdict.parse_error or "")])
         rows = [
-            _row(step_critic.name, step_critic.version, "step", st.id, j)
-            for st, j in zip(steps, verdict_steps, strict=True)
+            _row(judge.name, judge.version, "step", st.id, j)
+            for st, j in zip(steps, judged.steps, strict=True)
         ]
-        rows += [
-            _row(c.name, c.version, "episode", episode.id, v) for c, v in zip(channels, verdicts, strict=True)
-        ]
-        rows.append(_and_row(step_critic.version, episode.id, agreed))
+        rows.append(_row(judge.channel, judge.version, "episode", episode.id, verdict))
+        rows.append(_and_row(judge.version, episode.id, agreed))
         self.report.episodes += 1
         self.report.correct += bool(agreed)
-        self.report.steps.update(j.label or "unparsed" for j in verdict_steps)
+        self.report.steps.update(j.label or "unparsed" for j in judged.steps)
         return rows
 
 

@@ -1,17 +1,20 @@
-"""Critics behind a model, through the gateway (GUI-Owl §6.3).
+"""Critics behind a model, through the gateway (GUI-Owl §6.3), one request per episode.
 
-The step critic sees the pre-action screenshot with the interaction point marked, the
-post-action screenshot and the step history; the trajectory critic has a textual channel
-(the step record) and a multimodal one (screenshots plus summaries). Every answer keeps
-its raw text; an answer that does not parse is recorded with a reason, never raised.
-Reruns are free: the gateway answers repeated requests from its cache.
+The episode judge sees each step's pre-action screenshot with the interaction point marked and
+the screen after the last step, labels every step, writes its CSRS knowledge answers, and gives
+the episode's verdict (the multimodal trajectory channel). One request per episode (or per window
+of steps) instead of one per step and one per channel: a model round's calls stay near one per
+rolled-out step, the policy's. Every answer keeps its raw text; an answer that does not parse is
+recorded with a reason, never raised. Reruns are free: the gateway answers repeated requests from
+its cache.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,83 +53,125 @@ def _parse(result: Any, key: str, allowed: tuple[str, ...]) -> tuple[str | None,
     return None, "", "", error or "not a JSON object"
 
 
-class LLMStepCritic:
-    """Args: frames maps a screenshot hash to PNG bytes (the object store)."""
-
-    name = "llm_step"
-
-    def __init__(self, gateway: LLMGateway, frames: Callable[[str], bytes], model: str | None = None) -> None:
-        self.gateway, self.frames, self.model = gateway, frames, model
-        self.version = f"1:{model or gateway.model_for('critic.step')}"
-
-    async def judge(self, query: Query, view: StepView, history: list[str]) -> LLMJudgment:
-        if (action := view.act) is None:
-            return LLMJudgment("NEUTRAL", "The output could not be parsed; nothing happened.", "", "", None)
-        # decoding and drawing a phone-sized PNG is CPU work: keep it off the event loop
-        before = await asyncio.to_thread(
-            mark_point, self.frames(view.before), action, Screen(view.width, view.height)
-        )
-        # an endpoint that takes one image gets the two screens side by side
-        views, joined = fit_views([before, self.frames(view.after)], self.gateway.max_images("critic.step"))
-        prompt = TEMPLATES.get_template("step_critic.j2").render(
-            instruction=query.instruction, history=history, action=describe(action, view), joined=joined
-        )
-        content = [text_part(prompt), *(image_part(v) for v in views)]
-        result = await self.gateway.chat(
-            [{"role": "user", "content": content}], stage="critic.step", model=self.model, json_mode=True
-        )
-        label, summary, analysis, error = _parse(result, "label", STEP_LABELS)
-        return LLMJudgment(
-            label, summary, analysis, result.text, error, result.prompt_tokens, result.completion_tokens
-        )
+KNOWLEDGE = (
+    "state_summary",
+    "progress_tracking",
+    "state_verification",
+    "effect_prediction",
+    "self_reflection",
+)
+STAGE = "critic.episode"
+JUDGE_VERSION = "2:"  # the judge's critic version: this, then the model's name
+WINDOW = 8  # steps one request judges: an episode of 8 steps is one request of 9 screens
 
 
-class LLMTrajectoryCritic:
-    """One channel: "textual" (the step record) or "multimodal" (screenshots and summaries)."""
+@dataclass(frozen=True)
+class EpisodeJudgment:
+    """One episode judged: a judgment per step (its `raw` the step's own JSON object, with its
+    knowledge answers, where it parsed) and the episode's verdict."""
+
+    steps: list[LLMJudgment]
+    verdict: LLMJudgment
+
+
+class LLMEpisodeJudge:
+    """The model critics of an episode in one request per window of `window` steps (GUI-Owl §6.3's
+    step critic and multimodal trajectory critic, and Step-GUI's CSRS knowledge answers, asked
+    together): the screen before each step with its interaction point marked, then the screen after
+    the window's last step; the reply labels each step, answers its knowledge questions
+    (`KNOWLEDGE`, which the CSRS writer takes instead of asking again) and, in the last window, gives
+    the episode's verdict. Earlier windows' steps are listed in words. A step whose output did not
+    parse is NEUTRAL without the model's word, as it changed nothing.
+
+    Args: frames maps a screenshot hash to PNG bytes (the object store).
+    """
+
+    name = "llm_step"  # the step labels' critic
+    channel = "llm_multimodal"  # the episode verdict's trajectory channel
 
     def __init__(
         self,
-        channel: str,
         gateway: LLMGateway,
         frames: Callable[[str], bytes],
         model: str | None = None,
-        last_images: int = 3,
+        window: int = WINDOW,
     ) -> None:
-        if channel not in ("textual", "multimodal"):
-            raise ValueError(f"channel must be textual or multimodal, not {channel!r}")
-        self.channel, self.gateway, self.frames, self.model = channel, gateway, frames, model
-        self.last_images = last_images
-        self.name = f"llm_{channel}"
-        self.version = f"1:{model or gateway.model_for('critic.step')}"
+        self.gateway, self.frames, self.model, self.window = gateway, frames, model, window
+        self.version = f"{JUDGE_VERSION}{model or gateway.model_for(STAGE)}"
 
-    async def judge(self, query: Query, steps: list[StepView], summaries: list[str]) -> LLMJudgment:
-        if self.channel == "textual":
-            prompt = TEMPLATES.get_template("trajectory_textual.j2").render(
-                instruction=query.instruction, steps=summaries
-            )
-            content: list[dict[str, Any]] = [text_part(prompt)]
-        else:
-            shots = [steps[0].before] + [s.after for s in steps[-self.last_images :]] if steps else []
-            views, joined = fit_views(
-                [self.frames(sha) for sha in shots], self.gateway.max_images(f"critic.{self.channel}")
-            )
-            prompt = TEMPLATES.get_template("trajectory_multimodal.j2").render(
-                instruction=query.instruction, steps=summaries, images=len(shots), joined=joined
-            )
-            content = [text_part(prompt)] + [image_part(v) for v in views]
+    async def judge(self, query: Query, views: list[StepView]) -> EpisodeJudgment:
+        words = [describe(v.act, v) if v.act else "(unparseable output: nothing happened)" for v in views]
+        starts = list(range(0, len(views), self.window))
+        parts = await asyncio.gather(
+            *(self._window(query, views, words, start, start == starts[-1]) for start in starts)
+        )
+        steps = [j for judged, _ in parts for j in judged]
+        verdict = parts[-1][1] if parts else None
+        return EpisodeJudgment(steps, verdict or LLMJudgment(None, "", "", "", "no_steps"))
+
+    async def _window(
+        self, query: Query, views: list[StepView], words: list[str], start: int, last: bool
+    ) -> tuple[list[LLMJudgment], LLMJudgment | None]:
+        part = views[start : start + self.window]
+        # decoding and drawing phone-sized PNGs is CPU work: keep it off the event loop
+        screens = await asyncio.to_thread(self._screens, part)
+        images, joined = fit_views(screens, self.gateway.max_images(STAGE))
+        prompt = TEMPLATES.get_template("episode_judge.j2").render(
+            instruction=query.instruction,
+            earlier=words[:start],
+            steps=[(start + i + 1, words[start + i]) for i in range(len(part))],
+            joined=joined,
+            screens=len(screens),
+            verdict=last,
+        )
+        content = [text_part(prompt), *(image_part(v) for v in images)]
         result = await self.gateway.chat(
-            [{"role": "user", "content": content}],
-            stage=f"critic.{self.channel}",
-            model=self.model,
-            json_mode=True,
+            [{"role": "user", "content": content}], stage=STAGE, model=self.model, json_mode=True
         )
+        data = result.data if result.json_error is None and isinstance(result.data, dict) else {}
+        entries = data.get("steps")
+        entries = entries if isinstance(entries, list) else []
+        by_number = {str(e.get("step")): e for e in entries if isinstance(e, dict)}
+        judged = [_step(view, by_number.get(str(start + i + 1)), result) for i, view in enumerate(part)]
+        if judged:  # the request's tokens, once
+            judged[0] = replace(
+                judged[0], prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens
+            )
+        if not last:
+            return judged, None
         label, _, analysis, error = _parse(result, "verdict", ("correct", "incorrect"))
-        return LLMJudgment(
-            label,
-            analysis[:200],
-            analysis,
-            result.text,
-            error,
-            result.prompt_tokens,
-            result.completion_tokens,
-        )
+        return judged, LLMJudgment(label, analysis[:200], analysis, result.text, error)
+
+    def _screens(self, part: list[StepView]) -> list[bytes]:
+        out = []
+        for view in part:
+            png = self.frames(view.before)
+            out.append(
+                png if view.act is None else mark_point(png, view.act, Screen(view.width, view.height))
+            )
+        return [*out, self.frames(part[-1].after)] if part else out
+
+
+def _step(view: StepView, entry: dict[str, Any] | None, result: Any) -> LLMJudgment:
+    """A step's judgment from its entry in the reply (None: the reply had none for it)."""
+    if view.act is None:
+        return LLMJudgment("NEUTRAL", "The output could not be parsed; nothing happened.", "", "", None)
+    if entry is None:
+        return LLMJudgment(None, "", "", result.text, (result.json_error or "no_verdict_for_step")[:64])
+    value = str(entry.get("label", "")).strip()
+    raw = json.dumps(entry, ensure_ascii=False)
+    if value not in STEP_LABELS:
+        return LLMJudgment(None, "", "", raw, f"bad_label: {value[:40]!r}")
+    summary = " ".join(str(entry.get("summary", "")).split()[:30])
+    return LLMJudgment(value, summary, str(entry.get("analysis", "")), raw, None)
+
+
+def knowledge(raw: str) -> dict[str, str]:
+    """The knowledge answers a step's stored judgment holds (`LLMEpisodeJudge`), by category."""
+    try:
+        entry = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    if not isinstance(entry, dict):
+        return {}
+    return {c: entry[c] for c in KNOWLEDGE if isinstance(entry.get(c), str)}

@@ -91,9 +91,21 @@ def calibrate(ctx: RoundContext, number: int, _given: Given) -> Calibrated:
     """The consensus against the anchors (verifier, or a human's verdict), then CSRS extraction."""
     round_id = ctx.round(number).id
     consensus = calibrate_round(ctx.sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
+    llm = ctx.settings.llm
+    critics, writer = llm.for_group("critics"), llm.for_group("writer")
+    # the model critics' request already wrote each step's knowledge answers, on this very model
+    shared = critics.base_url is not None and (critics.base_url, critics.model) == (
+        writer.base_url,
+        writer.model,
+    )
     with charge_round(round_id):
         samples = extract_round(
-            ctx.sessions, round_id, ctx.gateway("writer"), ctx.frames, ctx.settings.critics
+            ctx.sessions,
+            round_id,
+            ctx.gateway("writer"),
+            ctx.frames,
+            ctx.settings.critics,
+            judge_writes=shared,
         )
     return Calibrated(consensus, samples)
 

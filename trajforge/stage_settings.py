@@ -158,10 +158,10 @@ class CriticSettings(BaseSettings):
         20, ge=1, description="Anchored episodes (this round and earlier) an app's accuracy needs."
     )
     channels: list[str] = Field(
-        default_factory=lambda: ["learned_trajectory", "heuristic_visual", "llm_textual", "llm_multimodal"],
+        default_factory=lambda: ["learned_trajectory", "heuristic_visual", "llm_multimodal"],
         description="Trajectory critics the consensus composes (those that judged an episode and did not "
         "abstain vote): learned_trajectory (fitted on the anchors, judged out of sample), heuristic_visual "
-        "(end frames of other queries' successes), llm_textual and llm_multimodal (model critics).",
+        "(end frames of other queries' successes), llm_multimodal (the model's episode judge).",
     )
     rule: Literal["calibrated", "and", "majority", "weighted"] = Field(
         "calibrated",
@@ -191,8 +191,16 @@ class CriticSettings(BaseSettings):
         ge=0,
         le=1,
         description="Share of steps whose knowledge answers (CSRS categories 1-5) a model writes, with an "
-        "endpoint: one call per chosen step answers all of them; the other steps keep the template "
-        "answers. Chosen by a hash of the step, so reruns choose the same.",
+        "endpoint: the model critics' episode judge writes them in its own request where the writer and "
+        "the critics share an endpoint and model; else one call per chosen step answers all of them. The "
+        "other steps keep the template answers. Chosen by a hash of the step, so reruns choose the same.",
+    )
+    judge_window: int = Field(
+        8,
+        ge=1,
+        le=32,
+        description="Steps one model-critic request judges (its screens: one per step, then the last "
+        "step's after): an episode of up to this many steps is one request.",
     )
 
 

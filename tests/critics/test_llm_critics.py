@@ -11,6 +11,7 @@ from PIL import Image
 from sqlalchemy import Engine, select
 
 from critics.judge import judge_round_llm
+from critics.llm import KNOWLEDGE
 from storage.db import session_factory
 from storage.keys import blob_key
 from storage.models import Judgment
@@ -24,13 +25,16 @@ from trajforge.settings import LLMSettings, load_settings
 
 
 def responder(rec: Recorded) -> Reply:
-    if "step critic" in rec.text:
-        if "Swipe" in rec.text:  # the model sometimes rambles instead of answering in JSON
-            return Reply(content="I think this swipe was fine")
-        return Reply(
-            content=json.dumps({"analysis": "moves on", "summary": "taps the next item", "label": "GOOD"})
-        )
-    return Reply(content=json.dumps({"analysis": "ends on the goal", "verdict": "correct"}))
+    """The episode judge's reply: every step GOOD with its knowledge answers, the episode correct; an
+    episode with a swipe gets a ramble instead of JSON, as a model sometimes answers."""
+    if "Swipe" in rec.text:
+        return Reply(content="I think this swipe was fine")
+    steps = [
+        {"step": n, "analysis": "moves on", "summary": "taps the next item", "label": "GOOD"}
+        | {category: f"answer {n}" for category in KNOWLEDGE}
+        for n in range(1, 33)
+    ]
+    return Reply(content=json.dumps({"steps": steps, "analysis": "ends on the goal", "verdict": "correct"}))
 
 
 @pytest.fixture
@@ -51,19 +55,22 @@ def test_llm_critics_judge_a_round_and_reruns_are_free(judged_round, engine: Eng
         gateway.cache = SqlResponseCache(sessions)
         report = asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
         paid = len(llm.requests)
-        step_requests = [r for r in llm.requests if "step critic" in r.text]
-        multimodal = [r for r in llm.requests if "multimodal channel" in r.text]
         again = asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
         assert len(llm.requests) == paid  # the rerun was answered from the cache
     assert report.episodes == again.episodes == 4
-    assert all(r.images == 2 for r in step_requests)  # before (point marked) and after
-    assert multimodal and all(r.images >= 2 for r in multimodal)
     with session_factory(engine)() as s:
         steps = s.scalars(select(Judgment).where(Judgment.critic == "llm_step")).all()
+        # one request per window of 8 steps: its screens are one per step, then the last step's after
+        windows = [
+            min(8, len(st) - start) + 1 for st in _steps_by_episode(s) for start in range(0, len(st), 8)
+        ]
+        assert paid == len(windows) < len(steps) and sorted(r.images for r in llm.requests) == sorted(windows)
         unparsed = [j for j in steps if j.label == "unparsed"]
         assert unparsed and all(
             j.parse_error and j.raw_output == "I think this swipe was fine" for j in unparsed
         )
+        parsed = [j for j in steps if j.label == "GOOD"]
+        assert parsed and all(json.loads(j.raw_output)["state_summary"].startswith("answer") for j in parsed)
         assert {j.label for j in steps} <= {
             "GOOD",
             "NEUTRAL",
@@ -90,7 +97,7 @@ def test_calibration_queues_unparsed_verdicts_for_review(judged_round) -> None:
         asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
     report = calibrate_round(sessions, 1)
     assert len(report["review_queue"]) == 4 and all(r["unparsed"] for r in report["review_queue"])
-    assert "llm_textual:1:m" in report["channels"]
+    assert "llm_multimodal:2:m" in report["channels"]
     # four episodes train no learned critic and no model verdict parsed: the consensus never voted
     assert "consensus:5" not in report["channels"]
 
@@ -110,18 +117,32 @@ def test_the_model_consensus_abstains_when_no_channel_parsed(judged_round) -> No
     assert _consensus_labels(sessions) == ["undecided"] * 4 and report.correct == 0
 
 
-def test_an_unparsed_channel_does_not_vote_against_the_one_that_parsed(judged_round) -> None:
+def test_a_step_the_reply_left_out_is_unparsed_and_the_verdict_still_counts(judged_round) -> None:
     sessions, store = judged_round
 
-    def one_channel_rambles(rec: Recorded) -> Reply:
-        if "multimodal channel" in rec.text:
-            return Reply(content="looks about right to me")
-        return responder(rec)
+    def first_step_only(rec: Recorded) -> Reply:
+        first = {"step": 1, "summary": "taps", "label": "GOOD"}
+        return Reply(content=json.dumps({"steps": [first], "verdict": "correct"}))
 
-    with ScriptedLLM(responder=one_channel_rambles) as llm:
+    with ScriptedLLM(responder=first_step_only) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m"))
         report = asyncio.run(judge_round_llm(sessions, 1, gateway, lambda sha: store.get(blob_key(sha))))
     assert _consensus_labels(sessions) == ["correct"] * 4 and report.correct == 4
+    assert report.steps["GOOD"] == 4 and set(report.steps) <= {"GOOD", "NEUTRAL", "unparsed"}
+    with sessions() as s:
+        errors = {j.parse_error for j in s.scalars(select(Judgment).where(Judgment.label == "unparsed"))}
+    assert errors <= {"no_verdict_for_step"}
+
+
+def _steps_by_episode(s) -> list[list[int]]:
+    from storage.models import Episode, Step
+
+    out: dict[int, list[int]] = {}
+    for episode_id, step_id in s.execute(
+        select(Episode.id, Step.id).join(Step, Step.episode_id == Episode.id)
+    ):
+        out.setdefault(episode_id, []).append(step_id)
+    return list(out.values())
 
 
 def test_a_refused_request_is_not_promised_a_retry() -> None:

@@ -27,14 +27,14 @@ from trajforge.gateway import LLMGateway
 from trajforge.settings import CriticSettings, LLMSettings, load_settings
 
 WRONG_SHARE = 0.25
-MODEL_ONLY = ["llm_textual", "llm_multimodal"]
+MODEL_ONLY = ["llm_multimodal"]
 
 
 def _judged_by_a_scripted_model(
     engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch, wrong_share: float, settings: CriticSettings
 ) -> sessionmaker[Session]:
-    """A smoke round of 20 episodes, judged by model critics that answer wrongly on exactly
-    `wrong_share` of them (the same episodes for both channels), composed by `settings`."""
+    """A smoke round of 20 episodes, judged by a model critic that answers wrongly on exactly
+    `wrong_share` of them, composed by `settings`."""
     monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
     loaded = load_settings()
     smoke_round(loaded, queries_per_app=5, rollouts=1)
@@ -51,13 +51,13 @@ def _judged_by_a_scripted_model(
     wrong = set(ranked[: round(wrong_share * len(ranked))])
 
     def responder(rec: Recorded) -> Reply:
-        if "step critic" in rec.text:
-            return Reply(content=json.dumps({"analysis": "-", "summary": "a step", "label": "NEUTRAL"}))
+        steps = [{"step": n, "summary": "a step", "label": "NEUTRAL"} for n in range(1, 9)]
         instruction = re.search(r"Task: (.*)", rec.text)
         assert instruction is not None
         right = truth[instruction.group(1).strip()]
         says = right != (instruction.group(1).strip() in wrong)
-        return Reply(content=json.dumps({"analysis": "-", "verdict": "correct" if says else "incorrect"}))
+        verdict = "correct" if says else "incorrect"
+        return Reply(content=json.dumps({"steps": steps, "analysis": "-", "verdict": verdict}))
 
     with ScriptedLLM(responder=responder) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="m", concurrency=8))
@@ -72,7 +72,7 @@ def test_a_model_critic_wrong_at_a_known_rate_is_measured_so_and_trusted_only_ab
     only_models = CriticSettings(channels=MODEL_ONLY)
     sessions = _judged_by_a_scripted_model(engine, db_url, monkeypatch, WRONG_SHARE, only_models)
     report = calibrate_round(sessions, 1)
-    for channel in ("llm_textual:1:m", "llm_multimodal:1:m", "consensus:5"):
+    for channel in ("llm_multimodal:2:m", "consensus:5"):
         measured = report["channels"][channel]
         assert measured["n"] == 20 and abs(measured["accuracy"] - (1 - WRONG_SHARE)) <= 0.03, measured
 
@@ -92,13 +92,13 @@ def test_a_model_critic_wrong_at_a_known_rate_is_measured_so_and_trusted_only_ab
 def test_a_model_critic_wrong_on_30_percent_does_not_pull_the_consensus_below_the_best_channel(
     engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The default channels and rule (`calibrated`) with two model critics wrong on 30% of the
+    """The default channels and rule (`calibrated`) with a model critic wrong on 30% of the
     episodes: the consensus is at least as accurate as the best channel; AND is not."""
     sessions = _judged_by_a_scripted_model(engine, db_url, monkeypatch, 0.3, CriticSettings())
     channels = calibrate_round(sessions, 1)["channels"]
     consensus = channels.pop("consensus:5")
     best = max(channels.values(), key=lambda st: st["accuracy"])
-    assert channels["llm_textual:1:m"]["accuracy"] == pytest.approx(0.7)
+    assert channels["llm_multimodal:2:m"]["accuracy"] == pytest.approx(0.7)
     assert best["n"] == consensus["n"] == 20 and consensus["accuracy"] >= best["accuracy"], channels
     compose_round(sessions, 1, CriticSettings(rule="and"))
     under_and = calibrate_round(sessions, 1)["channels"]["consensus:5"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from critics.llm import LLMStepCritic
+from critics.llm import LLMEpisodeJudge
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from trajforge.domain import Query, StepView
 from trajforge.endpoints import charge_round, fit_images, fit_views, stage_group
@@ -130,16 +130,17 @@ def test_a_critic_joins_its_views_for_an_endpoint_that_takes_one_image() -> None
 
     frames = {"b": before, "a": after}
     view = StepView({"kind": "click", "point": [500, 500]}, None, "b", "a", [], 30, 60)
-    with ScriptedLLM(default=Reply(content='{"label": "GOOD", "summary": "s", "analysis": "a"}')) as llm:
+    answer = '{"steps": [{"step": 1, "label": "GOOD", "summary": "s"}], "verdict": "correct"}'
+    with ScriptedLLM(default=Reply(content=answer)) as llm:
         llm_settings = LLMSettings(base_url=llm.url, critics=EndpointSettings(max_images=1))
         gateway = LLMGateway(llm_settings)
-        critic = LLMStepCritic(gateway, frames.__getitem__)
+        critic = LLMEpisodeJudge(gateway, frames.__getitem__)
         judged = asyncio.run(
             closing(
-                gateway, critic.judge(Query(uid="q", app="settings", instruction="Open settings"), view, [])
+                gateway, critic.judge(Query(uid="q", app="settings", instruction="Open settings"), [view])
             )
         )
-    assert judged.label == "GOOD"
+    assert judged.steps[0].label == "GOOD" and judged.verdict.label == "correct"
     assert [r.images for r in llm.requests] == [1]
     assert "side by side" in llm.requests[0].text
 
@@ -149,6 +150,6 @@ def test_a_group_without_an_endpoint_says_which_setting_to_set(group: str) -> No
     from trajforge.errors import LLMError
 
     gateway = LLMGateway(LLMSettings(policy=EndpointSettings(base_url="http://127.0.0.1:9/v1")))
-    stage = "critic.step" if group == "critics" else "csrs.step"
+    stage = "critic.episode" if group == "critics" else "csrs.step"
     with pytest.raises(LLMError, match=f"llm.{group}.base_url"):
         asyncio.run(gateway.chat([{"role": "user", "content": [text_part("x")]}], stage=stage))
