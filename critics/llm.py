@@ -154,8 +154,9 @@ class LLMEpisodeJudge:
 
 def _step(view: StepView, entry: dict[str, Any] | None, result: Any) -> LLMJudgment:
     """A step's judgment from its entry in the reply (None: the reply had none for it)."""
-    if view.act is None:
-        return LLMJudgment("NEUTRAL", "The output could not be parsed; nothing happened.", "", "", None)
+    if view.act is None:  # its knowledge answers still stand: the screen was there
+        raw = json.dumps(entry, ensure_ascii=False) if entry is not None else ""
+        return LLMJudgment("NEUTRAL", "The output could not be parsed; nothing happened.", "", raw, None)
     if entry is None:
         return LLMJudgment(None, "", "", result.text, (result.json_error or "no_verdict_for_step")[:64])
     value = str(entry.get("label", "")).strip()

@@ -4,13 +4,14 @@ A query whose pass rate over the round's rollouts is at or below the threshold g
 reference trajectory: its shortest successful rollout (model-made), else its
 ground-truth path replayed in the simulator (standing in for a human demonstration).
 
-1. Each action's outcome is described: by a VLM from the pre-action screenshot with the
-   interaction point circled and the post-action screenshot, or offline from the step
+1. Each action's outcome is described: by a VLM from the pre-action screenshots with the
+   interaction points circled and the screen after the last step, or offline from the step
    record.
 2. For a model-made reference, steps whose outcome does not match the model's stated
    intent (or that do nothing) are dropped, each with a reason.
-3. The kept descriptions are summarised into guidance: by an LLM, or offline as the
-   numbered essential steps.
+3. The essential steps are summarised into guidance: by the same VLM request (one call per
+   hard query: it is told to leave out what did not help), or offline as the numbered kept
+   steps.
 
 Guidance is stored per query and round; `load_guidance` gives the latest per query to
 the next rollouts of that query (`EpisodeRunner(guidance=...)`).
@@ -36,6 +37,7 @@ from trajforge.actions import Screen
 from trajforge.actions.compare import target_bbox
 from trajforge.domain import Query, StepView, describe, screen_text
 from trajforge.draw import mark_point
+from trajforge.endpoints import fit_views
 from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway, image_part, text_part
 from trajforge.logs import counts
@@ -127,55 +129,66 @@ def summarise_offline(query: Query, steps: list[Described]) -> str:
     )
 
 
-async def describe_with_model(
+STAGE = "guidance.write"
+
+
+async def guide_with_model(
     query: Query,
     views: list[StepView],
     model_made: bool,
     gateway: LLMGateway,
     frames: Callable[[str], bytes],
-) -> list[Described]:
-    async def one(i: int, view: StepView) -> Described:
-        if (action := view.act) is None:
-            return Described(i, "(unparsed output)", "nothing happens", False, "unparsed_action")
-        words = describe(action, view)
-        rationale = (action.thought or action.intent or "") if model_made else ""
-        prompt = TEMPLATES.get_template("guidance_describe.j2").render(
-            instruction=query.instruction, action=words, rationale=rationale
-        )
-        before = await asyncio.to_thread(
-            mark_point, frames(view.before), action, Screen(view.width, view.height)
-        )
-        content = [text_part(prompt), image_part(before), image_part(frames(view.after))]
-        try:
-            result = await gateway.chat(
-                [{"role": "user", "content": content}], stage="guidance.describe", json_mode=True
-            )
-        except LLMError as exc:  # recorded by the gateway; this step is dropped with its reason
-            return Described(i, words, str(exc)[:200], False, exc.reason)
-        data = result.data if isinstance(result.data, dict) else {}
-        outcome = str(data.get("outcome", "")).strip()
-        if result.json_error or not outcome:
-            return Described(i, words, result.text[:200], False, "unparseable_description")
-        if rationale and data.get("as_intended") is not True:
-            return Described(i, words, outcome, False, "outcome_not_intended")
-        return Described(i, words, outcome)
-
-    return list(await asyncio.gather(*(one(i, v) for i, v in enumerate(views))))
-
-
-async def summarise_with_model(query: Query, steps: list[Described], gateway: LLMGateway) -> tuple[str, str]:
-    """The guidance text, or "" and why (a failed request is recorded by the gateway and retried by
-    the next run)."""
-    prompt = TEMPLATES.get_template("guidance_summarise.j2").render(
-        instruction=query.instruction, steps=[s.outcome for s in steps if s.kept]
+) -> tuple[list[Described], str, str]:
+    """A reference's steps described and the guidance written in one request: the screen before each
+    step with its interaction point circled, then the screen after the last, with the steps in
+    words (and, for a model-made reference, the agent's stated reasons). Each step's outcome, the
+    guidance text, and why there is none ("" when there is). A step whose outcome did not parse,
+    or whose outcome the model says was not the agent's intent, is dropped with its reason."""
+    words = [describe(v.act, v) if v.act else "(unparsed output)" for v in views]
+    rationale = [(v.act.thought or v.act.intent or "") if model_made and v.act else "" for v in views]
+    screens = await asyncio.to_thread(_screens, views, frames)
+    images, joined = fit_views(screens, gateway.max_images(STAGE))
+    prompt = TEMPLATES.get_template("guidance.j2").render(
+        instruction=query.instruction,
+        steps=[(i + 1, words[i], rationale[i]) for i in range(len(views))],
+        model_made=model_made,
+        joined=joined,
+        screens=len(screens),
     )
+    content = [text_part(prompt), *(image_part(png) for png in images)]
     try:
-        result = await gateway.chat(
-            [{"role": "user", "content": [text_part(prompt)]}], stage="guidance.summarise"
-        )
-    except LLMError as exc:
-        return "", exc.reason
-    return result.text.strip(), ""
+        result = await gateway.chat([{"role": "user", "content": content}], stage=STAGE, json_mode=True)
+    except LLMError as exc:  # recorded by the gateway; the next run retries it
+        return [], "", exc.reason
+    data = result.data if result.json_error is None and isinstance(result.data, dict) else {}
+    entries = data.get("steps")
+    by_number = {
+        str(e.get("step")): e for e in (entries if isinstance(entries, list) else []) if isinstance(e, dict)
+    }
+    steps = []
+    for i, view in enumerate(views):
+        entry = by_number.get(str(i + 1), {})
+        outcome = str(entry.get("outcome", "")).strip()
+        if view.act is None:
+            steps.append(Described(i, words[i], "nothing happens", False, "unparsed_action"))
+        elif not outcome:
+            steps.append(Described(i, words[i], result.text[:200], False, "unparseable_description"))
+        elif rationale[i] and entry.get("as_intended") is not True:
+            steps.append(Described(i, words[i], outcome, False, "outcome_not_intended"))
+        else:
+            steps.append(Described(i, words[i], outcome))
+    text = data.get("guidance")
+    text = text.strip() if isinstance(text, str) else ""
+    return steps, text, "" if text else (result.json_error or "llm_empty_response")
+
+
+def _screens(views: list[StepView], frames: Callable[[str], bytes]) -> list[bytes]:
+    """The screen before each step, its interaction point circled, then the screen after the last."""
+    out = []
+    for view in views:
+        png = frames(view.before)
+        out.append(png if view.act is None else mark_point(png, view.act, Screen(view.width, view.height)))
+    return [*out, frames(views[-1].after)] if views else out
 
 
 async def write_guidance(
@@ -202,18 +215,15 @@ async def write_guidance(
         ref, views, labels = picked
         report.references["rollout" if labels is not None else REPLAY] += 1
         if gateway is not None and frames is not None:
-            steps = await describe_with_model(query, views, labels is not None, gateway, frames)
+            steps, text, why = await guide_with_model(query, views, labels is not None, gateway, frames)
             source = "llm"
         else:
             steps, source = describe_offline(views, labels), "template"
+            text, why = summarise_offline(query, steps), ""
         report.dropped_steps.update(s.reason for s in steps if s.reason)
-        if not any(s.kept for s in steps):
+        if steps and not any(s.kept for s in steps):
             report.failed["no_usable_steps"] += 1
             return None
-        if gateway is not None:
-            text, why = await summarise_with_model(query, steps, gateway)
-        else:
-            text, why = summarise_offline(query, steps), ""
         if not text:
             report.failed[why or "llm_empty_response"] += 1
             return None
@@ -228,7 +238,7 @@ async def write_guidance(
             "provenance": {
                 "pass_rate": round(rate, 4),
                 "rollouts": len(group),
-                "model": gateway.model_for("guidance.describe") if gateway is not None else None,
+                "model": gateway.model_for(STAGE) if gateway is not None else None,
             },
         }
 

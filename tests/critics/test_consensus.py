@@ -17,10 +17,10 @@ from trajforge.settings import CriticSettings
 from trajforge.verdicts import CONSENSUS
 
 VOTES = {  # per episode: the channels' labels
-    0: {"learned_trajectory": "correct", "heuristic_visual": "correct", "llm_textual": "incorrect"},
-    1: {"learned_trajectory": "correct", "heuristic_visual": "abstain", "llm_textual": "unparsed"},
+    0: {"learned_trajectory": "correct", "heuristic_visual": "correct", "llm_multimodal": "incorrect"},
+    1: {"learned_trajectory": "correct", "heuristic_visual": "abstain", "llm_multimodal": "unparsed"},
     2: {"learned_trajectory": "abstain", "heuristic_visual": "abstain"},
-    3: {"learned_trajectory": "incorrect", "heuristic_visual": "correct", "llm_textual": "correct"},
+    3: {"learned_trajectory": "incorrect", "heuristic_visual": "correct", "llm_multimodal": "correct"},
 }
 
 
@@ -75,7 +75,7 @@ def _anchored_votes(sessions: sessionmaker[Session], n: int, wrong: set[int]) ->
     rows = []
     for i, (episode_id, success) in enumerate(truth.items()):
         model_says = success != (i in wrong)
-        for critic, says in (("learned_trajectory", success), ("llm_textual", model_says)):
+        for critic, says in (("learned_trajectory", success), ("llm_multimodal", model_says)):
             rows.append(
                 {
                     "critic": critic,
@@ -115,7 +115,7 @@ def test_the_calibrated_rule_never_lets_a_weaker_channel_pull_the_consensus_belo
         ).one()
     # episode 1: a success the model called a failure. Its terms, counted without it: the learned
     # channel log(20/21) - log(1/22), the model log(6/21) - log(15/22); the prior log(20/21)
-    assert row.analysis.endswith("| log-odds +2.12 (learned_trajectory +3.04 llm_textual -0.87)")
+    assert row.analysis.endswith("| log-odds +2.12 (learned_trajectory +3.04 llm_multimodal -0.87)")
     assert row.score == pytest.approx(1 / (1 + math.exp(-2.1237)), abs=1e-3)
     # too few anchored votes to weigh a channel: the rule is AND, as before any anchor
     compose_round(sessions, 1, CriticSettings(calibration_min_anchored=41))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
@@ -223,3 +224,44 @@ def test_a_reply_that_answers_nothing_leaves_the_template_answers(
     assert written and all(p["writer_error"].startswith("invalid_json") for p in written)
     same = [uid for uid in after if uid in before]
     assert same and all(after[uid][1] == before[uid][1] for uid in same)  # every answer the template's
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_writer_takes_the_model_critics_answers_without_asking_again(
+    engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Critics and writer on one endpoint and model: the episode judge's request answered each step's
+    knowledge questions, so extraction sends no request and the samples carry those answers, held
+    to the anchor all the same (a self-reflection calling every step GOOD is dropped where the
+    step's label is not)."""
+    from critics.judge import judge_round_llm
+    from critics.llm import KNOWLEDGE
+    from storage.keys import blob_key
+    from storage.objectstore import open_object_store
+    from tests.support.scripted_llm import Reply, ScriptedLLM
+    from trajforge.gateway import LLMGateway, closing
+    from trajforge.settings import LLMSettings
+
+    monkeypatch.setenv("TRAJFORGE_DB_URL", db_url)
+    settings = load_settings()
+    smoke_round(settings, queries_per_app=1, rollouts=1)
+    sessions: sessionmaker[Session] = session_factory(engine)
+    store = open_object_store(settings)
+    said = {c: f"judge says {c}" for c in KNOWLEDGE} | {"self_reflection": "GOOD: it helps."}
+    steps = [{"step": n, "label": "GOOD", "summary": "s"} | said for n in range(1, 33)]
+    with ScriptedLLM(default=Reply(content=json.dumps({"steps": steps, "verdict": "correct"}))) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="one"))
+        frames = lambda sha: store.get(blob_key(sha))  # noqa: E731
+        asyncio.run(closing(gateway, judge_round_llm(sessions, 1, gateway, frames)))
+        judged = len(llm.requests)
+        with sessions() as s:
+            s.query(Sample).delete()
+            s.query(Exclusion).filter(Exclusion.stage == "csrs").delete()
+            s.commit()
+        report = extract_round(sessions, 1, gateway, frames, judge_writes=True)
+        assert len(llm.requests) == judged  # no request of the writer's own
+    with sessions() as s:
+        written = [x for x in s.scalars(select(Sample)) if x.provenance.get("judgment") == "2:one"]
+    assert {x.category for x in written} == set(KNOWLEDGE)
+    assert all(x.payload["response"] == said[x.category] and x.provenance["model"] == "one" for x in written)
+    assert sum(report.kept.values()) and "writer_error" not in str([x.provenance for x in written])

@@ -6,13 +6,13 @@ import asyncio
 import dataclasses
 import json
 
-from curation.guidance import describe_offline, describe_with_model, pick_reference, summarise_with_model
+from curation.guidance import describe_offline, guide_with_model, pick_reference
 from curation.rollouts import Rollout
 from rollout.sim.env import demonstrator
 from storage.keys import blob_key
 from storage.objectstore import frame_reader
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
-from trajforge.gateway import LLMGateway
+from trajforge.gateway import LLMGateway, closing
 from trajforge.settings import LLMSettings
 
 from .conftest import APPS, sample_queries
@@ -27,38 +27,47 @@ def with_thoughts(views):
 
 
 def responder(rec: Recorded) -> Reply:
-    if "Summarise the essential steps" in rec.text:
-        return Reply(content="1. Open Takeout.\n2. Search for the dish.")
-    if "reason 1" in rec.text:
-        return Reply(content=json.dumps({"outcome": "opened the wrong tab", "as_intended": False}))
-    if "reason 2" in rec.text:
-        return Reply(content="the search box opened")  # not JSON: recorded with a reason
-    return Reply(content=json.dumps({"outcome": "did what it meant to", "as_intended": True}))
+    """One reply for the reference: step 2 missed its intent, step 3 has no outcome, the guidance."""
+    steps = [
+        {"step": 1, "outcome": "did what it meant to", "as_intended": True},
+        {"step": 2, "outcome": "opened the wrong tab", "as_intended": False},
+        {"step": 4, "outcome": "did what it meant to", "as_intended": True},
+    ]
+    return Reply(
+        content=json.dumps({"steps": steps, "guidance": "1. Open Takeout.\n2. Search for the dish."})
+    )
 
 
-def test_model_descriptions_drop_steps_that_missed_their_intent(replayed) -> None:
+def test_one_request_describes_the_reference_and_writes_its_guidance(replayed) -> None:
     store, runs = replayed
     query = sample_queries("takeout", 3)[0]
     views = with_thoughts(runs[0][:4])
     with ScriptedLLM(responder=responder) as llm:
         gateway = LLMGateway(LLMSettings(base_url=llm.url, model="vlm"))
-
-        async def go():
-            steps = await describe_with_model(query, views, True, gateway, frame_reader(store))
-            return steps, (await summarise_with_model(query, steps, gateway))[0]
-
-        steps, text = asyncio.run(go())
-        describes = [r for r in llm.requests if "describe what one action" in r.text]
-        summary = next(r for r in llm.requests if "Summarise the essential steps" in r.text)
+        steps, text, why = asyncio.run(
+            closing(gateway, guide_with_model(query, views, True, gateway, frame_reader(store)))
+        )
     assert [(s.kept, s.reason) for s in steps] == [
         (True, None),
         (False, "outcome_not_intended"),
         (False, "unparseable_description"),
         (True, None),
     ]
-    assert all(r.images == 2 for r in describes)  # before with the point circled, and after
-    assert "did what it meant to" in summary.text and "opened the wrong tab" not in summary.text
-    assert text.startswith("1. Open Takeout.")
+    # one request: each step's screen before it, point circled, then the screen after the last
+    assert len(llm.requests) == 1 and llm.requests[0].images == len(views) + 1
+    assert "reason 1" in llm.requests[0].text  # the agent's stated reasons are shown
+    assert text.startswith("1. Open Takeout.") and why == ""
+
+
+def test_a_reply_without_guidance_says_why(replayed) -> None:
+    store, runs = replayed
+    query = sample_queries("takeout", 3)[0]
+    with ScriptedLLM(default=Reply(content="not json")) as llm:
+        gateway = LLMGateway(LLMSettings(base_url=llm.url, model="vlm"))
+        steps, text, why = asyncio.run(
+            closing(gateway, guide_with_model(query, runs[0][:2], False, gateway, frame_reader(store)))
+        )
+    assert text == "" and why.startswith("invalid_json") and all(s.reason for s in steps)
 
 
 def test_a_query_nobody_solved_gets_its_ground_truth_path_replayed(replayed) -> None:
