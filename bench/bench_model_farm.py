@@ -7,8 +7,11 @@ endpoint (rendering, encoding and storing steps), measured first. The bound is t
 two. The same rollout runs with the engine's defaults (policy concurrency = the farm's devices)
 and with the old ones (every stage sharing `llm.concurrency`, 16).
 
-After the rollout, the round's model critics and model-written CSRS run on the same endpoint:
-the table gives calls per rolled-out step by stage (CSRS writes at most one call per step).
+After the rollout, the round's model critics, model-written CSRS and curation (thoughts,
+guidance, bottleneck) run on the same endpoint: the table gives calls per rolled-out step by
+stage. The policy reasons (`<think>`), as a thought-writing checkpoint does, so thoughts are its
+own; the critics' one request per episode also writes the CSRS answers (issue 76's target: at
+most 1.5 calls per step in all, the policy's included).
 
 Screens are 360x800 (the apps' layout scaled down), so that on a 2-core machine the client's own
 image work stays above the endpoint's bound and the run measures the request path, not PNG
@@ -19,6 +22,7 @@ Usage: python -m bench.bench_model_farm [--devices 64] [--latency-ms 300] [--que
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from collections import Counter
@@ -30,6 +34,7 @@ import yaml
 
 from bench.common import scripted_server, table
 from critics.stages import calibrate, judge
+from curation.stages import curate_with
 from evolve import lifecycle
 from evolve.policies import register_policy
 from evolve.spine import Spine, new_spine, policy_llm
@@ -47,11 +52,20 @@ from trajforge.domain import Query
 from trajforge.gateway import LLMGateway
 from trajforge.settings import load_settings
 
-# A Qwen2.5-VL mobile_use tap, then a critic's JSON: the policy reads the tool call, the critics
-# the last JSON object; the CSRS writer finds no answer of its own in it and records that as data.
+# A Qwen2.5-VL mobile_use tap with its reasoning, then the model stages' JSON: the policy reads the
+# thought and the tool call, the episode judge, the CSRS writer and guidance the last JSON object.
+_KNOWN = {"state_summary": "a list", "progress_tracking": "half done", "state_verification": "no"}
+_STEPS = [
+    {"step": n, "label": "GOOD", "summary": "tapped", "analysis": "a", "self_reflection": "GOOD: yes"}
+    | _KNOWN
+    | {"effect_prediction": "the next screen", "outcome": "tapped the item", "as_intended": True}
+    for n in range(1, 33)
+]
 CONTENT = (
+    "<think>The item I need is on the left; tap it.</think>\n"
     '<tool_call>{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [200, 400]}}'
-    '</tool_call>\n{"label": "GOOD", "summary": "tapped", "analysis": "a", "verdict": "incorrect"}'
+    "</tool_call>\n"
+    + json.dumps({"steps": _STEPS, "analysis": "a", "verdict": "incorrect", "guidance": "1. Tap the item."})
 )
 OLD_CONCURRENCY = 16  # llm.concurrency, shared by every stage before the policy had its own
 
@@ -123,12 +137,13 @@ def roll(spine: Spine, devices: int, queries: list[Query], args: argparse.Namesp
 
 
 def judge_and_write(spine: Spine, round_id: int) -> Counter[str]:
-    """The round's model critics and CSRS on the same endpoint: paid calls by stage."""
+    """The round's model critics, CSRS and curation on the same endpoint: paid calls by stage."""
     with spine.sessions() as s:
         row = s.get(Round, round_id)
         assert row is not None
     judge(spine, row.number, {})
     calibrate(spine, row.number, {})
+    curate_with(spine, row.number, None)
     return Counter({stage: u.calls for stage, u in usage_by_stage(spine.sessions, round_id).items()})
 
 

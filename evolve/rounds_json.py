@@ -41,7 +41,7 @@ from critics.outcomes import deciding_anchor
 from evolve.revisits import revisited
 from rollout.records import MODEL_FAULTS
 from storage.anchors import anchors_by_episode
-from storage.llm_cache import failures_by_stage, stage_usage
+from storage.llm_cache import calls_per_step, failures_by_stage, stage_usage
 from storage.models import Episode, Exclusion, Judgment, Policy, Round, Sample
 from storage.models import Query as QueryRow
 from storage.samples import OUTCOME_STAGE
@@ -210,7 +210,8 @@ def model_usage(s: Session, round_id: int) -> dict[str, Any]:
         u["failed"] = sum(failures.get(stage, {}).values())
         u["failures"] = dict(sorted(failures.get(stage, {}).items()))
     keys = ("calls", "failed", "retries", "prompt_tokens", "completion_tokens", "cost_usd")
-    return {"stages": stages, **{k: round(sum(u[k] for u in stages.values()), 6) for k in keys}}
+    totals = {k: round(sum(u[k] for u in stages.values()), 6) for k in keys}
+    return {"stages": stages, **totals, "per_step": calls_per_step(s, round_id)}
 
 
 def rounds_table(sessions: sessionmaker[Session]) -> dict[str, Any]:

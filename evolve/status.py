@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from evolve.spine import open_pool, open_spine
 from rollout.pool import DeviceState
+from storage.llm_cache import per_step_line
 from storage.locks import LOOP_LOCK, holder
 from storage.models import Episode, Exclusion, Round
 from trajforge.logs import counts
@@ -85,4 +86,6 @@ def _summary(row: Round) -> str:
     success = f"success {rate:.0%}" if isinstance(rate, int | float) else "success ?"
     dataset = f"{stats.get('dataset', '?')} v{stats.get('dataset_version', '?')}"
     episodes = stats.get("episodes", "?")
-    return f"{success} of {episodes} episodes; dataset {dataset}; next {stats.get('next_policy', '?')}"
+    line = f"{success} of {episodes} episodes; dataset {dataset}; next {stats.get('next_policy', '?')}"
+    per_step = stats.get("calls_per_step")
+    return f"{line}; model calls per step {per_step_line(per_step)}" if per_step else line

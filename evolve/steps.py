@@ -26,6 +26,7 @@ from evolve.spine import Spine, open_farm, open_pool
 from evolve.suite_tasks import suite_round_queries
 from querygen.pipeline import generate_round
 from storage.db import transaction
+from storage.llm_cache import calls_per_step
 from storage.models import App, Episode, Round, Sample
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
@@ -167,8 +168,11 @@ def round_stats(spine: Spine, number: int) -> dict[str, Any]:
 
 
 def finish_round(spine: Spine, number: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """Mark the round done with its figures (the report reads them), its policy's held-out ones too."""
+    """Mark the round done with its figures (the report reads them), its policy's held-out ones too,
+    and its model calls per rolled-out step by stage (before the held-out evaluation's calls)."""
     stats = round_stats(spine, number) | extra
+    with spine.sessions() as s:
+        stats["calls_per_step"] = calls_per_step(s, spine.round(number).id)
     if spine.settings.evolve.heldout_per_app:
         rnd = spine.round(number)
         with charge_round(rnd.id):

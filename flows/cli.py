@@ -287,6 +287,7 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
     from evolve.heldout import heldout_line
     from evolve.report import success_text, write_report
     from flows.rounds import round_flow  # imports Prefect, which sets its logging up
+    from storage.llm_cache import per_step_line
 
     if not verbose:  # Prefect's records, a failed task's traceback among them: to the home's log file
         records_to_file(settings)
@@ -308,6 +309,8 @@ def _evolve_rounds(settings: Settings, target: int, report_dir: Path | None, ver
             f"{result.get('dataset', '?')} v{result.get('dataset_version', '?')}; next policy "
             f"{result.get('next_policy', '?')} [{state}]"
         )
+        if result.get("calls_per_step"):
+            typer.echo(f"  model calls per step: {per_step_line(result['calls_per_step'])}")
         if result.get("curriculum"):
             typer.echo(f"  curriculum: {curriculum_line(result['curriculum'])}")
         if rec := result.get("recovery"):

@@ -9,7 +9,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
-from storage.models import LLMCall, LLMFailure
+from storage.models import Episode, LLMCall, LLMFailure, Step
 from trajforge.gateway import CachedCall, FailedCall, StageUsage
 from trajforge.logs import redact
 
@@ -91,3 +91,25 @@ def stage_usage(session: Session, round_id: int | None = None) -> dict[str, Stag
         )
         for stage, n, p, c, cost, r in session.execute(stmt.order_by(LLMCall.stage))
     }
+
+
+def calls_per_step(session: Session, round_id: int) -> dict[str, float]:
+    """The round's paid model calls per rolled-out step, by stage and in all (`all`); empty when the
+    round rolled out no step or paid for no call."""
+    steps = session.scalar(
+        select(func.count())
+        .select_from(Step)
+        .join(Episode, Episode.id == Step.episode_id)
+        .where(Episode.round_id == round_id)
+    )
+    usage = {stage: u.calls for stage, u in stage_usage(session, round_id).items() if u.calls}
+    if not steps or not usage:
+        return {}
+    out = {stage: round(n / steps, 3) for stage, n in sorted(usage.items())}
+    return out | {"all": round(sum(usage.values()) / steps, 3)}
+
+
+def per_step_line(per_step: dict[str, float]) -> str:
+    """`calls_per_step` in words: the total, then each stage's share, largest first."""
+    stages = sorted(((n, stage) for stage, n in per_step.items() if stage != "all"), reverse=True)
+    return f"{per_step['all']:.2f} ({', '.join(f'{stage} {n:.2f}' for n, stage in stages)})"
