@@ -17,6 +17,7 @@ from storage.context import RoundContext
 from storage.models import Episode, Judgment, Step
 from trajforge.endpoints import charge_round
 from trajforge.gateway import closing
+from trajforge.settings import LLMSettings
 from trajforge.stage import MODEL_CALLS, Given, Stage
 from trajforge.verdicts import CONSENSUS
 
@@ -91,13 +92,7 @@ def calibrate(ctx: RoundContext, number: int, _given: Given) -> Calibrated:
     """The consensus against the anchors (verifier, or a human's verdict), then CSRS extraction."""
     round_id = ctx.round(number).id
     consensus = calibrate_round(ctx.sessions, round_id)["channels"].get(":".join(CONSENSUS), {})
-    llm = ctx.settings.llm
-    critics, writer = llm.for_group("critics"), llm.for_group("writer")
-    # the model critics' request already wrote each step's knowledge answers, on this very model
-    shared = critics.base_url is not None and (critics.base_url, critics.model) == (
-        writer.base_url,
-        writer.model,
-    )
+    shared = judge_writes(ctx.settings.llm)
     with charge_round(round_id):
         samples = extract_round(
             ctx.sessions,
@@ -108,6 +103,16 @@ def calibrate(ctx: RoundContext, number: int, _given: Given) -> Calibrated:
             judge_writes=shared,
         )
     return Calibrated(consensus, samples)
+
+
+def judge_writes(llm: LLMSettings) -> bool:
+    """Whether the model critics' request already wrote each step's knowledge answers on the writer's
+    own endpoint and model (so the CSRS writer takes them instead of asking again)."""
+    critics, writer = llm.for_group("critics"), llm.for_group("writer")
+    return critics.base_url is not None and (critics.base_url, critics.model) == (
+        writer.base_url,
+        writer.model,
+    )
 
 
 def calibrated(ctx: RoundContext, number: int) -> bool:

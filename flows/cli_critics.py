@@ -46,6 +46,7 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     With TRAJFORGE_LLM_BASE_URL set, the model writes the knowledge categories (1-5).
     """
     from critics.csrs import extract_round
+    from critics.stages import judge_writes
     from evolve.spine import build_gateway, open_spine
     from storage.objectstore import frame_reader
 
@@ -55,4 +56,8 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     gateway = build_gateway(settings.llm, sessions, "writer")
     store = open_spine(settings).store
     typer.echo(f"round {number}")
-    typer.echo(extract_round(sessions, round_id, gateway, frame_reader(store), settings.critics).render())
+    shared = judge_writes(settings.llm)
+    report = extract_round(
+        sessions, round_id, gateway, frame_reader(store), settings.critics, judge_writes=shared
+    )
+    typer.echo(report.render())

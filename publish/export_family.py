@@ -10,9 +10,14 @@ asks for them; GUI-Owl's conclusion gets the step in words where none was record
 screenshots the family keeps; an intent-execution row's task is the step's instruction and it has no
 history. The answer is the row's action in the same codec and space, with exactly the notes the
 family's prompt asks for (`Family.asks`): the policy's own, else written by the export and listed
-in the row's ground truth as `written`. The trainers' chat layouts alternate user and assistant
-turns, so turns of one role in a row (UI-TARS sends its instruction and the screenshot as two user
-messages) are joined, text and `<image>` tags in order. Knowledge rows (questions about the
+in the row's ground truth as `written`. LLaMA-Factory's sharegpt converter and ms-swift's messages
+take only alternating user and assistant turns, so for them turns of one role in a row (UI-TARS
+sends its instruction and the screenshot as two user messages, and its earlier outputs beyond the
+last four screenshots as assistant messages one after another) are joined, text and `<image>` tags
+in order; train those with the trainer's own history mask (LLaMA-Factory `mask_history: true`), so
+a joined history turn is never a target. verl renders a prompt with the processor's chat template,
+which takes any turns: its rows keep every turn as the family's inference code sent it
+(`alternate=False`), one output per assistant turn. Knowledge rows (questions about the
 screen) keep their own prompt.
 """
 
@@ -50,9 +55,14 @@ class FamilyShaper:
     its stored (width, height) without writing it."""
 
     def __init__(
-        self, family: Family, sessions: sessionmaker[Session], size_of: Callable[[int, int], tuple[int, int]]
+        self,
+        family: Family,
+        sessions: sessionmaker[Session],
+        size_of: Callable[[int, int], tuple[int, int]],
+        alternate: bool = True,
     ) -> None:
         self.family, self.sessions, self.size_of = family, sessions, size_of
+        self.alternate = alternate  # join turns of one role in a row, for a trainer that needs that
         self.codec = get_codec(family.action_format)
         self._episode = _Played("", [], None, None)
         self.checked = self.mismatched = 0  # rows compared with the request their rollout sent
@@ -74,7 +84,9 @@ class FamilyShaper:
         current = row["images"][-1]
         messages = self.family.messages(task, Screen(*size), history, current, _image_tag)
         chat, images = joined(
-            [*messages, {"role": "assistant", "content": answer}], self.family.image_placeholder
+            [*messages, {"role": "assistant", "content": answer}],
+            self.family.image_placeholder,
+            self.alternate,
         )
         if "Task" in fields:
             self._check(row, chat, images, size)
@@ -136,7 +148,7 @@ class FamilyShaper:
             played.instruction, Screen(step.width, step.height), earlier, step.screenshot, _image_tag
         )
         self.checked += 1
-        self.mismatched += joined(sent, self.family.image_placeholder) != (chat[:-1], images)
+        self.mismatched += joined(sent, self.family.image_placeholder, self.alternate) != (chat[:-1], images)
 
     def _served(self, step: Step) -> bool:
         """Whether this family's rollout sent a request for `step` on an image of the exported size."""
@@ -181,10 +193,13 @@ def _image_tag(sha: str) -> dict[str, Any]:
     return {"type": "image", "sha": sha}
 
 
-def joined(messages: list[dict[str, Any]], placeholder: str | None = None) -> tuple[Chat, list[str]]:
+def joined(
+    messages: list[dict[str, Any]], placeholder: str | None = None, alternate: bool = True
+) -> tuple[Chat, list[str]]:
     """OpenAI-style messages as a trainer's chat layout: string contents with `<image>` tags, turns of
-    one role in a row joined, and the screenshots' hashes in tag order. A family's own image
-    `placeholder` in the text is where its image goes: the tag is written there, once."""
+    one role in a row joined where the trainer needs the roles to `alternate`, and the screenshots'
+    hashes in tag order. A family's own image `placeholder` in the text is where its image goes: the
+    tag is written there, once."""
     chat: Chat = []
     images: list[str] = []
     for message in messages:
@@ -201,7 +216,7 @@ def joined(messages: list[dict[str, Any]], placeholder: str | None = None) -> tu
                 images.append(part["sha"])
             else:
                 text += part.get("text", "")
-        if chat and chat[-1]["role"] == message["role"]:
+        if alternate and chat and chat[-1]["role"] == message["role"]:
             chat[-1]["content"] += ("" if text.startswith(IMAGE_TOKEN) else "\n") + text
         else:
             chat.append({"role": message["role"], "content": text})

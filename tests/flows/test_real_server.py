@@ -93,7 +93,7 @@ def test_a_round_from_the_users_checkpoint_against_the_real_server(
                     "concurrency": 2,
                     "max_tokens": 16,  # the critics' and writers' budget: garbage either way
                     "prompt_usd_per_1k": 0.001,
-                    "critics": {"max_images": 1},  # the step critic's two screens go side by side
+                    "critics": {"max_images": 1},  # the critics' episode screens go side by side
                 },
                 "policy": {"family": "qwen25vl", "max_tokens": 24},
                 "evolve": {

@@ -216,6 +216,25 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
         done = cli("datasets", "card", "1", "--dataset", "gui", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines() == card.splitlines()
+        _verl_keeps_every_turn_as_sent(sessions, store, tmp_path / "verl")
+
+
+def _verl_keeps_every_turn_as_sent(sessions: Any, store: Any, out: Path) -> None:
+    """UI-TARS-1.5 sends its earlier outputs beyond the last four screenshots as assistant messages one
+    after another: verl's rows keep them so, one output per turn, and still match the requests sent."""
+    import itertools
+
+    import polars as pl
+
+    report = export(sessions, store, "gui", 1, "rl-verl", str(out), trainer="none", family="uitars15")
+    assert report.prompts_checked and report.prompt_mismatches == 0
+    prompts = pl.read_parquet(sorted(out.glob("*.parquet"))).get_column("prompt").to_list()
+    turns = [t for p in prompts for t in p if t["role"] == "assistant"]
+    assert turns and all(t["content"].count("Action: ") == 1 for t in turns)  # never two outputs in one
+    in_a_row = [
+        p for p in prompts if any(a["role"] == b["role"] == "assistant" for a, b in itertools.pairwise(p))
+    ]
+    assert in_a_row, "no episode was long enough for history beyond the screenshots"
 
 
 def test_a_thought_the_familys_prompt_never_asks_for_is_not_trained_on() -> None:
