@@ -291,8 +291,7 @@ def extract_round(
                 undecided.append((episode.uid, outcome.source, detail))
                 continue
             verdicts = stored_step_verdicts(judged, round_id, steps)
-            if judge_writes:
-                answered.update(_judge_answers(episode.uid, steps, judged))
+            answered.update(_judge_answers(episode.uid, steps, judged) if judge_writes else {})
             views = [st.view() for st in steps]
             outcomes[episode.id] = outcome.provenance()
             drafts = extract(

@@ -120,9 +120,7 @@ def export(
     report = ExportReport(fmt, out, trainer=fed_by)
     with export_target(out, settings) as (root, finish):
         writer = Writer(root, store, max_side, partial(export_sizes, action_format, trainer=fed_by))
-        # verl's chat template takes the turns as sent; the SFT trainers need them alternating
-        alternate = fmt != "rl-verl"
-        shaper = FamilyShaper(fam, sessions, writer.size_for, alternate) if fam is not None else None
+        shaper = FamilyShaper(fam, sessions, writer.size_for, fmt != "rl-verl") if fam else None
         render = partial(
             render_row, action_format=action_format, report=report, thoughts=thoughts, shaper=shaper
         )

@@ -190,18 +190,10 @@ class CriticSettings(BaseSettings):
         1.0,
         ge=0,
         le=1,
-        description="Share of steps whose knowledge answers (CSRS categories 1-5) a model writes, with an "
-        "endpoint: the model critics' episode judge writes them in its own request where the writer and "
-        "the critics share an endpoint and model; else one call per chosen step answers all of them. The "
-        "other steps keep the template answers. Chosen by a hash of the step, so reruns choose the same.",
+        description="Share of steps whose knowledge answers (CSRS 1-5) a model writes (the critics' request, "
+        "on the writer's endpoint and model; else one call per step); the rest keep the template's.",
     )
-    judge_window: int = Field(
-        8,
-        ge=1,
-        le=32,
-        description="Steps one model-critic request judges (its screens: one per step, then the last "
-        "step's after): an episode of up to this many steps is one request.",
-    )
+    judge_window: int = Field(8, ge=1, le=32, description="Steps one model-critic request judges.")
 
 
 class AnnotationSettings(BaseSettings):
