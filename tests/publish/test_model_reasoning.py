@@ -10,6 +10,7 @@ request and parses the reply, as against a served checkpoint.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -222,8 +223,6 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
 def _verl_keeps_every_turn_as_sent(sessions: Any, store: Any, out: Path) -> None:
     """UI-TARS-1.5 sends its earlier outputs beyond the last four screenshots as assistant messages one
     after another: verl's rows keep them so, one output per turn, and still match the requests sent."""
-    import itertools
-
     import polars as pl
 
     report = export(sessions, store, "gui", 1, "rl-verl", str(out), trainer="none", family="uitars15")
@@ -231,10 +230,26 @@ def _verl_keeps_every_turn_as_sent(sessions: Any, store: Any, out: Path) -> None
     prompts = pl.read_parquet(sorted(out.glob("*.parquet"))).get_column("prompt").to_list()
     turns = [t for p in prompts for t in p if t["role"] == "assistant"]
     assert turns and all(t["content"].count("Action: ") == 1 for t in turns)  # never two outputs in one
-    in_a_row = [
-        p for p in prompts if any(a["role"] == b["role"] == "assistant" for a, b in itertools.pairwise(p))
-    ]
-    assert in_a_row, "no episode was long enough for history beyond the screenshots"
+
+
+def test_verl_rows_keep_uitars_history_beyond_its_screenshots_one_output_a_turn() -> None:
+    """Seven earlier steps: UI-TARS-1.5 sends the first three outputs as assistant messages in a row
+    (their screenshots are past its five), then four (screenshot, output) pairs. verl's layout keeps
+    that sequence; the SFT layout joins same-role turns for LLaMA-Factory's alternation."""
+    from publish.export_family import joined
+    from trajforge.actions import Screen
+    from trajforge.families import Turn
+
+    history = [Turn(f"s{i}", f"Thought: step {i}\nAction: press_back()") for i in range(7)]
+    sent = get_family("uitars15").messages(
+        "Open Wi-Fi", Screen(1080, 2400), history, "now", lambda sha: {"type": "image", "sha": sha}
+    )
+    kept, images = joined(sent, alternate=False)
+    assert [t["role"] for t in kept] == ["user", *["assistant"] * 3, *["user", "assistant"] * 4, "user"]
+    assert all(t["content"].count("Action: ") == 1 for t in kept if t["role"] == "assistant")
+    assert images == ["s3", "s4", "s5", "s6", "now"]
+    alternating, same = joined(sent)
+    assert same == images and not any(a["role"] == b["role"] for a, b in itertools.pairwise(alternating))
 
 
 def test_a_thought_the_familys_prompt_never_asks_for_is_not_trained_on() -> None:
