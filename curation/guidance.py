@@ -221,7 +221,7 @@ async def write_guidance(
             steps, source = describe_offline(views, labels), "template"
             text, why = summarise_offline(query, steps), ""
         report.dropped_steps.update(s.reason for s in steps if s.reason)
-        if steps and not any(s.kept for s in steps):
+        if not why and not any(s.kept for s in steps):  # (a failed request has no steps, and says why)
             report.failed["no_usable_steps"] += 1
             return None
         if not text:
