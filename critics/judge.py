@@ -202,7 +202,7 @@ async def judge_round_llm(
         )
         failed = [(uid, r, d) for uid, (r, d) in judges.failed.items()]
         record_exclusions(s, round_id, PENDING_STAGE, "episode", failed)
-    compose_round(sessions, round_id, settings or CriticSettings())  # the model channels vote too
+    compose_round(sessions, round_id, settings)  # the model channel votes too
     return judges.report
 
 

@@ -20,11 +20,11 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from trajforge.actions import Screen
 from trajforge.domain import STEP_LABELS, Query, StepView, describe
-from trajforge.draw import mark_point
+from trajforge.draw import episode_screens
 from trajforge.endpoints import fit_views
 from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.json_output import numbered
 
 TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"), undefined=StrictUndefined, autoescape=False
@@ -114,7 +114,7 @@ class LLMEpisodeJudge:
     ) -> tuple[list[LLMJudgment], LLMJudgment | None]:
         part = views[start : start + self.window]
         # decoding and drawing phone-sized PNGs is CPU work: keep it off the event loop
-        screens = await asyncio.to_thread(self._screens, part)
+        screens = await asyncio.to_thread(episode_screens, part, self.frames)
         images, joined = fit_views(screens, self.gateway.max_images(STAGE))
         prompt = TEMPLATES.get_template("episode_judge.j2").render(
             instruction=query.instruction,
@@ -128,10 +128,7 @@ class LLMEpisodeJudge:
         result = await self.gateway.chat(
             [{"role": "user", "content": content}], stage=STAGE, model=self.model, json_mode=True
         )
-        data = result.data if result.json_error is None and isinstance(result.data, dict) else {}
-        entries = data.get("steps")
-        entries = entries if isinstance(entries, list) else []
-        by_number = {str(e.get("step")): e for e in entries if isinstance(e, dict)}
+        by_number = numbered(result.data if result.json_error is None else None)
         judged = [_step(view, by_number.get(str(start + i + 1)), result) for i, view in enumerate(part)]
         if judged:  # the request's tokens, once
             judged[0] = replace(
@@ -141,15 +138,6 @@ class LLMEpisodeJudge:
             return judged, None
         label, _, analysis, error = _parse(result, "verdict", ("correct", "incorrect"))
         return judged, LLMJudgment(label, analysis[:200], analysis, result.text, error)
-
-    def _screens(self, part: list[StepView]) -> list[bytes]:
-        out = []
-        for view in part:
-            png = self.frames(view.before)
-            out.append(
-                png if view.act is None else mark_point(png, view.act, Screen(view.width, view.height))
-            )
-        return [*out, self.frames(part[-1].after)] if part else out
 
 
 def _step(view: StepView, entry: dict[str, Any] | None, result: Any) -> LLMJudgment:

@@ -36,10 +36,11 @@ from storage.models import Guidance
 from trajforge.actions import Screen
 from trajforge.actions.compare import target_bbox
 from trajforge.domain import Query, StepView, describe, screen_text
-from trajforge.draw import mark_point
+from trajforge.draw import episode_screens
 from trajforge.endpoints import fit_views
 from trajforge.errors import LLMError
 from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.json_output import numbered
 from trajforge.logs import counts
 from trajforge.progress import gather
 
@@ -146,7 +147,7 @@ async def guide_with_model(
     or whose outcome the model says was not the agent's intent, is dropped with its reason."""
     words = [describe(v.act, v) if v.act else "(unparsed output)" for v in views]
     rationale = [(v.act.thought or v.act.intent or "") if model_made and v.act else "" for v in views]
-    screens = await asyncio.to_thread(_screens, views, frames)
+    screens = await asyncio.to_thread(episode_screens, views, frames)
     images, joined = fit_views(screens, gateway.max_images(STAGE))
     prompt = TEMPLATES.get_template("guidance.j2").render(
         instruction=query.instruction,
@@ -161,10 +162,7 @@ async def guide_with_model(
     except LLMError as exc:  # recorded by the gateway; the next run retries it
         return [], "", exc.reason
     data = result.data if result.json_error is None and isinstance(result.data, dict) else {}
-    entries = data.get("steps")
-    by_number = {
-        str(e.get("step")): e for e in (entries if isinstance(entries, list) else []) if isinstance(e, dict)
-    }
+    by_number = numbered(data)
     steps = []
     for i, view in enumerate(views):
         entry = by_number.get(str(i + 1), {})
@@ -180,15 +178,6 @@ async def guide_with_model(
     text = data.get("guidance")
     text = text.strip() if isinstance(text, str) else ""
     return steps, text, "" if text else (result.json_error or "llm_empty_response")
-
-
-def _screens(views: list[StepView], frames: Callable[[str], bytes]) -> list[bytes]:
-    """The screen before each step, its interaction point circled, then the screen after the last."""
-    out = []
-    for view in views:
-        png = frames(view.before)
-        out.append(png if view.act is None else mark_point(png, view.act, Screen(view.width, view.height)))
-    return [*out, frames(views[-1].after)] if views else out
 
 
 async def write_guidance(

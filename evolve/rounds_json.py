@@ -41,7 +41,7 @@ from critics.outcomes import deciding_anchor
 from evolve.revisits import revisited
 from rollout.records import MODEL_FAULTS
 from storage.anchors import anchors_by_episode
-from storage.llm_cache import calls_per_step, failures_by_stage, stage_usage
+from storage.llm_cache import failures_by_stage, stage_usage
 from storage.models import Episode, Exclusion, Judgment, Policy, Round, Sample
 from storage.models import Query as QueryRow
 from storage.samples import OUTCOME_STAGE
@@ -191,7 +191,8 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
         "recovery": stats.get("recovery"),
         "heldout": stats.get("heldout"),
         "promotion": stats.get("promotion"),
-        "model": model_usage(s, rnd.id),
+        # per rolled-out step as the round recorded it when it finished (before held-out calls)
+        "model": model_usage(s, rnd.id) | {"per_step": stats.get("calls_per_step", {})},
         OVERALL: overall.as_dict(),
         "apps": {app: t.as_dict() for app, t in sorted(tally.tallies.items())},
     }
@@ -211,7 +212,7 @@ def model_usage(s: Session, round_id: int) -> dict[str, Any]:
         u["failures"] = dict(sorted(failures.get(stage, {}).items()))
     keys = ("calls", "failed", "retries", "prompt_tokens", "completion_tokens", "cost_usd")
     totals = {k: round(sum(u[k] for u in stages.values()), 6) for k in keys}
-    return {"stages": stages, **totals, "per_step": calls_per_step(s, round_id)}
+    return {"stages": stages, **totals}
 
 
 def rounds_table(sessions: sessionmaker[Session]) -> dict[str, Any]:

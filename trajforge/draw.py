@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from PIL import Image, ImageDraw
 
 from trajforge.actions import Action, ActionKind, Screen
+
+if TYPE_CHECKING:
+    from trajforge.domain import StepView
 
 
 def draw_action(img: Image.Image, action: Action) -> None:
@@ -42,3 +47,13 @@ def mark_point(png: bytes, action: Action, screen: Screen) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="PNG", compress_level=1)  # it is sent once; level 6 costs ~3x the CPU
     return buf.getvalue()
+
+
+def episode_screens(views: Sequence[StepView], frames: Callable[[str], bytes]) -> list[bytes]:
+    """What a model judging steps sees: the screen before each step, its interaction point circled
+    (as it was, where the output did not parse), then the screen after the last step."""
+    out = []
+    for view in views:
+        png = frames(view.before)
+        out.append(png if view.act is None else mark_point(png, view.act, Screen(view.width, view.height)))
+    return [*out, frames(views[-1].after)] if views else out

@@ -56,3 +56,11 @@ def _last_json_value(body: str) -> Any:
         if isinstance(value, dict | list):
             last = value
         pos = end
+
+
+def numbered(data: Any, key: str = "steps") -> dict[str, dict[str, Any]]:
+    """A reply's per-step entries (`{"steps": [{"step": 1, ...}, ...]}`) by their step number as a
+    string; what is not such a list, or not an object, is left out."""
+    entries = data.get(key) if isinstance(data, dict) else None
+    items = entries if isinstance(entries, list) else []
+    return {str(e.get("step")): e for e in items if isinstance(e, dict)}
