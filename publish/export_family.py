@@ -23,6 +23,7 @@ screen) keep their own prompt.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,19 @@ class FamilyShaper:
         self.codec = get_codec(family.action_format)
         self._episode = _Played("", [], None, None)
         self.checked = self.mismatched = 0  # rows compared with the request their rollout sent
+        # earlier steps the family's codec cannot state, so no row's history shows them: their kind
+        self.unstated: dict[tuple[str, int], str] = {}
+
+    def notes(self) -> list[str]:
+        """What the export tells the user about the rows' history: the steps it could not show."""
+        if not self.unstated:
+            return []
+        kinds = Counter(self.unstated.values())
+        return [
+            f"{len(self.unstated)} earlier step(s) the {self.family.name} format cannot state are not in "
+            f"the history of the rows after them ({', '.join(f'{k}: {n}' for k, n in kinds.most_common())}); "
+            "their effect shows on the next screenshot"
+        ]
 
     def screen(self, size: tuple[int, int]) -> Screen:
         """The family's coordinate space for an exported image of `size`."""
@@ -130,7 +144,9 @@ class FamilyShaper:
             required = getattr(self.codec, "required_notes", ())
             action = action.model_copy(update={n: "" for n in required if getattr(action, n) is None})
             stated, _ = conform(self.codec, action, screen)
-            if stated is not None:
+            if stated is None:
+                self.unstated[row["episode"], step.index] = " ".join(filter(None, (action.kind, action.key)))
+            else:
                 turns.append(Turn(step.screenshot, self.codec.format(stated, screen)))
         return turns
 

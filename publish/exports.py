@@ -62,9 +62,10 @@ from publish.export_rows import (
 )
 from publish.export_target import export_target
 from publish.export_writer import Writer
+from storage.apps import round_devices
 from storage.datasets import Manifest, iter_rows, manifest, read_shard
 from storage.objectstore import ObjectStore
-from trajforge.actions import CODECS
+from trajforge.actions import CODECS, misfit
 from trajforge.actions.compare import DEFAULT_TOLERANCE
 from trajforge.actions.space import IMAGE_TRAINERS, export_sizes
 from trajforge.errors import ConfigError
@@ -117,6 +118,7 @@ def export(
         raise ConfigError(f"unknown --thoughts {thoughts!r}; known: {', '.join(THOUGHTS)}")
     fed_by = images_trainer(fmt, trainer)
     man = manifest(sessions, store, name, version)
+    _check_devices(sessions, man, action_format)
     report = ExportReport(fmt, out, trainer=fed_by)
     with export_target(out, settings) as (root, finish):
         writer = Writer(root, store, max_side, partial(export_sizes, action_format, trainer=fed_by))
@@ -128,9 +130,7 @@ def export(
             _export_sft(man, store, writer, fmt, weights, render, report)
         else:
             _export_parquet(man, store, writer, fmt, tolerance, render, report)
-        report.notes += _family_notes(fam)
-        if shaper is not None:
-            report.prompts_checked, report.prompt_mismatches = shaper.checked, shaper.mismatched
+        _family_report(report, fam, shaper)
         if fmt == "rl-verl":
             write_reward(root)
         if fmt == "hf":
@@ -160,6 +160,20 @@ def _export_card(man: Manifest, report: ExportReport, thoughts: str) -> dict[str
     }
 
 
+def _check_devices(sessions: sessionmaker[Session], man: Manifest, action_format: str) -> None:
+    """Raises ConfigError when the version holds episodes of a device the format cannot state (a
+    desktop's format on phone taps, a phone's on a desktop), before anything is written."""
+    devices = round_devices(sessions, man.lineage.rounds)
+    wrong = sorted(app for app, device in devices.items() if misfit(action_format, device))
+    if wrong:
+        kind = devices[wrong[0]]
+        raise ConfigError(
+            f"{man.dataset} v{man.version} holds {kind} episodes ({', '.join(wrong[:3])}), which the "
+            f"{action_format} format cannot state: it is a {'desktop' if kind == 'phone' else 'phone'}'s; "
+            f"export it with a {kind} format or family (or the canonical format)"
+        )
+
+
 def _family(family: str | None, fmt: str, action_format: str) -> tuple[Family | None, str]:
     """The family an export is shaped by, and the action format it answers in."""
     if family is None:
@@ -178,13 +192,17 @@ def _family(family: str | None, fmt: str, action_format: str) -> tuple[Family | 
     return fam, fam.action_format
 
 
-def _family_notes(fam: Family | None) -> list[str]:
-    if fam is None:
-        return []
-    return [
+def _family_report(report: ExportReport, fam: Family | None, shaper: FamilyShaper | None) -> None:
+    """What a family export tells its user: whose conversation the rows are, the prompt check's
+    counts, the history steps the family could not state."""
+    if fam is None or shaper is None:
+        return
+    report.notes.append(
         f"action rows are {fam.name}'s conversation ({fam.source}; prompt {PROMPT_VERSION}); "
         f"roll a checkpoint trained on them out with policy.family: {fam.name}"
-    ]
+    )
+    report.prompts_checked, report.prompt_mismatches = shaper.checked, shaper.mismatched
+    report.notes += shaper.notes()
 
 
 def images_trainer(fmt: str, trainer: str) -> str | None:

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore
-from storage.models import App
+from storage.models import App, Episode, Query, Round
 from trajforge.appspec import AppSpec, spec_sha256
 from trajforge.errors import SpecError
 
@@ -36,12 +36,31 @@ def register_app(session: Session, spec: AppSpec) -> int:
     return int(app_id)
 
 
-def register_suite_app(session: Session, app: str, suite: str) -> int:
-    """The id of a suite task's app (`SUITE:TASK`): no spec, the suite named in its place."""
-    spec_json = {"suite": suite, "task": app.removeprefix(f"{suite}:")}
+def register_suite_app(session: Session, app: str, suite: str, device: str | None = None) -> int:
+    """The id of a suite task's app (`SUITE:TASK`): no spec, the suite named in its place, with the
+    kind of device it runs on where the suite says (`trajforge.actions.DEVICES`)."""
+    spec_json = {
+        "suite": suite,
+        "task": app.removeprefix(f"{suite}:"),
+        **({"device": device} if device else {}),
+    }
     digest = hashlib.sha256(json.dumps(spec_json, sort_keys=True).encode()).hexdigest()
     insert_ignore(session, App, [{"name": app, "spec": spec_json, "spec_sha256": digest}], ["name"])
     return int(session.execute(select(App.id).where(App.name == app)).scalar_one())
+
+
+def round_devices(sessions: sessionmaker[Session], rounds: Sequence[int]) -> dict[str, str | None]:
+    """The kind of device (`trajforge.actions.DEVICES`) each app rolled out in these rounds runs on:
+    an app spec's is a phone, a suite task's what its suite said (None where it said nothing)."""
+    with sessions() as s:
+        rolled = (
+            select(Query.app_id)
+            .join(Episode, Episode.query_id == Query.id)
+            .join(Round, Round.id == Episode.round_id)
+            .where(Round.number.in_(rounds))
+        )
+        rows = s.execute(select(App.name, App.spec).where(App.id.in_(rolled)))
+        return {name: spec.get("device") if "suite" in spec else "phone" for name, spec in rows}
 
 
 def check_apps(sessions: sessionmaker[Session], specs: Sequence[AppSpec]) -> None:

@@ -45,6 +45,8 @@ class Suite(Protocol):
     """A family of tasks with their own instructions, done signal and reward."""
 
     name: str
+    # optional: the kind of device its tasks run on ("web" or "desktop"), stored with its tasks so an
+    # export can refuse an action format that cannot state them (`trajforge.actions.misfit`)
 
     def check_task(self, task: str) -> None:
         """Raise `ConfigError`, naming the fix, when the suite has no task called `task`."""

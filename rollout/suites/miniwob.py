@@ -50,6 +50,7 @@ def miniwob_html() -> Path:
 
 class MiniWobSuite:
     name = "miniwob"
+    device = "web"  # the kind of device its pages are (`trajforge.actions.DEVICES`)
 
     @cached_property
     def web(self) -> WebSuite:

@@ -48,7 +48,7 @@ def environment_queries(
     out: dict[str, list[Query]] = {}
     with transaction(sessions) as session:
         for app, tasks in described.items():
-            app_id = register_suite_app(session, app, suites[app].name)
+            app_id = register_suite_app(session, app, suites[app].name, getattr(suites[app], "device", None))
             worded = [(seed, text.strip(), params) for seed, text, params in tasks]
             queries = [task_query(app, seed, text, params) for seed, text, params in worded if text]
             insert_ignore(session, QueryRow, [_row(q, app_id, round_id, meta) for q in queries], ["uid"])

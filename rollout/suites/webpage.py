@@ -21,7 +21,7 @@ import json
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -63,6 +63,7 @@ class WebSuite(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    device: ClassVar[str] = "web"
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
     url: str = Field(description="The task page (http, https or file); `{task}` becomes the task name.")
     tasks: list[str] | None = Field(None, description="The suite's task names; none: any the page accepts.")

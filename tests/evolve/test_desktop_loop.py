@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from publish.exports import export
 from rollout.suites import get_suite
 from rollout.suites.desktop import DesktopSuite
 from storage.db import create_db_engine, session_factory
@@ -22,6 +23,7 @@ from tests.support.trainer_recipes import TRAINERS
 from tests.support.trainers import tap_check, trainer_python
 from trajforge.actions import DESKTOP_FORMATS, get_codec
 from trajforge.actions.space import KNOWLEDGE_SYSTEM, coordinate_screen
+from trajforge.errors import ConfigError
 from trajforge.recovery import PROBE_REASONS
 
 TASKS = ["desktop:calc-clear", "desktop:calc-enter-digit", "desktop:editor-write-word"]
@@ -55,6 +57,8 @@ def test_desktop_tasks_evolve_and_export_for_every_trainer(tmp_path: Path) -> No
     home = tmp_path / "run" / "home"
     sessions = session_factory(create_db_engine(f"sqlite:///{home / 'trajforge.db'}"))
     store = LocalObjectStore(home / "objects")
+    with pytest.raises(ConfigError, match=r"holds desktop episodes \(desktop:calc-clear, .*agentcpm format"):
+        export(sessions, store, "trajforge", 1, "sft-sharegpt", str(tmp_path / "phone"), "agentcpm")
     for trainer in sorted(TRAINERS):
         if not trainer_python(trainer).is_file():
             service_missing(f"{trainer_python(trainer)} is not installed (.ci/run installs the trainers)")

@@ -49,6 +49,7 @@ def _sft_yaml(path: Path, model: Path) -> None:
         "finetuning_type": "full",
         "template": "qwen2_vl",
         "image_max_pixels": 12845056,  # the model's own limit: trained on the images it is served
+        "mask_history": True,  # earlier turns are the model's history, not targets
         "cutoff_len": 8192,
         "max_samples": 8,
         "preprocessing_num_workers": 1,

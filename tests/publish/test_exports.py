@@ -18,7 +18,7 @@ from PIL import Image
 from publish.export_target import MARKER
 from publish.exports import ACTION_FORMATS, export
 from storage.objectstore import S3ObjectStore
-from trajforge.actions import Action, Screen, get_codec
+from trajforge.actions import Action, Screen, get_codec, misfit
 from trajforge.actions.compare import mismatch
 from trajforge.actions.space import KNOWLEDGE_SYSTEM, smart_resize
 from trajforge.errors import ConfigError
@@ -120,7 +120,9 @@ def test_no_knowledge_row_carries_an_action_contract_in_any_family(version, tmp_
     """Knowledge rows (Step-GUI §2.1.4) are questions answered in prose: in every action format their
     system prompt states no action space, while every action row's states its format's."""
     _, sessions, store, rows = version
-    for action_format in ACTION_FORMATS:
+    for action_format in (
+        f for f in ACTION_FORMATS if not misfit(f, "phone")
+    ):  # desktop ones: the desktop loop
         out = tmp_path / action_format
         # the prompts are the point here, not the images: small ones keep the test fast
         export(
@@ -221,6 +223,18 @@ def test_unknown_formats_are_one_clear_error(version, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown action format"):
         export(sessions, store, "gui", 1, "hf", str(out), "androidworld2")
     assert not out.exists()  # nothing written half-way
+
+
+def test_a_desktop_format_on_phone_episodes_is_one_error_before_anything_is_written(
+    version, tmp_path: Path
+) -> None:
+    _, sessions, store, _ = version
+    out = tmp_path / "out"
+    for action_format, family in (("pyautogui", None), ("canonical", "qwen25vl-computer")):
+        with pytest.raises(ConfigError, match=r"gui v1 holds phone episodes \(.*\), which the") as err:
+            export(sessions, store, "gui", 1, "sft-sharegpt", str(out), action_format, family=family)
+        assert "\n" not in str(err.value) and "export it with a phone format" in str(err.value)
+    assert not out.exists()
 
 
 def test_verl_val_comes_from_whole_train_queries_when_val_has_no_action_rows(version, tmp_path: Path) -> None:

@@ -207,10 +207,12 @@ def _train(command: list[str], cwd: Path, **extra_env: str) -> str:
 
 @pytest.mark.slow
 def test_the_llamafactory_recipe_trains_two_cpu_steps_on_every_row(version, tmp_path: Path) -> None:
-    """docs/datasets.md's recipe as written: `dataset_dir` the export, `template: qwen2_vl`."""
+    """docs/datasets.md's recipe as written: `dataset_dir` the export, `template: qwen2_vl`, and
+    `mask_history: true` for a family's rows, whose earlier turns (UI-TARS's joined outputs) are
+    history, never targets: the example LLaMA-Factory prints trains on one answer."""
     python = _python("llamafactory")
     _, sessions, store, _ = version
-    report = export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "tf1"), "qwen")
+    report = export(sessions, store, "gui", 1, "sft-sharegpt", str(tmp_path / "tf1"), family="uitars15")
     (tmp_path / "train.yaml").write_text(
         "\n".join(
             [
@@ -221,7 +223,8 @@ def test_the_llamafactory_recipe_trains_two_cpu_steps_on_every_row(version, tmp_
                 f"dataset_dir: {tmp_path / 'tf1'}",
                 "dataset: gui_v1_train",
                 "template: qwen2_vl",
-                "cutoff_len: 4096",
+                "mask_history: true",
+                "cutoff_len: 8192",
                 "preprocessing_num_workers: 1",
                 f"output_dir: {tmp_path / 'out'}",
                 "save_strategy: 'no'",
@@ -235,6 +238,9 @@ def test_the_llamafactory_recipe_trains_two_cpu_steps_on_every_row(version, tmp_
     log = _train([str(Path(python).parent / "llamafactory-cli"), "train", "train.yaml"], tmp_path)
     assert re.search(rf"Num examples = {report.rows['train']}\b", log), log[-3000:]  # every row kept
     assert "'train_loss'" in log or "train_loss" in log
+    shown = log.split("\ninputs:\n", 1)[1].split("\nlabel_ids:\n", 1)[0]  # the example it prints
+    labels = log.split("\nlabels:\n", 1)[1].split("\n[", 1)[0]
+    assert shown.count("<|im_start|>assistant") > 1 and labels.count("Action:") == 1, labels
 
 
 @pytest.mark.slow

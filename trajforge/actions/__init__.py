@@ -71,6 +71,17 @@ CODECS: dict[str, ActionCodec] = {
 
 # The formats of a desktop's actions: they refuse a phone's (back, home, swipes, app launches).
 DESKTOP_FORMATS = ("computer_use", "uitars15-computer", "pyautogui")
+# The devices an app runs on, as a suite or an app spec says (`storage.apps.app_device`); a web page
+# fits both kinds of format, a phone only a phone's, a desktop only a desktop's.
+DEVICES = ("phone", "web", "desktop")
+
+
+def misfit(action_format: str, device: str | None) -> str | None:
+    """The device kind a format cannot state actions of, when `device` is it (None: it fits)."""
+    if action_format == "canonical" or device in (None, "web"):
+        return None
+    wrong = "phone" if action_format in DESKTOP_FORMATS else "desktop"
+    return device if device == wrong else None
 
 
 def get_codec(name: str) -> ActionCodec:
@@ -85,10 +96,12 @@ __all__ = [
     "CODECS",
     "DEFAULT_SCREEN",
     "DESKTOP_FORMATS",
+    "DEVICES",
     "Action",
     "ActionCodec",
     "ActionKind",
     "ParseError",
     "Screen",
     "get_codec",
+    "misfit",
 ]

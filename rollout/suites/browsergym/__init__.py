@@ -45,6 +45,7 @@ def missing() -> list[str]:
 
 class BrowserGymSuite:
     name = "browsergym"
+    device = "web"
 
     def python(self) -> Path:
         python = browsergym_python()

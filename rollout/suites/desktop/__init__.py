@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -36,6 +36,7 @@ class DesktopSuite(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    device: ClassVar[str] = "desktop"
     name: str = Field("desktop", pattern=r"^[a-z][a-z0-9_-]*$")
     display: tuple[int, int] = Field((1024, 768), description="The virtual display's width and height.")
     home: Path | None = Field(
