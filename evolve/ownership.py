@@ -77,8 +77,9 @@ def _latest_manifests() -> Select[tuple[str | None]]:
 def foreign_round(row: Round) -> ConfigError:
     made_by = (row.stats or {}).get("made_by", "another command (trajforge run or rollout)")
     return ConfigError(
-        f"round {row.number} was made by {made_by}, not by the loop, so evolve cannot take it as its own "
-        "round; evolve in a fresh TRAJFORGE_HOME (or another database)"
+        f"round {row.number} was made by {made_by}, not by the loop, so evolve cannot take it as its own; "
+        f"roll it back with `trajforge rounds drop {row.number} --yes` (it and any later round), "
+        "or evolve in a fresh TRAJFORGE_HOME"
     )
 
 

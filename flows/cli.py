@@ -14,7 +14,7 @@ from flows.cli_common import ConfigOpt, cli_settings, cli_spine, hold_home
 from flows.cli_critics import critics_app
 from flows.cli_curate import curate_app
 from flows.cli_datasets import datasets_app
-from flows.cli_ops import check_cmd, devices_app, serve_cmd, status_cmd
+from flows.cli_ops import check_cmd, devices_app, rounds_app, serve_cmd, status_cmd
 from flows.cli_queries import queries_app
 from flows.cli_stage import stage_cmd
 from flows.prefect_env import prefect_call, prefect_env, records_to_file
@@ -45,6 +45,7 @@ app.add_typer(critics_app, name="critics")
 app.add_typer(curate_app, name="curate")
 app.add_typer(annotate_app, name="annotate")
 app.add_typer(devices_app, name="devices")
+app.add_typer(rounds_app, name="rounds")
 
 
 @app.callback()

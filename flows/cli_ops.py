@@ -10,11 +10,12 @@ from typing import Annotated
 
 import typer
 
-from flows.cli_common import ConfigOpt, cli_settings
+from flows.cli_common import ConfigOpt, cli_settings, hold_home
 from flows.prefect_env import prefect_env
 from trajforge.settings import Settings
 
 devices_app = typer.Typer(no_args_is_help=True, help="The device pool: health, leases, resets.")
+rounds_app = typer.Typer(no_args_is_help=True, help="The home's rounds: roll back what another command made.")
 RUNS_SHOWN = 5
 
 
@@ -49,6 +50,33 @@ def devices_reset(
         raise ConfigError("name the devices to reset, or pass --all; `trajforge devices list` shows them")
     reset = open_pool(open_spine(cli_settings(config))).reset(None if all_ else names)
     typer.echo(f"reset {len(reset)} devices: {', '.join(reset) or 'none registered'}")
+
+
+@rounds_app.command("drop")
+def rounds_drop(
+    number: Annotated[int, typer.Argument(help="The first round to drop; every later one goes too.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Delete them: there is no undo.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Roll round NUMBER and every later round back: their episodes, steps, judgments, labels,
+    samples, guidance and model calls are deleted, so `evolve` can run on the home again after a
+    `trajforge rollout` or `trajforge run` made a round of its own. A round a sealed dataset version
+    holds is refused."""
+    from evolve.spine import open_spine
+    from storage.drop import drop_rounds
+    from trajforge.errors import ConfigError
+
+    if not yes:
+        raise ConfigError(
+            f"this deletes round {number}, every later round and all made from them; pass --yes to do it"
+        )
+    settings = hold_home(cli_settings(config))
+    dropped, deleted = drop_rounds(open_spine(settings).sessions, number)
+    rows = ", ".join(
+        f"{deleted[t]} {t.replace('_', ' ')}s" for t in ("episode", "step", "judgment", "sample")
+    )
+    which = f"rounds {', '.join(map(str, dropped))}" if len(dropped) > 1 else f"round {dropped[0]}"
+    typer.echo(f"dropped {which}: {rows}; evolve can take the home again")
 
 
 def status_cmd(config: ConfigOpt = None) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evolve.ownership import check_store
+from evolve.ownership import check_loop_rounds, check_store
 from evolve.spine import open_spine
 from storage.datasets import manifest
 from storage.db import create_db_engine, session_factory
@@ -219,12 +219,29 @@ def test_publish_refuses_a_dataset_name_that_is_a_path(published: Path, tmp_path
         assert conn.execute("select count(*) from dataset_version").fetchone() == (1,)  # v1 only, no draft
 
 
-def test_evolve_does_not_take_a_rollout_round_as_its_own(tmp_path: Path) -> None:
-    done = cli("rollout", "--app", "takeout", "--queries", "1", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+def test_evolve_does_not_take_a_rollout_round_as_its_own_and_says_how_to_roll_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for app in ("takeout", "takeout", "settings"):  # a rerun adds nothing; another app, a round of its own
+        done = cli("rollout", "--app", app, "--queries", "1", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
     refused = cli("evolve", "--rounds", "1", cwd=tmp_path)
-    one_line_error(refused, "round 1 was made by trajforge rollout --app takeout, not by the loop")
-    assert "already done" not in refused.stdout
+    line = one_line_error(refused, "round 1 was made by trajforge rollout --app takeout, not by the loop")
+    assert "already done" not in refused.stdout and "`trajforge rounds drop 1 --yes`" in line
+    db = tmp_path / ".trajforge" / "trajforge.db"
+    with sqlite3.connect(db) as conn:
+        episodes = conn.execute("select count(*) from episode").fetchone()[0]
+        assert episodes > 0 and conn.execute("select count(*) from step").fetchone()[0] > 0
+    one_line_error(cli("rounds", "drop", "1", cwd=tmp_path), "pass --yes")
+    one_line_error(cli("rounds", "drop", "7", "--yes", cwd=tmp_path), "no round 7 in the database")
+    dropped = cli("rounds", "drop", "1", "--yes", cwd=tmp_path)
+    assert dropped.returncode == 0, dropped.stderr
+    assert dropped.stdout.startswith(f"dropped rounds 1, 2: {episodes} episodes, ")
+    with sqlite3.connect(db) as conn:  # nothing of the round is left: the loop's preflight passes
+        for table in ("round", "episode", "step", "judgment", "exclusion", "llm_call"):
+            assert conn.execute(f"select count(*) from {table}").fetchone() == (0,), table
+    monkeypatch.setenv("TRAJFORGE_HOME", str(tmp_path / ".trajforge"))
+    check_loop_rounds(load_settings())
 
 
 def _two_counter_suites(tmp_path: Path) -> list[str]:

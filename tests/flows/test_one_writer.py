@@ -32,6 +32,7 @@ WRITERS = [
     ["annotate", "push"],
     ["annotate", "pull"],
     ["queries", "generate", "--app", "settings", "--n", "1"],
+    ["rounds", "drop", "1", "--yes"],
 ]
 
 
