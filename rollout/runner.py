@@ -315,7 +315,9 @@ class EpisodeRunner:
         policy.start(query, seed=uid, guidance=self.guidance.get(query.uid), rollout=k)
         obs = await self._device(env.reset, query)
         play = Play()
-        for index in range(self.config.max_steps):
+        # a suite that says how long its tasks take (a desktop suite's `max_steps`) sets the limit
+        limit = getattr(env, "max_steps", None) or self.config.max_steps
+        for index in range(limit):
             check_stop()  # a stop ends the episode unstored; the rerun plays it again
             obs = await self._step(policy, env, obs, index, play)
             if time.monotonic() - beat > self.pool.ttl.total_seconds() / 4:  # not a write per step

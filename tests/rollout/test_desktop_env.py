@@ -173,6 +173,37 @@ def test_a_users_own_app_from_a_suite_file_through_a_launcher(suite: DesktopSuit
         env.close()
 
 
+def test_setup_types_lines_waits_and_the_getters_read_the_window_and_node_they_name(
+    suite: DesktopSuite, tmp_path: Path
+) -> None:
+    """docs/environments.md's setup steps and getters on a real editor: `type:` keeps its newlines,
+    `wait:` waits, `window_title` reads the named app's window, `element` the focused node; a
+    policy's `type` ending in a newline presses Return too."""
+    path = tmp_path / "lines.yaml"
+    path.write_text(
+        "name: lines\nmax_steps: 9\ndesktop:\n  two-lines:\n    instruction: Add a third line and save.\n"
+        "    max_steps: 4\n    setup:\n      - write: {path: notes.txt, text: ''}\n"
+        '      - launch: [mousepad, notes.txt]\n      - type: "first\\nsecond\\n"\n      - wait: 0.3\n'
+        "    check:\n      - get: {window_title: {launch: mousepad}}\n        contains: notes.txt\n"
+        "      - get: {element: {role: text, focused: true}}\n        regex: '^first\\nsecond\\nthird'\n"
+        "      - get: {file: notes.txt}\n        regex: '^first\\nsecond\\nthird\\n'\n"
+    )
+    user = get_suite(str(path))
+    assert isinstance(user, DesktopSuite)
+    env = user.environment(None)
+    try:
+        instruction, params = env.describe("two-lines", 0)
+        env.reset(task_query(f"{path}:two-lines", 0, instruction, params))
+        assert env.max_steps == 4  # the task's own, over the suite's 9
+        before = env.verify()
+        assert not before.success and "check 2" in before.detail  # typed, saved nothing yet
+        env.step(Action(kind=K.TYPE, text="third\n"))
+        env.step(Action(kind=K.HOTKEY, text="ctrl+s"))
+        assert env.verify().success, env.verify().detail
+    finally:
+        env.close()
+
+
 def test_libreoffice_calc_a_large_tree_read_in_bounds_and_its_saved_cell_checked(tmp_path: Path) -> None:
     """An app the built-in suite does not use, with an element tree of millions of cells: the
     reader keeps to what shows, a cell reads "A1: 73", and the check reads the saved workbook."""

@@ -66,6 +66,15 @@ def test_a_suite_file_is_a_desktop_suite_with_seeded_params(tmp_path: Path) -> N
         (SUITE.replace(', contains: "{word}"', ""), "exactly one metric"),
         (SUITE.replace("file: notes.txt}", "file: notes.txt, exists: x}"), "exactly one of file"),
         ("name: office\ndesktop: {}\n", "desktop"),
+        (
+            SUITE.replace("{get: {file: notes.txt}", "{get: {window_title: {launch: gedit}}"),
+            "names 'gedit', which no",
+        ),
+        (
+            SUITE.replace("{write: {path", "{wait: 90}, {write: {path"),
+            "wait: Input should be less than or equal",
+        ),
+        (SUITE.replace("display: [800, 600]", "max_steps: 0"), "max_steps: Input should be greater"),
     ],
 )
 def test_a_bad_suite_file_is_one_error_naming_the_place(tmp_path: Path, body: str, problem: str) -> None:
@@ -73,6 +82,29 @@ def test_a_bad_suite_file_is_one_error_naming_the_place(tmp_path: Path, body: st
     path.write_text(body)
     with pytest.raises(ConfigError, match=rf"desktop suite {path}: .*{problem}.*fix it"):
         get_suite(str(path))
+
+
+def test_max_steps_wait_and_the_named_getters_as_a_suite_file_writes_them(tmp_path: Path) -> None:
+    path = tmp_path / "office.yaml"
+    path.write_text(
+        SUITE.replace("display: [800, 600]", "display: [800, 600]\nmax_steps: 12")
+        .replace("{launch: [mousepad, notes.txt]}", "{launch: [/usr/bin/mousepad, notes.txt]}, {wait: 0.5}")
+        .replace(
+            "check: [",
+            "max_steps: 4\n    check: [{get: {window_title: {launch: mousepad}}, contains: notes}, ",
+        )
+        + '  other:\n    instruction: Type\n    setup: [{type: "one\\ntwo"}]\n'
+        "    check: [{get: {element: {role: text, focused: true, index: -1}}, exact: two}]\n"
+    )
+    suite = get_suite(str(path))
+    assert isinstance(suite, DesktopSuite) and suite.max_steps == 12
+    note, other = suite.task("note"), suite.task("other")
+    assert note.max_steps == 4 and other.max_steps is None and note.setup[2].wait == 0.5
+    assert other.setup[0].type == "one\ntwo"  # the newline kept: typed as a press of Return
+    element = other.check[0].get.element
+    assert element is not None and element.focused and element.index == -1
+    env = suite.environment(None)
+    assert env.max_steps == 12  # no task yet: the suite's; a task's own wins once it is reset
 
 
 def test_a_missing_home_template_and_an_unknown_param_are_named(tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from querygen.pipeline import generate_queries, store_generation
 from rollout.policies import NoisyOracle, OracleNoise, RandomExplorer, VLMPolicy, VLMPolicyConfig
-from rollout.pool import DevicePool
+from rollout.pool import DevicePool, Lease
 from rollout.runner import EpisodeRunner, RolloutConfig
+from rollout.sim.env import SimEnv
 from rollout.sim.farm import SimFarm
 from storage.db import transaction
 from storage.keys import blob_key
@@ -151,6 +152,26 @@ def test_noise_and_random_policies_fail_with_reasons(sessions: sessionmaker[Sess
         round2 = rnd.id
     explorer = _runner(sessions, SimFarm(), 1, RandomExplorer, max_steps=10)
     assert asyncio.run(explorer.run(queries[:3], round2, policy_id)).completed == 3
+
+
+def test_an_environment_that_says_its_max_steps_sets_the_episodes_limit(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A desktop suite's (or task's) `max_steps` wins over the run's, read from the environment."""
+
+    class Short(SimFarm):
+        def __call__(self, lease: Lease) -> SimEnv:
+            env = super().__call__(lease)
+            env.max_steps = 3  # type: ignore[attr-defined]
+            return env
+
+    queries, round_id, policy_id = _setup(sessions, n=2)
+    runner = _runner(sessions, Short(), 1, RandomExplorer, max_steps=25)
+    asyncio.run(runner.run(queries, round_id, policy_id))
+    with sessions() as s:
+        episodes = s.scalars(select(Episode)).all()
+        assert episodes and all(e.num_steps <= 3 for e in episodes)
+        assert any(e.reason == "max_steps" and e.num_steps == 3 for e in episodes)
 
 
 def _vlm_responder(rec: Recorded) -> Reply:

@@ -48,6 +48,12 @@ class DesktopSuite(BaseModel):
         "(only for a folder you mean every episode to get a copy of).",
     )
     desktop: dict[str, DesktopTask] = Field(min_length=1)
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        le=500,
+        description="The most steps its episodes take (a task's own wins), instead of the run's.",
+    )
     end_on_success: bool = Field(
         False,
         description="End the episode as soon as the task's checks hold after a step, as a page that ends "

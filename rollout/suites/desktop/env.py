@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.suites import seed_of
 from rollout.suites.desktop.display import Display, kill_group
-from rollout.suites.desktop.tasks import Check, DesktopTask, fill, meets, read_cell
+from rollout.suites.desktop.tasks import Check, DesktopTask, WindowRef, fill, meets, read_cell
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen
@@ -66,6 +66,16 @@ BUTTON_ROLES = {
     "list item", "table cell", "tree item", "icon", "table column header",
 }  # fmt: skip
 TEXT_ROLES = {"label", "heading", "paragraph", "static", "caption", "text"}
+
+
+def type_lines(display: Display, text: str) -> None:
+    """Type `text` into the focused window, each newline a press of Return (xdotool's `type` would
+    drop it)."""
+    for i, line in enumerate(text.split("\n")):
+        if i:
+            display.xdotool("key", "Return")
+        if line:
+            display.xdotool("type", "--delay", "2", "--", line)
 
 
 def elements(nodes: list[dict[str, Any]], screen: Screen) -> list[dict[str, Any]]:
@@ -143,6 +153,7 @@ class DesktopEnv:
         self.screen = Screen(*suite.display)
         self._display: Display | None = None
         self._apps: list[subprocess.Popen[bytes]] = []
+        self._programs: dict[int, str] = {}  # a launched app's pid -> the program's name it was started as
         self._home: Path | None = None
         self._task: tuple[str, DesktopTask, dict[str, str]] | None = None
         self._last: Observation | None = None
@@ -174,10 +185,17 @@ class DesktopEnv:
             elif step.launch is not None:
                 self._launch([fill(a, params) for a in step.launch])
             elif step.type is not None:
-                display.xdotool("type", "--delay", "2", "--", fill(step.type, params))
+                type_lines(display, fill(step.type, params))
             elif step.key is not None:
                 display.xdotool("key", *fill(step.key, params).split())
+            elif step.wait is not None:
+                time.sleep(step.wait)
         return self._observe(settle=True, tree=self._ready_tree(display))
+
+    @property
+    def max_steps(self) -> int | None:
+        """The most steps the current task's episode takes, where the task or its suite says."""
+        return (self._task[1].max_steps if self._task else None) or self.suite.max_steps
 
     def _run(self, task: str, argv: list[str]) -> None:
         """A setup `run:` step: the command must exit 0 within RUN_S; anything else is the task's
@@ -208,6 +226,7 @@ class DesktopEnv:
         with tempfile.TemporaryFile() as said:
             proc = display.launch(argv, home, stderr=said)
             self._apps.append(proc)
+            self._programs[proc.pid] = Path(argv[0]).name
             self._await_window(argv, proc, said)
 
     def _await_window(self, argv: list[str], proc: subprocess.Popen[bytes], said: Any) -> None:
@@ -231,7 +250,11 @@ class DesktopEnv:
         display = self._device()
         if self._last is not None and self._last.done:
             return self._last
-        display.xdotool(*xdotool_args(action, self.screen))
+        if action.kind == ActionKind.TYPE and "\n" in (action.text or ""):  # UI-TARS's "submit with \n"
+            display.xdotool(*xdotool_args(action.model_copy(update={"text": ""}), self.screen))
+            type_lines(display, action.text or "")
+        else:
+            display.xdotool(*xdotool_args(action, self.screen))
         if action.kind == ActionKind.WAIT:
             time.sleep(min(action.duration_ms or 1000, 5000) / 1000)
         return self._observe(settle=True, checked=self.suite.end_on_success)
@@ -261,13 +284,25 @@ class DesktopEnv:
             return read_cell(self._path(fill(get.cell.file, params)), fill(get.cell.ref, params))
         display = self._device()
         if get.window_title:
-            windows = [w for app in self._apps for w in display.windows(app.pid)]
+            named = get.window_title.launch if isinstance(get.window_title, WindowRef) else None
+            apps = [
+                app for app in self._apps if named is None or self._programs.get(app.pid) == Path(named).name
+            ]
+            windows = [w for app in apps for w in display.windows(app.pid)]
             return display.xdotool("getwindowname", windows[-1]).strip() if windows else None
-        assert get.element is not None
-        for node in display.tree():
-            if node["role"] == get.element.role and get.element.name in (None, node["name"]):
-                return str(node.get("text") if node.get("text") is not None else node["name"])
-        return None
+        ref = get.element
+        assert ref is not None
+        nodes = [
+            node
+            for node in display.tree()
+            if node["role"] == ref.role
+            and ref.name in (None, node["name"])
+            and (not ref.focused or "focused" in node.get("states", ()))
+        ]
+        if not -len(nodes) <= ref.index < len(nodes):
+            return None
+        node = nodes[ref.index]
+        return str(node.get("text") if node.get("text") is not None else node["name"])
 
     # --- helpers ---------------------------------------------------------------------------------
     def _path(self, relative: str) -> Path:
@@ -335,6 +370,7 @@ class DesktopEnv:
         for app in self._apps:
             kill_group(app)
         self._apps.clear()
+        self._programs.clear()
         if self._home is not None:
             shutil.rmtree(self._home.parent, ignore_errors=True)
             self._home = None

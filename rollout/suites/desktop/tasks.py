@@ -15,14 +15,21 @@ each (the same seed, the same task instance). Every string in `setup` and `check
 
 Setup steps, run in order in the episode's fresh home folder (paths are relative to it):
 `write: {path, text}`, `run: [argv]` (waits at most 60 s for it to exit 0), `launch: [argv]`
-(waits for the app's first window and fills the display with it), `type: TEXT` and `key: KEYS`
-(xdotool's names, e.g. `ctrl+a`) into the focused window.
+(waits for the app's first window and fills the display with it), `type: TEXT` (into the focused
+window; each newline in it is a press of Return), `key: KEYS` (xdotool's names, e.g. `ctrl+a`) and
+`wait: SECONDS` (at most 60, for an app that needs a moment after a key).
 
 Getters: `file: PATH` (its text), `exists: PATH` ("true"/"false"), `cell: {file, ref}` (a cell of a
-saved spreadsheet, any format ssconvert reads), `window_title: true` (the app window's title),
-`element: {role, name}` (the text of the first showing node of that AT-SPI role, and name if given).
-Metrics, one per check: `exact`, `contains`, `regex` and `numeric` (an arithmetic expression of
-the params, met within `tolerance`).
+saved spreadsheet, any format ssconvert reads), `window_title: true` (the title of the newest
+window of the app launched last that still shows one) or `window_title: {launch: PROGRAM}` (of
+the app a `launch:` step started as PROGRAM), and `element: {role, name, focused, index}` (the
+text, else the name, of the showing AT-SPI nodes of that role, in the tree's order: with `name`,
+only those so named; with `focused: true`, only the one with the keyboard focus; `index` picks
+among them, 0 the first, -1 the last). Metrics, one per check: `exact`, `contains`, `regex` and
+`numeric` (an arithmetic expression of the params, met within `tolerance`).
+
+`max_steps` on a task (or on its suite) is the most steps its episodes take, instead of the run's
+`evolve.max_steps`.
 """
 
 from __future__ import annotations
@@ -67,20 +74,34 @@ class Step(BaseModel):
     launch: list[str] | None = None
     type: str | None = None
     key: str | None = None
+    wait: float | None = Field(None, gt=0, le=60, description="Seconds to wait.")
 
     @model_validator(mode="after")
     def _one(self) -> Step:
-        given = [k for k in ("write", "run", "launch", "type", "key") if getattr(self, k) is not None]
+        given = [k for k in STEP_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"a setup step has exactly one of write, run, launch, type, key; got {given}")
+            raise ValueError(f"a setup step has exactly one of {', '.join(STEP_KINDS)}; got {given}")
         return self
 
 
+STEP_KINDS = ("write", "run", "launch", "type", "key", "wait")
+
+
 class ElementRef(BaseModel):
+    """Which AT-SPI node an `element` getter reads (module docstring)."""
+
     model_config = ConfigDict(extra="forbid")
 
     role: str
     name: str | None = None
+    focused: bool = False
+    index: int = 0
+
+
+class WindowRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    launch: str = Field(description="The program a `launch:` step started (its first word's name).")
 
 
 class CellRef(BaseModel):
@@ -98,7 +119,7 @@ class Getter(BaseModel):
     file: str | None = None
     exists: str | None = None
     cell: CellRef | None = None
-    window_title: bool | None = None
+    window_title: bool | WindowRef | None = None
     element: ElementRef | None = None
 
     @model_validator(mode="after")
@@ -140,6 +161,7 @@ class DesktopTask(BaseModel):
     params: dict[str, list[str | int | float] | Range] = Field(default_factory=dict)
     setup: list[Step] = Field(min_length=1)
     check: list[Check] = Field(min_length=1)
+    max_steps: int | None = Field(None, ge=1, le=500, description="Instead of the suite's or the run's.")
 
     @model_validator(mode="after")
     def _renders(self) -> DesktopTask:
@@ -147,6 +169,14 @@ class DesktopTask(BaseModel):
         checked on a sample of the params when the suite loads (`trajforge check`, evolve's
         preflight), not when an episode first reaches it."""
         params = self.instance("", 0)
+        launched = {PurePosixPath(step.launch[0]).name for step in self.setup if step.launch}
+        for i, check in enumerate(self.check, 1):
+            title = check.get.window_title
+            if isinstance(title, WindowRef) and PurePosixPath(title.launch).name not in launched:
+                raise ValueError(
+                    f"check {i}: window_title names {title.launch!r}, which no `launch:` step starts "
+                    f"(launched: {', '.join(sorted(launched)) or 'nothing'}); name one of them"
+                )
         for where, template, is_path in self._templates():
             try:
                 text = fill(template, params)
