@@ -46,6 +46,7 @@ import polars as pl
 from sqlalchemy.orm import Session, sessionmaker
 
 from publish.card import trajforge_version
+from publish.export_browsergym import export_browsergym
 from publish.export_family import FamilyShaper
 from publish.export_rows import (
     IMAGE_TOKEN,
@@ -126,7 +127,9 @@ def export(
         render = partial(
             render_row, action_format=action_format, report=report, thoughts=thoughts, shaper=shaper
         )
-        if fmt in ("sft-sharegpt", "sft-messages"):
+        if fmt == "browsergym":  # text only: BrowserGym's own observation and actions
+            export_browsergym(man, sessions, store, root, report)
+        elif fmt in ("sft-sharegpt", "sft-messages"):
             _export_sft(man, store, writer, fmt, weights, render, report)
         else:
             _export_parquet(man, store, writer, fmt, tolerance, render, report)
@@ -176,6 +179,11 @@ def _check_devices(sessions: sessionmaker[Session], man: Manifest, action_format
 
 def _family(family: str | None, fmt: str, action_format: str) -> tuple[Family | None, str]:
     """The family an export is shaped by, and the action format it answers in."""
+    if fmt == "browsergym" and (family is not None or action_format != "canonical"):
+        raise ConfigError(
+            "the browsergym format answers in BrowserGym's own action strings; leave --family and "
+            "--action-format out"
+        )
     if family is None:
         return None, action_format
     fam = get_family(family)

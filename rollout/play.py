@@ -21,6 +21,7 @@ class Play:
     over: bool = False
     policy_failure: dict[str, Any] | None = None
     sampling: dict[str, Any] | None = None
+    observed: list[dict[str, Any]] = field(default_factory=list)  # `Episode.observed`, per step
 
     def fault(self, reason: str, detail: dict[str, Any]) -> None:
         """The policy's endpoint failed: the episode ends, to be played again by a rerun."""
@@ -46,4 +47,5 @@ class Play:
             verdict=verdict,
             policy_failure=self.policy_failure,
             sampling=self.sampling,
+            observed=tuple(self.observed) if any(self.observed) else (),
         )

@@ -352,6 +352,9 @@ class EpisodeRunner:
         except ParseError as exc:
             error = exc.reason
         after = await self._device(env.step, action) if action is not None else obs
+        # an environment's own language: its text observation, the action string it executed
+        sent = after.meta.get("action") if action is not None and after is not obs else None
+        play.observed.append({k: v for k, v in (("text", obs.meta.get("text")), ("sent", sent)) if v})
         play.steps.append(
             Step(
                 index=index,

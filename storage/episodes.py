@@ -61,6 +61,7 @@ def _episode_row(round_id: int, policy_id: int, query_id: int, episode: Played) 
         "device_failures": [a.model_dump() for a in episode.failures],
         "policy_failure": episode.policy_failure,
         **({"sampling": episode.sampling} if episode.sampling else {}),
+        **({"observed": list(episode.observed)} if episode.observed else {}),
     }
     return {
         "uid": episode.uid,

@@ -92,6 +92,12 @@ class Episode(BaseModel):
         None, description="The model endpoint's error (HTTP status, message) or timeout that ended it."
     )
     sampling: dict[str, Any] | None = Field(None, description="The policy's sampling parameters, if any.")
+    observed: tuple[dict[str, Any], ...] = Field(
+        (),
+        description="Per step, what an environment that has its own observation and action language "
+        "recorded (BrowserGym: `text`, the sha256 of its text observation's blob; `sent`, the action "
+        "string it executed); empty elsewhere.",
+    )
     failures: tuple[Attempt, ...] = Field((), description="Earlier tries that a device fault ended.")
 
     @property

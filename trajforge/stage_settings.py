@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from trajforge.domain import mix_problem
 from trajforge.world.model import FaultConfig
 
-ExportFormat = Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf"]  # the one list of export formats
+ExportFormat = Literal["sft-sharegpt", "sft-messages", "rl-verl", "hf", "browsergym"]  # the one list
 FeaturizerName = Literal["thumb", "phash", "resnet"]  # screenshot features for trajectory dedup
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 

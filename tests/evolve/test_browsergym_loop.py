@@ -5,6 +5,7 @@ policy aimed at still on the step's element tree."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -49,3 +50,53 @@ def test_browsergym_tasks_evolve_and_export(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
     assert rows and all(row["images"] for row in rows)
+    _browsergym_rows_parse_in_browsergym(tmp_path, env | {"TRAJFORGE_HOME": str(tmp_path / "run" / "home")})
+
+
+PARSE = """
+import json, sys
+from browsergym.core.action.highlevel import HighLevelActionSet
+sys.path.insert(0, sys.argv[1])
+from serve import SUBSETS
+strict = HighLevelActionSet(subsets=SUBSETS, multiaction=True, strict=True)
+loose = HighLevelActionSet(subsets=SUBSETS, multiaction=True, strict=False)  # the demo agent's parsing
+bad = []
+for line in sys.stdin:
+    answer, code = json.loads(line)
+    for parser, text in ((loose, answer), (strict, code)):
+        try:
+            parser.to_python_code(text)
+        except Exception as exc:
+            bad.append([text, repr(exc)])
+print(json.dumps(bad))
+"""
+
+
+def _browsergym_rows_parse_in_browsergym(tmp_path: Path, env: dict[str, str]) -> None:
+    """`--format browsergym`: the demo agent's conversation, each answer an action string that
+    BrowserGym's own parser reads (the answer with its reasoning as the demo agent's parsing takes
+    it, the code alone strictly), aimed at a bid the row's accessibility tree shows."""
+    out = tmp_path / "bg-export"
+    done = subprocess.run(
+        [TRAJFORGE, "datasets", "export", "1", "--format", "browsergym", "--out", str(out)],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "demo agent's conversation" in done.stdout
+    rows = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    assert rows and json.loads((out / "dataset_info.json").read_text())
+    for row in rows:
+        system, user, said = (m["content"] for m in row["messages"])
+        assert system.startswith("# Instructions") and "# Current page Accessibility Tree" in user
+        assert said.endswith(f"```{row['meta']['action']}```")
+        bid = re.match(
+            r'(?:click|dblclick|hover|fill|select_option|focus|clear)\("([^"]+)"', row["meta"]["action"]
+        )
+        assert bid is None or f"[{bid.group(1)}]" in user, (row["meta"]["action"], user[-3000:])
+    serve = Path(__file__).resolve().parents[2] / "rollout" / "suites" / "browsergym"
+    lines = "".join(json.dumps([m["messages"][-1]["content"], m["meta"]["action"]]) + "\n" for m in rows)
+    parsed = subprocess.run(
+        [str(browsergym_python()), "-c", PARSE, str(serve)], input=lines, capture_output=True, text=True
+    )
+    assert parsed.returncode == 0, parsed.stderr[-2000:]
+    assert json.loads(parsed.stdout) == [], parsed.stdout[:2000]  # 100% parse

@@ -237,6 +237,16 @@ def test_a_desktop_format_on_phone_episodes_is_one_error_before_anything_is_writ
     assert not out.exists()
 
 
+def test_the_browsergym_format_keeps_only_browsergym_steps_and_takes_no_family(version, tmp_path: Path) -> None:
+    """A phone dataset has no BrowserGym observation: every row is skipped with the reason counted
+    (tests/evolve/test_browsergym_loop.py exports BrowserGym's own episodes)."""
+    _, sessions, store, rows = version
+    with pytest.raises(ConfigError, match="browsergym format answers in BrowserGym's own action strings"):
+        export(sessions, store, "gui", 1, "browsergym", str(tmp_path / "no"), family="uitars15")
+    report = export(sessions, store, "gui", 1, "browsergym", str(tmp_path / "bg"))
+    assert sum(report.rows.values()) == 0 and report.skipped == {"no_browsergym_observation": len(rows)}
+
+
 def test_verl_val_comes_from_whole_train_queries_when_val_has_no_action_rows(version, tmp_path: Path) -> None:
     """verl's recipe passes data.val_files: a version whose val split holds no action rows still
     gets a val.parquet, of whole queries taken out of train."""

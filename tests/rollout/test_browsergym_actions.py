@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.suites.browsergym.env import elements, to_code
+from rollout.suites.browsergym.env import elements
 from trajforge.actions import Action, ActionKind
+from trajforge.actions.browsergym import to_code
 
 K = ActionKind
 

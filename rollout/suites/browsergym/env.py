@@ -28,25 +28,15 @@ from rollout.suites import reward_verdict, seed_of
 from rollout.suites.browsergym.pipe import Pipe
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
-from trajforge.actions import Action, ActionKind, Screen
+from trajforge.actions import Action, Screen
+from trajforge.actions.browsergym import to_code
 from trajforge.actions.compare import target_element
-from trajforge.actions.model import WHEEL_CLICKS
 from trajforge.domain import Observation, Query
 from trajforge.world.verify import VerifierResult
 
 INPUT_ROLES = {"textbox", "searchbox", "spinbutton", "textarea"}
 TOGGLE_ROLES = {"checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio"}
 BUTTON_ROLES = {"button", "link", "menuitem", "tab", "option", "combobox", "listbox", "treeitem", "slider"}
-# Playwright's key names for trajforge's (`press`'s keys and a hotkey's parts).
-KEYS = {
-    "enter": "Enter", "return": "Enter", "tab": "Tab", "esc": "Escape", "escape": "Escape",
-    "backspace": "Backspace", "delete": "Delete", "del": "Delete", "space": " ", "up": "ArrowUp",
-    "down": "ArrowDown", "left": "ArrowLeft", "right": "ArrowRight", "home": "Home", "end": "End",
-    "pageup": "PageUp", "pagedown": "PageDown", "ctrl": "Control", "control": "Control",
-    "shift": "Shift", "alt": "Alt", "cmd": "Meta", "command": "Meta", "win": "Meta", "meta": "Meta",
-}  # fmt: skip
-WHEEL_PX = 100  # one wheel click, in CSS pixels
-SWIPE_PX = 300
 
 
 def elements(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -86,6 +76,17 @@ def elements(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def text_observation(reply: dict[str, Any], action_space: str) -> bytes:
+    """The text a BrowserGym agent reads of one observation, as a JSON blob: the goal, the open
+    tabs, the flattened accessibility tree (`flatten_axtree_to_str`), the last action's error and
+    the action space's description, the page's viewport (a `browsergym` export builds the demo
+    agent's prompt of it, `publish.export_browsergym`)."""
+    keep = {"goal": reply["goal"], "axtree_txt": reply["axtree_txt"], "tabs": reply.get("tabs") or []}
+    keep |= {"active_tab": reply.get("active_tab", 0), "last_action_error": reply.get("error") or ""}
+    keep["viewport"] = reply["viewport"]  # CSS pixels: an action not played is aimed in them at export
+    return json.dumps({**keep, "action_space": action_space}, ensure_ascii=False, sort_keys=True).encode()
+
+
 class BrowserGymEnv:
     """A BrowserGym server process of this slot's own (started on first use)."""
 
@@ -98,6 +99,7 @@ class BrowserGymEnv:
         self._pointer: tuple[float, float] = (0.0, 0.0)
         self._done, self._reward = False, 0.0
         self._last: Observation | None = None
+        self._action_space = ""  # BrowserGym's description of the action set, as its demo agent shows it
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -117,7 +119,9 @@ class BrowserGymEnv:
     def reset(self, task: Query) -> Observation:
         name, seed = seed_of(task)
         self._done, self._reward = False, 0.0
-        return self._observe(self._ask({"op": "reset", "task": name, "seed": seed}), "")
+        reply = self._ask({"op": "reset", "task": name, "seed": seed})
+        self._action_space = str(reply.get("action_space") or "")
+        return self._observe(reply, "")
 
     def step(self, action: Action) -> Observation:
         if self._done and self._last is not None:  # BrowserGym ended the episode; later actions do nothing
@@ -147,6 +151,8 @@ class BrowserGymEnv:
         meta: dict[str, Any] = {"backend": "browsergym", "suite": "browsergym", "url": reply["url"]}
         if code:
             meta |= {"action": code, "error": reply["error"]} if reply["error"] else {"action": code}
+        if self.store is not None and "axtree_txt" in reply:  # what BrowserGym's own agents read
+            meta["text"] = put_blob(self.store, text_observation(reply, self._action_space))[0]
         self._last = Observation(
             screenshot=digest,
             width=width,
@@ -170,66 +176,3 @@ class BrowserGymEnv:
         """A 0-1000 point in the page's CSS pixels (the screenshot is `_scale` times larger)."""
         px = self._screen.to_px(point)
         return (px[0] / self._scale, px[1] / self._scale)
-
-
-def _q(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _xy(at: tuple[float, float]) -> str:
-    return f"{at[0]:.1f}, {at[1]:.1f}"
-
-
-def to_code(
-    action: Action, target: dict[str, Any] | None, at: tuple[float, float], to: tuple[float, float] | None
-) -> str:
-    """One canonical action as BrowserGym code: aimed at `target`'s bid when there is one, else at
-    `at` (CSS pixels, where the pointer is when the action has no point)."""
-    kind, bid = action.kind, _q(target["id"]) if target and target.get("id") else None
-    pointed = action.point is not None
-    if kind == ActionKind.CLICK:
-        return f"click({bid})" if bid else f"mouse_click({_xy(at)})"
-    if kind == ActionKind.DOUBLE_CLICK:
-        return f"dblclick({bid})" if bid else f"mouse_dblclick({_xy(at)})"
-    if kind == ActionKind.RIGHT_CLICK:
-        return f'click({bid}, button="right")' if bid else f'mouse_click({_xy(at)}, button="right")'
-    if kind == ActionKind.HOVER:
-        return f"hover({bid})" if bid else f"mouse_move({_xy(at)})"
-    if kind == ActionKind.LONG_PRESS:
-        return f"mouse_down({_xy(at)})\nnoop({action.duration_ms or 800})\nmouse_up({_xy(at)})"
-    if kind == ActionKind.TYPE:
-        text = _q(action.text or "")
-        if bid and target is not None and target["tag"] == "combobox":
-            return f"select_option({bid}, {text})"
-        if bid and target is not None and target["kind"] == "input":
-            return f"fill({bid}, {text})"
-        return (f"mouse_click({_xy(at)})\n" if pointed else "") + f"keyboard_type({text})"
-    if kind == ActionKind.DRAG and to is not None:
-        return f"mouse_drag_and_drop({_xy(at)}, {_xy(to)})"
-    if kind in (ActionKind.SWIPE, ActionKind.SCROLL):
-        return _scroll(action, at)
-    if kind == ActionKind.PRESS:
-        if action.key in ("back", "home"):  # a page's back is the browser's; it has no home screen
-            return "go_back()" if action.key == "back" else "noop(0)"
-        return f"keyboard_press({_q(KEYS.get(action.key or '', action.key or ''))})"
-    if kind == ActionKind.HOTKEY:
-        keys = "+".join(KEYS.get(k, k if len(k) > 1 else k.lower()) for k in (action.text or "").split("+"))
-        return f"keyboard_press({_q(keys)})"
-    if kind == ActionKind.ANSWER:
-        return f"send_msg_to_user({_q(action.text or '')})"
-    if kind == ActionKind.WAIT:
-        return f"noop({min(action.duration_ms or 1000, 5000)})"
-    return "noop(0)"  # terminate and app launches: a page has nothing to do
-
-
-def _scroll(action: Action, at: tuple[float, float]) -> str:
-    """A swipe moves content with the finger ("up" shows what is further down); a scroll is the
-    wheel's sense ("down" shows what is further down), `amount` clicks."""
-    if action.kind == ActionKind.SWIPE:
-        way = action.swipe_direction()
-        sense = {"up": "down", "down": "up", "left": "right", "right": "left"}.get(way or "", "down")
-        dist = SWIPE_PX
-    else:
-        sense, dist = action.direction or "down", WHEEL_PX * (action.amount or WHEEL_CLICKS)
-    dx, dy = {"down": (0, dist), "up": (0, -dist), "right": (dist, 0), "left": (-dist, 0)}[sense]
-    return f"scroll_at({_xy(at)}, {dx}, {dy})" if action.point is not None else f"scroll({dx}, {dy})"

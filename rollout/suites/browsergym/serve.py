@@ -91,6 +91,7 @@ class Server:
     def __init__(self) -> None:
         self.env: Any = None
         self.task: str | None = None
+        self.action_space = ""
 
     def reset(self, task: str, seed: int) -> dict[str, Any]:
         if task != self.task:
@@ -103,8 +104,10 @@ class Server:
             actions = HighLevelActionSet(subsets=SUBSETS, multiaction=True, strict=False)
             self.env = gymnasium.make(f"browsergym/{task}", action_mapping=actions.to_python_code)
             self.task = task
+            # the action space as BrowserGym's demo agent describes it to its model
+            self.action_space = actions.describe(with_long_description=False, with_examples=True)
         obs, _info = self.env.reset(seed=seed)
-        return self.observe(obs)
+        return {**self.observe(obs), "action_space": self.action_space}
 
     def step(self, action: str) -> dict[str, Any]:
         obs, reward, terminated, truncated, _info = self.env.step(action)
@@ -116,11 +119,13 @@ class Server:
         }
 
     def observe(self, obs: dict[str, Any]) -> dict[str, Any]:
+        from browsergym.utils.obs import flatten_axtree_to_str
         from PIL import Image
 
         out = io.BytesIO()
         Image.fromarray(obs["screenshot"]).save(out, format="PNG", compress_level=1)
         page = self.env.unwrapped.page
+        urls, titles = obs.get("open_pages_urls") or (), obs.get("open_pages_titles") or ()
         viewport = page.viewport_size or {"width": obs["screenshot"].shape[1], "height": 0}
         return {
             "goal": str(obs.get("goal") or ""),
@@ -129,6 +134,10 @@ class Server:
             "nodes": nodes(obs["axtree_object"], obs["extra_element_properties"]),
             "url": str(obs.get("url") or ""),
             "error": str(obs.get("last_action_error") or ""),
+            # the text observation BrowserGym's agents read (demo_agent/agent.py `obs_preprocessor`)
+            "axtree_txt": flatten_axtree_to_str(obs["axtree_object"]),
+            "tabs": [[str(u), str(t)] for u, t in zip(urls, titles, strict=False)],
+            "active_tab": int(obs.get("active_page_index") or 0),
         }
 
     def close(self) -> None:
