@@ -34,6 +34,7 @@ from critics.learned import cross_judge
 from critics.outcomes import decide_outcomes, deciding_anchor
 from critics.prior import with_prior
 from critics.trained import anchored_truth, leave_one_app_out, seen_episodes, training_rows
+from critics.trust import render_trust, trust_table
 from rollout.web.env import chromium_available
 from storage.anchors import anchors_by_episode
 from storage.apps import round_apps
@@ -161,9 +162,15 @@ def verifier_free(home: Path, labelled_share: float = 1 / 3) -> str:
                             episode_id=episode_id, source="human", annotator="bench", label=hidden[episode_id]
                         )
                     )
+        tables = []
         for round_id, number in _judge_all(sessions, home):
             with sessions() as s:
-                outcomes = {e: o for e, o in decide_outcomes(s, round_id, settings).items() if e in hidden}
+                every = decide_outcomes(s, round_id, settings)
+                tables += [
+                    f"round {number}: the critics' trust table (critics.trust)",
+                    *render_trust(trust_table(s, round_id, settings, every)),
+                ]
+                outcomes = {e: o for e, o in every.items() if e in hidden}
             by = Counter(o.source for o in outcomes.values())
             critic = [(e, o) for e, o in outcomes.items() if o.source == "critic"]
             agree = sum(o.success == (hidden[e] == "success") for e, o in critic)
@@ -178,7 +185,7 @@ def verifier_free(home: Path, labelled_share: float = 1 / 3) -> str:
         lines.append(
             f"critic-decided outcomes agreeing with the hidden verifier: {rate:.1%} of {decided_all}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + tables)
 
 
 def out_of_sample(home: Path) -> str:

@@ -24,9 +24,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from critics.csrs_writer import Judged, write_with_model
 from critics.llm import JUDGE_VERSION, TEMPLATES, LLMEpisodeJudge, knowledge
 from critics.outcomes import decide_outcomes
+from critics.trust import TRUST, trust_table
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
-from storage.models import Exclusion, HumanAnnotation, Sample
+from storage.models import Exclusion, HumanAnnotation, Round, Sample
 from storage.rounds import EXTRACTED, mark_stage
 from storage.samples import CATEGORIES, OUTCOME_STAGE, store_drafts
 from trajforge.actions import Action, Screen
@@ -45,6 +46,7 @@ from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
 from trajforge.sample import SampleDraft, said
 from trajforge.settings import CriticSettings
+from trajforge.verdicts import Outcome
 
 SCORES = {"GOOD": 1.0, "NEUTRAL": 0.5, "HARMFUL": 0.0}
 TAU_C = 0.5  # keep GOOD and NEUTRAL steps as action targets, drop HARMFUL ones
@@ -313,7 +315,7 @@ def extract_round(
     superseded = revise_outcomes(sessions, round_id, outcomes)
     for bucket, tally in store_drafts(sessions, round_id, batches, "csrs").items():
         getattr(report, bucket).update(tally)
-    _record_undecided(sessions, round_id, undecided)
+    _record_decisions(sessions, round_id, undecided, settings, decided)
     report.undecided = Counter(reason for _, reason, _ in undecided)
     if superseded:
         report.dropped[SUPERSEDED] = superseded
@@ -321,11 +323,19 @@ def extract_round(
     return report
 
 
-def _record_undecided(
-    sessions: sessionmaker[Session], round_id: int, undecided: list[tuple[str, str, dict[str, Any]]]
+def _record_decisions(
+    sessions: sessionmaker[Session],
+    round_id: int,
+    undecided: list[tuple[str, str, dict[str, Any]]],
+    settings: CriticSettings,
+    decided: dict[int, Outcome],
 ) -> None:
-    """The round's episodes without an outcome, as exclusions of the outcome stage (and no others)."""
+    """The round's episodes without an outcome, as exclusions of the outcome stage (and no others),
+    and the critics' trust table in the round's stats (`critics.trust`)."""
     with transaction(sessions) as s:
+        row = s.get(Round, round_id)
+        if row is not None:
+            row.stats = {**(row.stats or {}), TRUST: trust_table(s, round_id, settings, decided)}
         s.execute(
             delete(Exclusion).where(
                 Exclusion.round_id == round_id,

@@ -21,7 +21,7 @@ from PIL import Image
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.report_critics import critic_table
+from evolve.report_critics import critic_table, trust_tables
 from evolve.revisits import revisited
 from evolve.rounds_json import write_rounds_json
 from rollout.records import MODEL_FAULTS
@@ -385,6 +385,7 @@ figure{{display:inline-block;margin:6px;vertical-align:top}}
 <p>The learned critic's verdict on an episode comes from a model fitted without any episode of its query;
 the last column fits it on the other apps only. κ is Cohen's kappa. The last row pools every round; the goals
 are 95% on held-out queries with 97% precision, and 90% fitted on the other apps.</p>{critic_table(sessions)}
+{trust_tables(sessions)}
 <h2>Plots</h2>{images}
 <h2>Dataset versions and lineage</h2><table><tr><th>dataset</th><th>version</th><th>status</th>
 <th>manifest sha256</th><th>parent</th><th>lineage</th></tr>{versions}</table>

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.learned import NAME, VERSION
+from critics.trust import TRUST
 from storage.models import Round
 from trajforge.metrics import ChannelStats, kappa_text, rate_text
 from trajforge.verdicts import CONSENSUS
@@ -24,6 +25,47 @@ def _cell(st: dict[str, Any] | None) -> str:
     return (
         f"<td>{st['accuracy']:.0%} (n {st['n']}, precision {rate_text(st, 'precision', 0)}, "
         f"recall {rate_text(st, 'recall', 0)}, κ {kappa_text(st.get('kappa'))})</td>"
+    )
+
+
+def trust_tables(sessions: sessionmaker[Session]) -> str:
+    """Per round, the critics' trust table (`critics.trust`) as HTML: per task what the critic would
+    decide on anchored episodes and how often it is right, its coverage of the unlabelled ones, and
+    the labels the task has and still needs."""
+
+    def cell(r: dict[str, Any]) -> str:
+        if r["value"] is None:
+            return "<td>undefined</td>"
+        lo, hi = r["interval"]
+        return f"<td>{r['value']:.0%} [{lo:.0%}, {hi:.0%}] ({r['right']}/{r['of']})</td>"
+
+    rows = []
+    with sessions() as s:
+        for rnd in s.scalars(select(Round).order_by(Round.number)):
+            for task, row in ((rnd.stats or {}).get(TRUST) or {}).items():
+                need = row.get("labels_needed")
+                more = (
+                    ""
+                    if need == 0 or "labels_needed" not in row
+                    else " (below the bar)"
+                    if need is None
+                    else f" (+{need})"
+                )
+                rows.append(
+                    f"<tr><td>{rnd.number}</td><td>{html.escape(task)}</td><td>{row['n']}</td>"
+                    + "".join(cell(row[k]) for k in ("precision", "npv", "accuracy", "coverage"))
+                    + f"<td>{row['labels']}{more}</td></tr>"
+                )
+    return (
+        "<h2>How far the critics are trusted, per task</h2><p>Of each task's anchored episodes, those the "
+        "critic would decide without the anchor, and how often it is right (Wilson 95% intervals); its "
+        "coverage of the episodes with no anchor; the labels the task has, and how many more the trust gate "
+        "asks. The gate measured its accuracy on these anchors: precision and NPV here are in-sample for it "
+        "(<code>python -m bench.bench_critics</code> measures them out of sample).</p>"
+        "<table><tr><th>round</th><th>task</th><th>anchored</th><th>precision</th><th>NPV</th>"
+        "<th>accuracy</th><th>coverage of unlabelled</th><th>labels (more needed)</th></tr>"
+        + "".join(rows)
+        + "</table>"
     )
 
 

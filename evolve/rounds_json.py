@@ -10,6 +10,9 @@ human or the calibrated critic, plus those left undecided, by reason), `samples`
 dropped counts) and `dropped` (by reason); `model_faults` counts the episodes a failed policy call
 ended, which are not episodes (a round whose every call failed has `success_rate` null, not 0).
 `model` holds the round's paid model calls by stage and in all (calls, retries, tokens, cost).
+`calibration` (in `overall` and each app) is the critics' trust table of the round (`critics.trust`):
+`n`, `decided`, `precision`, `npv`, `accuracy` and `coverage` (each `value`, `right`, `of` and a
+Wilson 95% `interval`; `value` null where undefined), `labels` and, per app, `labels_needed`.
 `revisits` lists the round's revisited queries (`evolve.revisits`): `query`, `app`, `before`
 (pass rate when it got guidance) and `after`.
 `tiers` gives the new queries' episodes and success rate per complexity tier
@@ -38,6 +41,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.outcomes import deciding_anchor
+from critics.trust import TRUST
 from evolve.revisits import revisited
 from rollout.records import MODEL_FAULTS
 from storage.anchors import anchors_by_episode
@@ -177,6 +181,7 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
     policy = s.get(Policy, rnd.policy_id)
     overall = tally.tallies.pop(OVERALL)
     stats = rnd.stats or {}
+    trust = stats.get(TRUST) or {}  # the critics' calibration per task (`critics.trust`)
     return {
         "round": rnd.number,
         "policy": f"{policy.name}@{policy.version}" if policy else None,
@@ -193,8 +198,10 @@ def _round(s: Session, rnd: Round) -> dict[str, Any]:
         "promotion": stats.get("promotion"),
         # per rolled-out step as the round recorded it when it finished (before held-out calls)
         "model": model_usage(s, rnd.id) | {"per_step": stats.get("calls_per_step", {})},
-        OVERALL: overall.as_dict(),
-        "apps": {app: t.as_dict() for app, t in sorted(tally.tallies.items())},
+        OVERALL: overall.as_dict() | {"calibration": trust.get(OVERALL)},
+        "apps": {
+            app: t.as_dict() | {"calibration": trust.get(app)} for app, t in sorted(tally.tallies.items())
+        },
     }
 
 

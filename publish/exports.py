@@ -111,12 +111,7 @@ def export(
         raise ConfigError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     if action_format not in ACTION_FORMATS:
         raise ConfigError(f"unknown action format {action_format!r}; known: {', '.join(ACTION_FORMATS)}")
-    if max_side is not None and max_side < 1:
-        raise ConfigError(f"--max-side must be a positive number of pixels, not {max_side}")
-    if weights not in WEIGHTS:
-        raise ConfigError(f"unknown --weights {weights!r}; known: {', '.join(WEIGHTS)}")
-    if thoughts not in THOUGHTS:
-        raise ConfigError(f"unknown --thoughts {thoughts!r}; known: {', '.join(THOUGHTS)}")
+    _check_options(max_side, weights, thoughts)
     fed_by = images_trainer(fmt, trainer)
     man = manifest(sessions, store, name, version)
     _check_devices(sessions, man, action_format)
@@ -143,6 +138,15 @@ def export(
         report.files = finish({**marker, "family": family, "card": _export_card(man, report, thoughts)})
     report.images = len(writer.images | writer.embedded)
     return report
+
+
+def _check_options(max_side: int | None, weights: str, thoughts: str) -> None:
+    if max_side is not None and max_side < 1:
+        raise ConfigError(f"--max-side must be a positive number of pixels, not {max_side}")
+    if weights not in WEIGHTS:
+        raise ConfigError(f"unknown --weights {weights!r}; known: {', '.join(WEIGHTS)}")
+    if thoughts not in THOUGHTS:
+        raise ConfigError(f"unknown --thoughts {thoughts!r}; known: {', '.join(THOUGHTS)}")
 
 
 def _export_card(man: Manifest, report: ExportReport, thoughts: str) -> dict[str, Any]:

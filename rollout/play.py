@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajforge.actions import Action
+from trajforge.domain import Observation
 from trajforge.episode import Episode, Step
 from trajforge.world.verify import UNVERIFIABLE, VerifierResult
 
@@ -22,6 +24,36 @@ class Play:
     policy_failure: dict[str, Any] | None = None
     sampling: dict[str, Any] | None = None
     observed: list[dict[str, Any]] = field(default_factory=list)  # `Episode.observed`, per step
+
+    def record(
+        self,
+        index: int,
+        obs: Observation,
+        after: Observation,
+        text: str,
+        action: Action | None,
+        error: str | None,
+        latency_ms: int,
+    ) -> None:
+        """One step as played: the screen the policy saw and the one its action left, its answer, and
+        what the environment recorded in its own language (`Episode.observed`: BrowserGym's text
+        observation and the action string it executed)."""
+        sent = after.meta.get("action") if action is not None and after is not obs else None
+        self.observed.append({k: v for k, v in (("text", obs.meta.get("text")), ("sent", sent)) if v})
+        self.steps.append(
+            Step(
+                index=index,
+                screenshot=obs.screenshot,
+                screenshot_after=after.screenshot,
+                width=obs.width,
+                height=obs.height,
+                raw_output=text,
+                parse_error=error,
+                latency_ms=latency_ms,
+                elements=obs.elements,
+                action=action,
+            )
+        )
 
     def fault(self, reason: str, detail: dict[str, Any]) -> None:
         """The policy's endpoint failed: the episode ends, to be played again by a rerun."""

@@ -34,7 +34,7 @@ from storage.episodes import record_attempts, store_episode
 from storage.models import Query as QueryRow
 from trajforge.actions import ActionKind, get_codec
 from trajforge.domain import Observation, Query
-from trajforge.episode import Attempt, Episode, Step
+from trajforge.episode import Attempt, Episode
 from trajforge.errors import DeviceCrashed, DeviceError, DeviceHung, LLMError, ParseError
 from trajforge.logs import counts
 from trajforge.progress import track
@@ -315,8 +315,7 @@ class EpisodeRunner:
         policy.start(query, seed=uid, guidance=self.guidance.get(query.uid), rollout=k)
         obs = await self._device(env.reset, query)
         play = Play()
-        # a suite that says how long its tasks take (a desktop suite's `max_steps`) sets the limit
-        limit = getattr(env, "max_steps", None) or self.config.max_steps
+        limit = getattr(env, "max_steps", None) or self.config.max_steps  # a suite's own (desktop) wins
         for index in range(limit):
             check_stop()  # a stop ends the episode unstored; the rerun plays it again
             obs = await self._step(policy, env, obs, index, play)
@@ -352,23 +351,7 @@ class EpisodeRunner:
         except ParseError as exc:
             error = exc.reason
         after = await self._device(env.step, action) if action is not None else obs
-        # an environment's own language: its text observation, the action string it executed
-        sent = after.meta.get("action") if action is not None and after is not obs else None
-        play.observed.append({k: v for k, v in (("text", obs.meta.get("text")), ("sent", sent)) if v})
-        play.steps.append(
-            Step(
-                index=index,
-                screenshot=obs.screenshot,
-                screenshot_after=after.screenshot,
-                width=obs.width,
-                height=obs.height,
-                raw_output=out.text,
-                parse_error=error,
-                latency_ms=int((time.monotonic() - t0) * 1000),
-                elements=obs.elements,
-                action=action,
-            )
-        )
+        play.record(index, obs, after, out.text, action, error, int((time.monotonic() - t0) * 1000))
         if error is not None and cfg.on_parse_error == "end":
             play.reason, play.over = f"unparseable_output:{error}", True
         elif action is not None and action.kind == ActionKind.TERMINATE:

@@ -11,15 +11,30 @@ from annotation.queue import review_queue
 from critics.csrs import extract_round
 from critics.judge import judge_round
 from critics.outcomes import decide_outcomes, measure_trust
+from critics.trust import TRUST, rate, wilson
 from storage.anchors import episode_apps
 from storage.db import session_factory
-from storage.models import Anchor, Episode, Exclusion, Judgment, Sample, Step
+from storage.models import Anchor, Episode, Exclusion, Judgment, Round, Sample, Step
 from storage.objectstore import open_object_store
 from storage.samples import OUTCOME_STAGE
 from tests.support.smoke import smoke_round
 from trajforge.appspec import load_apps
 from trajforge.settings import AnnotationSettings, CriticSettings, load_settings
 from trajforge.verdicts import UNTRUSTED
+
+
+def _trust_of(sessions: sessionmaker[Session]) -> dict:
+    with sessions() as s:
+        stats = s.scalar(select(Round.stats).where(Round.number == ROUND)) or {}
+    return dict(stats[TRUST])
+
+
+def test_wilson_intervals_hold_the_rate_and_are_undefined_on_nothing() -> None:
+    assert wilson(0, 0) is None and rate(0, 0)["value"] is None
+    assert wilson(8, 8) == [0.6756, 1.0]  # 8 of 8 right: the bar of 95% is not yet shown
+    lo, hi = wilson(190, 190) or [0, 0]
+    assert lo > 0.98 and hi == 1.0
+    assert wilson(5, 10) == [0.2366, 0.7634]
 
 
 def episode_apps_of(sessions: sessionmaker[Session]) -> dict[int, str]:
@@ -93,6 +108,22 @@ def test_a_trusted_critic_decides_unanchored_episodes_and_agrees_with_the_hidden
         and accuracy["anchor"]["anchored"] >= 2
     )
     assert sum(report.kept.values()) > 0
+    table = _trust_of(sessions)  # published with the round: per task and over all, with intervals
+    overall = table["overall"]
+    assert overall["coverage"]["right"] == len(by_critic) and overall["coverage"]["of"] == len(truth)
+    lo, hi = overall["coverage"]["interval"]
+    assert lo <= overall["coverage"]["value"] <= hi
+    for app, row in table.items():
+        if app != "overall":
+            assert row["labels"] >= row["n"] and row["labels_needed"] == (
+                0 if app in trusted else row["labels_needed"]
+            )
+            if app not in trusted:  # the critic decides nothing there: its rates are undefined
+                assert (
+                    row["decided"] == 0
+                    and row["precision"]["value"] is None
+                    and row["coverage"]["right"] == 0
+                )
 
 
 def test_an_untrusted_critic_leaves_episodes_to_humans_with_a_reason(hidden) -> None:
@@ -100,6 +131,11 @@ def test_an_untrusted_critic_leaves_episodes_to_humans_with_a_reason(hidden) -> 
     settings = CriticSettings(trust_min_anchored=10_000)  # no app has been measured enough
     report = extract_round(sessions, ROUND, settings=settings)
     assert report.undecided == {UNTRUSTED: len(truth)}
+    table = _trust_of(sessions)
+    assert table["overall"]["coverage"]["value"] == 0.0 and table["overall"]["decided"] == 0
+    assert all(
+        row["labels_needed"] == 10_000 - row["labels"] for app, row in table.items() if app != "overall"
+    )
     with sessions() as s:
         assert not s.scalars(select(Sample).where(Sample.episode_id.in_(list(truth)))).all()
         queued = {c.episode_id: c.reasons for c in review_queue(s, ROUND, AnnotationSettings())}

@@ -237,7 +237,9 @@ def test_a_desktop_format_on_phone_episodes_is_one_error_before_anything_is_writ
     assert not out.exists()
 
 
-def test_the_browsergym_format_keeps_only_browsergym_steps_and_takes_no_family(version, tmp_path: Path) -> None:
+def test_the_browsergym_format_keeps_only_browsergym_steps_and_takes_no_family(
+    version, tmp_path: Path
+) -> None:
     """A phone dataset has no BrowserGym observation: every row is skipped with the reason counted
     (tests/evolve/test_browsergym_loop.py exports BrowserGym's own episodes)."""
     _, sessions, store, rows = version
