@@ -31,12 +31,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from bench.halves import REPORTING, TUNING, app_half
 from critics.judge import judge_round
 from critics.learned import cross_judge
-from critics.outcomes import decide_outcomes, deciding_anchor
+from critics.outcomes import decide_outcomes
 from critics.prior import with_prior
 from critics.trained import anchored_truth, leave_one_app_out, seen_episodes, training_rows
 from critics.trust import render_trust, trust_table
 from rollout.web.env import chromium_available
-from storage.anchors import anchors_by_episode
+from storage.anchors import anchors_by_episode, deciding_anchor
 from storage.apps import round_apps
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Anchor, Episode, Judgment, Policy, Round

@@ -17,9 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.learned import NAME
-from critics.outcomes import deciding_anchor, reversed_verifier
 from critics.trained import leave_one_app_out
-from storage.anchors import episode_apps
+from storage.anchors import deciding_anchor, episode_apps, reversed_verifier
 from storage.db import transaction
 from storage.models import Anchor, Episode, Judgment, Round, Step
 from trajforge.logs import counts

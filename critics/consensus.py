@@ -34,8 +34,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.heuristic import ChannelVerdict, consensus
-from critics.outcomes import deciding_anchor
-from storage.anchors import anchors_by_episode, episode_apps
+from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
 from storage.db import transaction
 from storage.models import Episode, Judgment
 from trajforge.metrics import ChannelStats

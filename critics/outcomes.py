@@ -1,10 +1,12 @@
 """Where an episode's outcome comes from: an anchor, or the calibrated critics (CSRS used for real).
 
 An anchor is a human's verdict, else the verifier's. Where a farm has no verifier (GUI-Owl's
-setting, any real Android app) the offline critics' consensus decides, but only for an app
-whose consensus has measured at least `trust_accuracy` on the app's anchored episodes of
-this and earlier rounds (at least `trust_min_anchored` of them). Every other episode stays
-undecided and goes to the human review queue. `critics.outcome` picks the rule:
+setting, any real Android app) the offline critics' consensus decides where `critics.trust` lets
+it: `precision` (default), an episode whose task's verdicts at that confidence are estimated at
+least `target_precision` right (`critics.precision`); `gate`, every episode of an app whose
+consensus has measured at least `trust_accuracy` on the app's anchored episodes of this and earlier
+rounds (at least `trust_min_anchored` of them). Every other episode stays undecided and goes to the
+human review queue. `critics.outcome` picks the rule:
 
 - `anchor`: anchors only;
 - `critic`: the trusted consensus decides every episode a human has not judged, and the
@@ -15,29 +17,24 @@ undecided and goes to the human review queue. `critics.outcome` picks the rule:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.anchors import anchors_by_episode, consensus_labels, episode_apps
-from storage.models import Anchor, Episode, Step
+from critics.precision import Precision, consensus_verdicts
+from storage.anchors import (
+    anchors_by_episode,
+    consensus_labels,
+    deciding_anchor,
+    episode_apps,
+    reversed_verifier,
+)
+from storage.models import Episode, Step
 from storage.models import Query as QueryRow
 from trajforge.domain import backend_of, goal_key
 from trajforge.settings import CriticSettings
 from trajforge.verdicts import UNDECIDED, UNTRUSTED, Outcome
-
-
-def deciding_anchor(anchors: Sequence[Anchor]) -> Anchor | None:
-    """The anchor that decides an episode's outcome: a human's overrides the verifier's."""
-    return next((a for a in anchors if a.source == "human"), anchors[0] if anchors else None)
-
-
-def reversed_verifier(anchors: Sequence[Anchor], deciding: Anchor) -> str | None:
-    """The verifier's label when the deciding anchor is a human who reversed it, else None."""
-    verifier = next((a.label for a in anchors if a.source == "verifier"), None)
-    return verifier if deciding.source == "human" and verifier not in (None, deciding.label) else None
 
 
 @dataclass(frozen=True)
@@ -66,13 +63,49 @@ def measure_trust(s: Session, round_id: int) -> dict[str, Trust]:
     return {app: Trust(right[app], n) for app, n in total.items()}
 
 
+@dataclass
+class CriticTrust:
+    """Whether the consensus may decide an episode, by `critics.trust` (module docstring)."""
+
+    settings: CriticSettings
+    verdicts: dict[int, tuple[str, float | None]]  # the round's consensus label and confidence
+    gate: dict[str, Trust]  # `trust: gate`: each app's measured accuracy
+    precision: Precision | None  # `trust: precision`: the anchored verdicts up to the round
+
+    @classmethod
+    def of(cls, s: Session, round_id: int, settings: CriticSettings) -> CriticTrust:
+        verdicts = consensus_verdicts(s, Episode.round_id == round_id)
+        if settings.trust == "precision":
+            return cls(settings, verdicts, {}, Precision.up_to(s, round_id))
+        return cls(settings, verdicts, measure_trust(s, round_id), None)
+
+    def decide(self, episode_id: int, app: str) -> Outcome:
+        """The critic's outcome for the episode were it unlabelled (its own anchor left out)."""
+        label, confidence = self.verdicts.get(episode_id, ("", None))
+        if label not in ("correct", "incorrect"):
+            return Outcome(None, UNDECIDED)
+        if self.precision is not None:
+            if confidence is None:  # no calibrated channel yet (the AND rule): no precision to show
+                return Outcome(None, UNTRUSTED, None, 0)
+            est = self.precision.estimate(app, confidence, leave_out=episode_id)
+            if est.precision < self.settings.target_precision:
+                return Outcome(None, UNTRUSTED, est.precision, est.own)
+            return Outcome(label == "correct", "critic", est.precision, est.own)
+        measured = self.gate.get(app, Trust(0, 0))
+        if (
+            measured.anchored < self.settings.trust_min_anchored
+            or measured.accuracy < self.settings.trust_accuracy
+        ):
+            return Outcome(None, UNTRUSTED, measured.accuracy, measured.anchored)
+        return Outcome(label == "correct", "critic", measured.accuracy, measured.anchored)
+
+
 def decide_outcomes(s: Session, round_id: int, settings: CriticSettings) -> dict[int, Outcome]:
     """The outcome of every episode of the round, with where it came from."""
-    trust = measure_trust(s, round_id) if settings.outcome != "anchor" else {}
     in_round = Episode.round_id == round_id
+    critic = CriticTrust.of(s, round_id, settings) if settings.outcome != "anchor" else None
     app_of = episode_apps(s, in_round)
     anchors = anchors_by_episode(s, in_round)
-    consensus = consensus_labels(s, in_round)
     out = {}
     for episode_id, app in app_of.items():
         found = anchors.get(episode_id, [])
@@ -81,17 +114,7 @@ def decide_outcomes(s: Session, round_id: int, settings: CriticSettings) -> dict
             overrides = reversed_verifier(found, deciding)
             out[episode_id] = Outcome(deciding.label == "success", deciding.source, overrides=overrides)
             continue
-        if settings.outcome == "anchor":
-            out[episode_id] = Outcome(None, "none")
-            continue
-        label = consensus.get(episode_id)
-        measured = trust.get(app, Trust(0, 0))
-        if label not in ("correct", "incorrect"):
-            out[episode_id] = Outcome(None, UNDECIDED)
-        elif measured.anchored < settings.trust_min_anchored or measured.accuracy < settings.trust_accuracy:
-            out[episode_id] = Outcome(None, UNTRUSTED, measured.accuracy, measured.anchored)
-        else:
-            out[episode_id] = Outcome(label == "correct", "critic", measured.accuracy, measured.anchored)
+        out[episode_id] = Outcome(None, "none") if critic is None else critic.decide(episode_id, app)
     return out
 
 

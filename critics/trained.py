@@ -18,10 +18,9 @@ from sqlalchemy.orm import Session
 
 from critics.episode_features import features
 from critics.learned import NAME, SUCCESS_AT, Checkpoint, Prediction, TrainRow, cross_judge, fit_all
-from critics.outcomes import deciding_anchor
 from critics.prior import with_prior
 from critics.view import critic_view
-from storage.anchors import anchors_by_episode
+from storage.anchors import anchors_by_episode, deciding_anchor
 from storage.episodes import steps_by_episode
 from storage.keys import critic_checkpoint_key
 from storage.models import Episode, Round

@@ -3,18 +3,20 @@
 For each task (app or suite task) of a round, and over all of them:
 
 - `n`: the round's episodes with a deciding anchor (a human's, else the verifier's verdict);
-- of those, the ones the critic would have decided had they no anchor (a consensus verdict in a
-  trusted task, `critics.outcomes`): `precision` (right among its "success" verdicts), `npv`
+- of those, the ones the critic would have decided had they no anchor (`critics.outcomes.CriticTrust`,
+  the episode's own anchor left out): `precision` (right among its "success" verdicts), `npv`
   (right among its "failure" verdicts) and `accuracy`; "undefined" (None) where it gave no verdict
   of that class;
 - `coverage`: of the round's episodes with no anchor, the share the critic decided;
-- `labels`: the task's anchored episodes up to the round, and `labels_needed`, how many more the
-  trust gate asks before it lets the critic decide (0 once trusted; None where the task has the
-  anchors but the critic's accuracy on them is below the bar, so labels alone do not make it trusted).
+- `labels`: the task's anchored episodes up to the round, and `labels_needed`, how many more it
+  needs before the critic decides its episodes (`trust: precision`: agreeing labels that lift the
+  task's estimated precision to the target; `gate`: anchors short of `trust_min_anchored`, None
+  where it has them and its accuracy is under the bar).
 
-Every rate comes with its Wilson 95% interval. The gate measures its accuracy on the same anchored
-episodes (this round's and earlier), so precision and NPV here are in-sample for the gate; the
-report says so. `bench_critics` measures them out of sample.
+Every rate comes with its Wilson 95% interval. The episode's own anchor is left out of what decides
+it, but the other anchors of the round both set the trust and are scored here: the figures are
+in-sample for the rule's settings (the report says so); `bench_critics` replays rounds with the
+verifier hidden.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from critics.outcomes import deciding_anchor, measure_trust
-from storage.anchors import anchors_by_episode, consensus_labels, episode_apps
+from critics.outcomes import CriticTrust
+from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
 from storage.models import Episode
 from trajforge.metrics import ChannelStats
 from trajforge.settings import CriticSettings
@@ -64,8 +66,7 @@ def trust_table(
     `decide_outcomes`."""
     apps = episode_apps(s, Episode.round_id == round_id)
     anchors = anchors_by_episode(s, Episode.round_id == round_id)
-    consensus = consensus_labels(s, Episode.round_id == round_id)
-    trust = measure_trust(s, round_id)
+    critic = CriticTrust.of(s, round_id, settings)
     up_to = Episode.round_id <= round_id
     apps_up_to = episode_apps(s, up_to)
     labelled = Counter(
@@ -80,41 +81,24 @@ def trust_table(
             stats.setdefault(key, ChannelStats())
             counts.setdefault(key, Counter())
         deciding = deciding_anchor(anchors.get(episode_id, []))
-        trusted = _trusted(trust.get(app), settings)
-        label = consensus.get(episode_id)
+        would = critic.decide(episode_id, app) if deciding is not None else None
         for key in (app, OVERALL):
             if deciding is None:
                 counts[key]["unlabelled"] += 1
                 counts[key]["covered"] += decided[episode_id].source == "critic"
                 continue
             counts[key]["n"] += 1
-            if trusted and label in ("correct", "incorrect"):
-                stats[key].add(label == "correct", deciding.label == "success")
-    return {
-        key: _row(stats[key], counts[key], labelled, key, trust, settings)
-        for key in sorted(stats, key=_order)
-    }
+            if would is not None and would.success is not None:
+                stats[key].add(would.success, deciding.label == "success")
+    return {key: _row(stats[key], counts[key], labelled, key, critic) for key in sorted(stats, key=_order)}
 
 
 def _order(key: str) -> tuple[bool, str]:
     return (key != OVERALL, key)
 
 
-def _trusted(measured: Any, settings: CriticSettings) -> bool:
-    return (
-        measured is not None
-        and measured.anchored >= settings.trust_min_anchored
-        and measured.accuracy >= settings.trust_accuracy
-    )
-
-
 def _row(
-    st: ChannelStats,
-    counts: Counter[str],
-    labelled: Counter[str],
-    key: str,
-    trust: dict[str, Any],
-    settings: CriticSettings,
+    st: ChannelStats, counts: Counter[str], labelled: Counter[str], key: str, critic: CriticTrust
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
         "n": counts["n"],
@@ -126,11 +110,20 @@ def _row(
     }
     if key == OVERALL:
         return row | {"labels": sum(labelled.values())}
-    measured = trust.get(key)
-    needed: int | None = max(0, settings.trust_min_anchored - labelled[key])
-    if needed == 0 and not _trusted(measured, settings):
-        needed = None  # enough labels, and still below the bar
-    return row | {"labels": labelled[key], "labels_needed": needed}
+    return row | {"labels": labelled[key], "labels_needed": _needed(critic, key, labelled[key])}
+
+
+def _needed(critic: CriticTrust, app: str, labels: int) -> int | None:
+    """More labels the task needs before the critic decides its episodes: by `trust: precision`, the
+    agreeing labels that lift its estimated precision to the target; by `gate`, the anchors short of
+    `trust_min_anchored` (None where it has them and is under the bar)."""
+    settings = critic.settings
+    if critic.precision is not None:
+        return critic.precision.labels_needed(app, settings.target_precision)
+    measured = critic.gate.get(app)
+    needed = max(0, settings.trust_min_anchored - labels)
+    passed = measured is not None and measured.accuracy >= settings.trust_accuracy
+    return needed if needed or passed else None
 
 
 def render_trust(table: dict[str, dict[str, Any]]) -> list[str]:

@@ -40,11 +40,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.outcomes import deciding_anchor
 from critics.trust import TRUST
 from evolve.revisits import revisited
 from rollout.records import MODEL_FAULTS
-from storage.anchors import anchors_by_episode
+from storage.anchors import anchors_by_episode, deciding_anchor
 from storage.llm_cache import failures_by_stage, stage_usage
 from storage.models import Episode, Exclusion, Judgment, Policy, Round, Sample
 from storage.models import Query as QueryRow

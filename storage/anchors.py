@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -41,3 +42,14 @@ def episode_apps(s: Session, *where: Any) -> dict[int, str]:
         select(Episode.id, QueryRow.goal).join(QueryRow, QueryRow.id == Episode.query_id).where(*where)
     )
     return {episode_id: str(goal.get("app", "")) for episode_id, goal in rows}
+
+
+def deciding_anchor(anchors: Sequence[Anchor]) -> Anchor | None:
+    """The anchor that decides an episode's outcome: a human's overrides the verifier's."""
+    return next((a for a in anchors if a.source == "human"), anchors[0] if anchors else None)
+
+
+def reversed_verifier(anchors: Sequence[Anchor], deciding: Anchor) -> str | None:
+    """The verifier's label when the deciding anchor is a human who reversed it, else None."""
+    verifier = next((a.label for a in anchors if a.source == "verifier"), None)
+    return verifier if deciding.source == "human" and verifier not in (None, deciding.label) else None

@@ -145,18 +145,19 @@ class CriticSettings(BaseSettings):
 
     outcome: Literal["anchor", "critic", "anchor_else_critic"] = Field(
         "anchor_else_critic",
-        description="anchor: only a verifier's or a human's verdict decides an outcome; critic: the "
-        "calibrated consensus decides every episode a human has not (the verifier only calibrates it); "
-        "anchor_else_critic: an anchor where there is one, else the calibrated consensus. The consensus "
-        "decides only for apps whose measured accuracy clears trust_accuracy; other episodes go to the "
-        "human review queue.",
+        description="anchor: a verifier's or a human's verdict only; critic: the consensus decides what a "
+        "human has not (the verifier only calibrates it); anchor_else_critic: an anchor, else the consensus, "
+        "where `trust` lets it decide (the rest goes to the human review queue).",
     )
-    trust_accuracy: float = Field(
-        0.95, gt=0, le=1, description="Consensus accuracy on an app's anchored episodes needed to trust it."
+    trust: Literal["precision", "gate"] = Field(
+        "precision",
+        description="precision: the consensus decides an episode where its precision on the task, estimated "
+        "from the task's anchors over the other tasks' (critics/trust.py), clears target_precision; gate: "
+        "every episode of an app whose accuracy clears trust_accuracy over trust_min_anchored anchors.",
     )
-    trust_min_anchored: int = Field(
-        20, ge=1, description="Anchored episodes (this round and earlier) an app's accuracy needs."
-    )
+    target_precision: float = Field(0.98, gt=0.5, le=1, description="The precision `trust: precision` keeps.")
+    trust_accuracy: float = Field(0.95, gt=0, le=1, description="`trust: gate`: an app's accuracy to clear.")
+    trust_min_anchored: int = Field(20, ge=1, description="`trust: gate`: anchored episodes it needs.")
     channels: list[str] = Field(
         default_factory=lambda: ["learned_trajectory", "heuristic_visual", "llm_multimodal"],
         description="Trajectory critics the consensus composes (those that judged an episode and did not "
@@ -175,10 +176,7 @@ class CriticSettings(BaseSettings):
         description="Anchored votes a channel needs before the calibrated rule weighs it (the app's own, "
         "else all apps').",
     )
-    weights: dict[str, float] = Field(
-        default_factory=dict,
-        description="Per channel weight of the weighted rule (a channel without one: 1).",
-    )
+    weights: dict[str, float] = Field(default_factory=dict, description="The weighted rule's, per channel.")
     tau_c: float = Field(
         0.5,
         ge=0,

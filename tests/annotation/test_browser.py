@@ -14,8 +14,8 @@ from annotation import config as cfg
 from annotation.client import Studio
 from annotation.pull import pull
 from annotation.push import push_round
-from critics.outcomes import deciding_anchor
 from rollout.web.env import chromium_available
+from storage.anchors import deciding_anchor
 from storage.models import (
     Anchor,
     AnnotationProject,

@@ -17,7 +17,7 @@ from annotation.push import push_round
 from annotation.queue import review_queue
 from annotation.stats import annotation_stats, render_stats
 from critics.calibration import calibrate_round
-from critics.outcomes import deciding_anchor
+from storage.anchors import deciding_anchor
 from storage.db import transaction
 from storage.models import Anchor, AnnotationProject, AnnotationTask, Correction, Episode, HumanAnnotation
 from storage.objectstore import open_object_store

@@ -81,7 +81,7 @@ def test_a_model_critic_wrong_at_a_known_rate_is_measured_so_and_trusted_only_ab
         apps = episode_apps(s)
         for bar in (0.9, 0.7):
             outcomes = decide_outcomes(
-                s, 1, CriticSettings(outcome="critic", trust_accuracy=bar, trust_min_anchored=1)
+                s, 1, CriticSettings(outcome="critic", trust="gate", trust_accuracy=bar, trust_min_anchored=1)
             )
             decided = {apps[e] for e, o in outcomes.items() if o.source == "critic"}
             assert decided == {app for app, t in trust.items() if t.accuracy >= bar}, (bar, trust)

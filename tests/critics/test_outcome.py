@@ -78,7 +78,7 @@ def test_a_trusted_critic_decides_unanchored_episodes_and_agrees_with_the_hidden
         trust = measure_trust(s, ROUND)
     bar = max(t.accuracy for t in trust.values())  # the best-measured app clears it, maybe not all
     assert bar >= 0.75, trust  # out of sample on the anchored episodes of rounds 1 and 2
-    settings = CriticSettings(trust_accuracy=bar, trust_min_anchored=2)
+    settings = CriticSettings(trust="gate", trust_accuracy=bar, trust_min_anchored=2)
     with sessions() as s:
         outcomes = decide_outcomes(s, ROUND, settings)
     trusted = {app for app, t in trust.items() if t.anchored >= 2 and t.accuracy >= bar}
@@ -128,7 +128,7 @@ def test_a_trusted_critic_decides_unanchored_episodes_and_agrees_with_the_hidden
 
 def test_an_untrusted_critic_leaves_episodes_to_humans_with_a_reason(hidden) -> None:
     sessions, truth = hidden
-    settings = CriticSettings(trust_min_anchored=10_000)  # no app has been measured enough
+    settings = CriticSettings(trust="gate", trust_min_anchored=10_000)  # no app has been measured enough
     report = extract_round(sessions, ROUND, settings=settings)
     assert report.undecided == {UNTRUSTED: len(truth)}
     table = _trust_of(sessions)
@@ -152,6 +152,25 @@ def test_critic_mode_lets_the_verifier_only_calibrate(hidden) -> None:
     sessions, _ = hidden
     with sessions() as s:
         outcomes = decide_outcomes(
-            s, 1, CriticSettings(outcome="critic", trust_accuracy=0.5, trust_min_anchored=1)
+            s, 1, CriticSettings(outcome="critic", trust="gate", trust_accuracy=0.5, trust_min_anchored=1)
         )
     assert "verifier" not in {o.source for o in outcomes.values()}
+
+
+def test_precision_first_decides_only_where_the_tasks_estimate_clears_the_target(hidden) -> None:
+    """The default rule (`trust: precision`): an unlabelled episode is decided where its task's
+    verdicts at that confidence are estimated at least `target_precision` right, else left to a
+    human with the estimate it fell short by; the trust table counts the same decisions."""
+    sessions, truth = hidden
+    for target in (0.98, 0.6):
+        settings = CriticSettings(target_precision=target)
+        with sessions() as s:
+            outcomes = decide_outcomes(s, ROUND, settings)
+        unlabelled = [outcomes[eid] for eid in truth]
+        decided = [o for o in unlabelled if o.source == "critic"]
+        assert all(o.accuracy is not None and o.accuracy >= target for o in decided)
+        assert all(o.accuracy is None or o.accuracy < target for o in unlabelled if o.source == UNTRUSTED)
+        extract_round(sessions, ROUND, settings=settings)
+        coverage = _trust_of(sessions)["overall"]["coverage"]
+        assert coverage["right"] == len(decided) and coverage["of"] == len(truth)
+    assert decided  # a lower bar decides some of a smoke round's episodes
