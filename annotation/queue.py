@@ -6,19 +6,24 @@ verdicts scored below `annotate.low_confidence` (the calibrated consensus scores
 verdict by the probability it gives it). A seeded random share of the other episodes
 (`annotate.audit_fraction`) joins as `audit`, so calibration is measured beyond hard cases.
 Within a reason, the episodes whose consensus is least sure come first: a human's verdict
-there teaches the critics the most.
+there teaches the channels' weights the most. The episodes nothing decided (`no_outcome`, the
+critic abstained) are ordered by what a label teaches the per-task trust (`critics.precision`):
+the tasks with the fewest labels first, taking turns, and within a task `teaching_order`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
 from storage.models import Anchor, Episode, Exclusion, Judgment, Step
 from storage.models import Query as QueryRow
 from storage.samples import OUTCOME_STAGE
@@ -43,6 +48,7 @@ class Candidate:
     app: str
     reasons: list[str]
     confidence: float = 1.0  # the calibrated consensus's probability of its own verdict
+    verdict: bool | None = None  # the consensus's: success (True), failure (False), none
 
 
 def _audited(uid: str, seed: int, fraction: float) -> bool:
@@ -91,10 +97,47 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
             reasons.append("audit")
         if reasons:
             sure = agreed.score if agreed is not None and agreed.score is not None else 1.0
-            out.append(Candidate(episode_id, uid, str(goal.get("app", "")), reasons, sure))
+            said = agreed.label == "correct" if agreed is not None and agreed.label not in SILENT else None
+            out.append(Candidate(episode_id, uid, str(goal.get("app", "")), reasons, sure, said))
     # hardest reasons first; within one, the verdicts the critics are least sure of, which teach the most
     out.sort(key=lambda c: (min(REASONS.index(r) for r in c.reasons), c.confidence, c.episode_id))
-    return out
+    first = [c for c in out if c.reasons[0] == "no_outcome"]  # a list's reasons run in REASONS order
+    return _teaching(first, _labels_by_app(s, round_id)) + out[len(first) :]
+
+
+def teaching_order(ranked: list[tuple[int, float, bool]]) -> list[int]:
+    """The episodes of one task, (id, confidence, verdict), in the order their labels teach its trust
+    most: the most confident verdicts first, since a label at confidence c counts for every decision
+    at c or below, taking turns between the two verdicts, so the first labels show both whether the
+    task's successes and its failures are read right (a task read the wrong way shows at once)."""
+    by_verdict = {
+        said: sorted((r for r in ranked if r[2] == said), key=lambda r: (-r[1], r[0]))
+        for said in (True, False)
+    }
+    order = []
+    for pair in itertools.zip_longest(by_verdict[True], by_verdict[False]):
+        order += [r[0] for r in sorted(filter(None, pair), key=lambda r: (-r[1], r[0]))]
+    return order
+
+
+def _teaching(candidates: list[Candidate], labels: Counter[str]) -> list[Candidate]:
+    """Undecided episodes in teaching order: tasks with the fewest labels first, taking turns."""
+    by_app: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        by_app.setdefault(c.app, []).append(c)
+    queues = []
+    for app in sorted(by_app, key=lambda a: (labels[a], a)):
+        by_id = {c.episode_id: c for c in by_app[app]}
+        ranked = [(c.episode_id, c.confidence, bool(c.verdict)) for c in by_app[app]]
+        queues.append([by_id[e] for e in teaching_order(ranked)])
+    return [c for turn in itertools.zip_longest(*queues) for c in turn if c is not None]
+
+
+def _labels_by_app(s: Session, round_id: int) -> Counter[str]:
+    """Each task's anchored episodes up to the round."""
+    up_to = Episode.round_id <= round_id
+    apps = episode_apps(s, up_to)
+    return Counter(apps[e] for e, found in anchors_by_episode(s, up_to).items() if deciding_anchor(found))
 
 
 def _verifiers_and_undecided(s: Session, round_id: int, in_round: Any) -> tuple[dict[int, str], set[str]]:

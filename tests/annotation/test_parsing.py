@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from annotation import config as cfg
 from annotation.images import ImageLinks, image_mode, overlay
 from annotation.pull import resolve
-from annotation.queue import review_queue
+from annotation.queue import Candidate, _teaching, review_queue, teaching_order
 from annotation.results import clicked_action, independence, parse_correction, parse_result
 from annotation.stats import inter_annotator
 from storage.db import insert_ignore, transaction
@@ -274,3 +275,22 @@ def test_review_queue_takes_disagreements_low_confidence_and_an_audit_sample(
     # within a reason, the least sure consensus first: its verdict teaches the critics the most
     assert [c.episode_id for c in none] == [ids[2], ids[5], ids[1], ids[3], ids[4]]
     assert every[-1].reasons == ["audit"] and every[-1].episode_id == ids[0]
+
+
+def test_teaching_order_asks_the_most_confident_verdicts_first_taking_turns_between_the_two() -> None:
+    ranked = [(1, 0.6, True), (2, 0.99, True), (3, 0.9, False), (4, 0.95, True), (5, 0.7, False)]
+    assert teaching_order(ranked) == [2, 3, 4, 5, 1]
+    assert teaching_order([(7, 0.5, False), (8, 0.8, False)]) == [8, 7]  # one verdict only: by confidence
+    assert teaching_order([]) == []
+
+
+def test_undecided_episodes_are_queued_for_the_tasks_with_fewest_labels_first_taking_turns() -> None:
+    made = [
+        Candidate(i, f"u{i}", app, ["no_outcome"], confidence, verdict)
+        for i, app, confidence, verdict in (
+            (1, "a", 0.99, True), (2, "a", 0.9, False), (3, "a", 0.8, True),
+            (4, "b", 0.7, True), (5, "b", 0.95, True),
+        )
+    ]  # fmt: skip
+    order = [c.episode_id for c in _teaching(made, Counter({"a": 5, "b": 1}))]
+    assert order == [5, 1, 4, 2, 3]  # b has fewer labels: its most confident first, then a's, in turns
