@@ -22,7 +22,6 @@ Usage: python -m bench.trust_curve HOME... [--target 0.98 --trials 5]
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import tempfile
 from collections import defaultdict
@@ -35,7 +34,7 @@ from annotation.queue import teaching_order
 from bench.bench_critics import _copy, _judge_all
 from bench.halves import app_half
 from critics.consensus import Anchored, Evidence, gather_evidence
-from critics.precision import Precision, Verdict
+from critics.precision import Precision, _said, verdicts_of
 from critics.trust import wilson
 from storage.models import Round
 from trajforge.metrics import ChannelStats
@@ -43,12 +42,6 @@ from trajforge.settings import CriticSettings
 
 KS = (0, 2, 4, 8, 16)
 Choice = Callable[[list[Anchored], list[tuple[int, float, bool]], int, int], list[Anchored]]
-
-
-def _confidence(ev: Evidence, a: Anchored, own: bool | None) -> tuple[bool, float] | None:
-    """The consensus verdict and its confidence from the votes, weighed by `ev` (own anchor left out)."""
-    score = ev.log_odds(a.app, a.votes, own, ev.choose(a.app, a.episode_id))[0]
-    return None if score is None else (score > 0, 1 / (1 + math.exp(-abs(score))))
 
 
 def replay(
@@ -59,17 +52,12 @@ def replay(
     ev = Evidence(minimum)
     for a in known:
         ev.add(a)
-    verdicts = []
-    for a in known:
-        said = _confidence(ev, a, a.actual)
-        if said is not None:
-            verdicts.append(Verdict(a.episode_id, a.app, said[1], said[0] == a.actual))
-    precision, st = Precision(verdicts), ChannelStats()
+    precision, st = Precision(verdicts_of(known, minimum)), ChannelStats()
     chosen = {a.episode_id for a in labelled}
     for a in anchored:
         if a.app != task or a.episode_id in chosen:
             continue
-        said = _confidence(ev, a, None)
+        said = _said(ev, a, None)
         if said is not None and precision.estimate(task, said[1]).precision >= target:
             st.add(said[0], a.actual)
     return st
@@ -96,7 +84,7 @@ def _ranked(anchored: list[Anchored], task: str, minimum: int) -> list[tuple[int
             ev.add(a)
     out = []
     for a in anchored:
-        if a.app == task and (said := _confidence(ev, a, None)) is not None:
+        if a.app == task and (said := _said(ev, a, None)) is not None:
             out.append((a.episode_id, said[1], said[0]))
     return out
 
@@ -172,6 +160,7 @@ def main() -> None:
     parser.add_argument("homes", nargs="+", type=Path)
     parser.add_argument("--target", type=float, default=0.98)
     parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--minimum", type=int, help="critics.calibration_min_anchored to replay with")
     args = parser.parse_args()
     settings = CriticSettings()
     for home in args.homes:
@@ -183,7 +172,7 @@ def main() -> None:
                 evidence, _ = gather_evidence(s, last, settings)
         print(f"== {home}: {len(evidence.anchored)} anchored episodes, target precision {args.target:.0%}")
         print(
-            "\n".join(curve(evidence.anchored, args.target, args.trials, settings.calibration_min_anchored))
+            "\n".join(curve(evidence.anchored, args.target, args.trials, args.minimum or settings.calibration_min_anchored))
         )
 
 

@@ -76,7 +76,7 @@ class CriticTrust:
     def of(cls, s: Session, round_id: int, settings: CriticSettings) -> CriticTrust:
         verdicts = consensus_verdicts(s, Episode.round_id == round_id)
         if settings.trust == "precision":
-            return cls(settings, verdicts, {}, Precision.up_to(s, round_id))
+            return cls(settings, verdicts, {}, Precision.up_to(s, round_id, settings))
         return cls(settings, verdicts, measure_trust(s, round_id), None)
 
     def decide(self, episode_id: int, app: str) -> Outcome:

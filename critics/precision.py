@@ -8,8 +8,9 @@ passing a gate: how often is a verdict of this task, at least this confident, ri
 Two kinds of evidence answer it, from the anchored episodes (a human's verdict, else the verifier's)
 of this round and earlier:
 
-- the other tasks' verdicts at least this confident: right r_o of n_o, so a pooled precision
-  q = (r_o + 1) / (n_o + 2);
+- the other tasks' verdicts at least this confident, each recomputed as the consensus would have
+  given it had its task been unseen (every anchor of that task left out of the channels' weights,
+  as a new task's are): right r_o of n_o, so a pooled precision q = (r_o + 1) / (n_o + 2);
 - the task's own such verdicts: right r of n.
 
 The other tasks are a prior, as strong as they have been shown to transfer: the Beta prior
@@ -26,14 +27,16 @@ disagrees pulls it down at once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
+from critics.consensus import Anchored, Evidence, gather_evidence
 from storage.models import Episode, Judgment
+from trajforge.settings import CriticSettings
 from trajforge.verdicts import CONSENSUS
 
 MIN_STRENGTH, MAX_STRENGTH = 1.0, 200.0
@@ -42,12 +45,60 @@ MIN_TASK_VERDICTS = 3  # a task's accuracy enters the spread only with this many
 
 @dataclass(frozen=True)
 class Verdict:
-    """An anchored episode's consensus verdict: its task, confidence, and whether it was right."""
+    """An anchored episode's consensus verdict: its task, confidence, and whether it was right, as the
+    consensus gives it (its own anchor left out) and as it would give it were the task unseen (every
+    anchor of the task left out: what another task's prior is measured on)."""
 
     episode_id: int
     app: str
     confidence: float
     right: bool
+    unseen_confidence: float | None = None  # None: as `confidence`
+    unseen_right: bool | None = None
+
+    def as_unseen(self) -> tuple[float, bool]:
+        if self.unseen_confidence is None or self.unseen_right is None:
+            return self.confidence, self.right
+        return self.unseen_confidence, self.unseen_right
+
+
+def _said(ev: Evidence, a: Anchored, own: bool | None) -> tuple[bool, float] | None:
+    """The consensus verdict on `a` and its confidence, the votes weighed by `ev` (`own` left out)."""
+    score = ev.log_odds(a.app, a.votes, own, ev.choose(a.app, a.episode_id))[0]
+    return None if score is None else (score > 0, 1 / (1 + math.exp(-abs(score))))
+
+
+def verdicts_of(anchored: list[Anchored], minimum: int) -> list[Verdict]:
+    """Each anchored episode's verdict, as the consensus gives it and as it would for an unseen task."""
+    everything = Evidence(minimum)
+    for a in anchored:
+        everything.add(a)
+    unseen: dict[int, tuple[bool, float]] = {}
+    for app in {a.app for a in anchored}:
+        without = Evidence(minimum)
+        for a in anchored:
+            if a.app != app:
+                without.add(a)
+        for a in anchored:
+            if a.app == app and (said := _said(without, a, None)) is not None:
+                unseen[a.episode_id] = said
+    out = []
+    for a in anchored:
+        said = _said(everything, a, a.actual)
+        if said is None:
+            continue
+        other = unseen.get(a.episode_id)
+        out.append(
+            Verdict(
+                a.episode_id,
+                a.app,
+                said[1],
+                said[0] == a.actual,
+                None if other is None else other[1],
+                None if other is None else other[0] == a.actual,
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -81,29 +132,22 @@ class Precision:
         self.strength = transfer_strength(verdicts)
 
     @classmethod
-    def up_to(cls, s: Session, round_id: int) -> Precision:
-        up_to = Episode.round_id <= round_id
-        apps, said = episode_apps(s, up_to), consensus_verdicts(s, up_to)
-        verdicts = []
-        for episode_id, found in anchors_by_episode(s, up_to).items():
-            deciding = deciding_anchor(found)
-            label, confidence = said.get(episode_id, ("", None))
-            if deciding is None or confidence is None or label not in ("correct", "incorrect"):
-                continue
-            right = (label == "correct") == (deciding.label == "success")
-            verdicts.append(Verdict(episode_id, apps[episode_id], confidence, right))
-        return cls(verdicts)
+    def up_to(cls, s: Session, round_id: int, settings: CriticSettings) -> Precision:
+        """From the channels' votes on the anchored episodes up to the round (`verdicts_of`)."""
+        evidence, _ = gather_evidence(s, round_id, settings)
+        return cls(verdicts_of(evidence.anchored, settings.calibration_min_anchored))
 
     def estimate(self, app: str, confidence: float, leave_out: int | None = None) -> Estimate:
         """The task's precision at `confidence` and above (the episode `leave_out` not counted)."""
         own = pooled = own_right = pooled_right = 0
         for v in self.verdicts:
-            if v.confidence < confidence or v.episode_id == leave_out:
+            if v.episode_id == leave_out:
                 continue
             if v.app == app:
-                own, own_right = own + 1, own_right + v.right
-            else:
-                pooled, pooled_right = pooled + 1, pooled_right + v.right
+                if v.confidence >= confidence:
+                    own, own_right = own + 1, own_right + v.right
+            elif (seen := v.as_unseen())[0] >= confidence:  # the others, as if each were unseen
+                pooled, pooled_right = pooled + 1, pooled_right + seen[1]
         q = (pooled_right + 1) / (pooled + 2)
         precision = (self.strength * q + own_right) / (self.strength + own)
         return Estimate(precision, own, own_right, pooled)
@@ -121,11 +165,11 @@ class Precision:
 
 
 def transfer_strength(verdicts: list[Verdict]) -> float:
-    """The prior's strength from how the tasks' accuracies spread around the pooled one (module
-    docstring); the weakest prior where fewer than two tasks have enough verdicts to say."""
+    """The prior's strength from how the tasks' accuracies, each as if unseen, spread around the pooled
+    one (module docstring); the weakest prior where fewer than two tasks have enough verdicts to say."""
     by_app: dict[str, list[bool]] = {}
     for v in verdicts:
-        by_app.setdefault(v.app, []).append(v.right)
+        by_app.setdefault(v.app, []).append(v.as_unseen()[1])
     tasks = [(sum(r), len(r)) for r in by_app.values() if len(r) >= MIN_TASK_VERDICTS]
     if len(tasks) < 2:
         return MIN_STRENGTH
