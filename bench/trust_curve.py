@@ -171,9 +171,8 @@ def main() -> None:
                 last = s.scalar(select(func.max(Round.id))) or 0
                 evidence, _ = gather_evidence(s, last, settings)
         print(f"== {home}: {len(evidence.anchored)} anchored episodes, target precision {args.target:.0%}")
-        print(
-            "\n".join(curve(evidence.anchored, args.target, args.trials, args.minimum or settings.calibration_min_anchored))
-        )
+        minimum = args.minimum or settings.calibration_min_anchored
+        print("\n".join(curve(evidence.anchored, args.target, args.trials, minimum)))
 
 
 if __name__ == "__main__":
