@@ -94,6 +94,7 @@ def _write_export(spine: Spine, dataset_version: int, fmt: str, builtin: bool, f
         spine.sessions, spine.store, settings.evolve.dataset, dataset_version, fmt, str(folder),
         "canonical" if family else settings.trainer.action_format, tolerance=settings.curate.point_tolerance,
         settings=settings, trainer="none" if builtin else settings.trainer.images, family=family,
+        misfit_as="canonical" if builtin else None,  # it learns the canonical actions: any device's
     )  # fmt: skip
 
 

@@ -97,6 +97,7 @@ def export(
     trainer: str = "auto",
     thoughts: str = "recorded",
     family: str | None = None,
+    misfit_as: str | None = None,
 ) -> ExportReport:
     """Write dataset `name` v`version` as `fmt` to `out` (see the module docstring).
 
@@ -104,7 +105,9 @@ def export(
     size a pixel-coordinate format is written at: the size that trainer feeds the model, so the
     answers' pixels land where they should on the image as fed. `thoughts` is one of THOUGHTS.
     `family` (a `trajforge.families` name) writes each action row as that family's conversation
-    (`publish.export_family`), in its action format and coordinate space.
+    (`publish.export_family`), in its action format and coordinate space. An action format that
+    cannot state the episodes' device is refused, or replaced by `misfit_as` where given (the
+    built-in policy, which learns the canonical actions, exports `canonical` there).
     """
     fam, action_format = _family(family, fmt, action_format)
     if fmt not in FORMATS:
@@ -112,10 +115,9 @@ def export(
     if action_format not in ACTION_FORMATS:
         raise ConfigError(f"unknown action format {action_format!r}; known: {', '.join(ACTION_FORMATS)}")
     _check_options(max_side, weights, thoughts)
-    fed_by = images_trainer(fmt, trainer)
     man = manifest(sessions, store, name, version)
-    _check_devices(sessions, man, action_format)
-    report = ExportReport(fmt, out, trainer=fed_by)
+    action_format = _fit_devices(sessions, man, action_format, misfit_as)
+    report = ExportReport(fmt, out, trainer=(fed_by := images_trainer(fmt, trainer)))
     with export_target(out, settings) as (root, finish):
         writer = Writer(root, store, max_side, partial(export_sizes, action_format, trainer=fed_by))
         shaper = FamilyShaper(fam, sessions, writer.size_for, fmt != "rl-verl") if fam else None
@@ -167,11 +169,16 @@ def _export_card(man: Manifest, report: ExportReport, thoughts: str) -> dict[str
     }
 
 
-def _check_devices(sessions: sessionmaker[Session], man: Manifest, action_format: str) -> None:
-    """Raises ConfigError when the version holds episodes of a device the format cannot state (a
-    desktop's format on phone taps, a phone's on a desktop), before anything is written."""
+def _fit_devices(
+    sessions: sessionmaker[Session], man: Manifest, action_format: str, instead: str | None
+) -> str:
+    """The action format, where it can state every device the version's episodes ran on; else
+    `instead`, or ConfigError (a desktop's format on phone taps, a phone's on a desktop), before
+    anything is written."""
     devices = round_devices(sessions, man.lineage.rounds)
     wrong = sorted(app for app, device in devices.items() if misfit(action_format, device))
+    if wrong and instead is not None:
+        return instead
     if wrong:
         kind = devices[wrong[0]]
         raise ConfigError(
@@ -179,6 +186,7 @@ def _check_devices(sessions: sessionmaker[Session], man: Manifest, action_format
             f"{action_format} format cannot state: it is a {'desktop' if kind == 'phone' else 'phone'}'s; "
             f"export it with a {kind} format or family (or the canonical format)"
         )
+    return action_format
 
 
 def _family(family: str | None, fmt: str, action_format: str) -> tuple[Family | None, str]:
