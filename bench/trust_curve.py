@@ -34,7 +34,7 @@ from annotation.queue import teaching_order
 from bench.bench_critics import _copy, _judge_all
 from bench.halves import app_half
 from critics.consensus import Anchored, Evidence, gather_evidence
-from critics.precision import Precision, _said, verdicts_of
+from critics.precision import Precision, verdict_of, verdicts_of
 from critics.trust import wilson
 from storage.models import Round
 from trajforge.metrics import ChannelStats
@@ -57,7 +57,7 @@ def replay(
     for a in anchored:
         if a.app != task or a.episode_id in chosen:
             continue
-        said = _said(ev, a, None)
+        said = verdict_of(ev, a, None)
         if said is not None and precision.estimate(task, said[1]).precision >= target:
             st.add(said[0], a.actual)
     return st
@@ -84,7 +84,7 @@ def _ranked(anchored: list[Anchored], task: str, minimum: int) -> list[tuple[int
             ev.add(a)
     out = []
     for a in anchored:
-        if a.app == task and (said := _said(ev, a, None)) is not None:
+        if a.app == task and (said := verdict_of(ev, a, None)) is not None:
             out.append((a.episode_id, said[1], said[0]))
     return out
 

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.precision import Precision, consensus_verdicts
+from critics.precision import Precision
 from storage.anchors import (
     anchors_by_episode,
     consensus_labels,
+    consensus_verdicts,
     deciding_anchor,
     episode_apps,
     reversed_verifier,

@@ -29,15 +29,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from critics.consensus import Anchored, Evidence, gather_evidence
-from storage.models import Episode, Judgment
 from trajforge.settings import CriticSettings
-from trajforge.verdicts import CONSENSUS
 
 MIN_STRENGTH, MAX_STRENGTH = 1.0, 200.0
 MIN_TASK_VERDICTS = 3  # a task's accuracy enters the spread only with this many verdicts
@@ -62,7 +58,7 @@ class Verdict:
         return self.unseen_confidence, self.unseen_right
 
 
-def _said(ev: Evidence, a: Anchored, own: bool | None) -> tuple[bool, float] | None:
+def verdict_of(ev: Evidence, a: Anchored, own: bool | None) -> tuple[bool, float] | None:
     """The consensus verdict on `a` and its confidence, the votes weighed by `ev` (`own` left out)."""
     score = ev.log_odds(a.app, a.votes, own, ev.choose(a.app, a.episode_id))[0]
     return None if score is None else (score > 0, 1 / (1 + math.exp(-abs(score))))
@@ -80,11 +76,11 @@ def verdicts_of(anchored: list[Anchored], minimum: int) -> list[Verdict]:
             if a.app != app:
                 without.add(a)
         for a in anchored:
-            if a.app == app and (said := _said(without, a, None)) is not None:
+            if a.app == app and (said := verdict_of(without, a, None)) is not None:
                 unseen[a.episode_id] = said
     out = []
     for a in anchored:
-        said = _said(everything, a, a.actual)
+        said = verdict_of(everything, a, a.actual)
         if said is None:
             continue
         other = unseen.get(a.episode_id)
@@ -107,21 +103,6 @@ class Estimate:
     own: int  # the task's own anchored verdicts it rests on
     own_right: int
     pooled: int  # the other tasks' (the prior's)
-
-
-def consensus_verdicts(s: Session, *where: Any) -> dict[int, tuple[str, float | None]]:
-    """The consensus label and confidence of the episodes `where` selects, by episode id."""
-    rows = s.execute(
-        select(Judgment.target_id, Judgment.label, Judgment.score)
-        .join(Episode, Episode.id == Judgment.target_id)
-        .where(
-            Judgment.target == "episode",
-            Judgment.critic == CONSENSUS[0],
-            Judgment.critic_version == CONSENSUS[1],
-            *where,
-        )
-    )
-    return {episode_id: (label, score) for episode_id, label, score in rows}
 
 
 class Precision:

@@ -87,11 +87,15 @@ def answer(thought: str | None, code: str) -> str:
 
 
 class _Episodes:
-    """Each episode's steps and BrowserGym observations, read once per episode."""
+    """Each episode's steps and BrowserGym observations, read once per episode (rows of one episode
+    come together, and several rows of one step share its observation)."""
 
     def __init__(self, sessions: sessionmaker[Session], store: ObjectStore) -> None:
         self.sessions, self.store = sessions, store
-        self._uid, self._steps, self._observed = "", [], []  # type: ignore[var-annotated]
+        self._uid = ""
+        self._steps: list[Step] = []
+        self._observed: list[dict[str, Any]] = []
+        self._seen: dict[str, dict[str, Any]] = {}  # this episode's observations read, by sha
 
     def load(self, uid: str) -> tuple[list[Step], list[dict[str, Any]]]:
         if uid != self._uid:
@@ -100,11 +104,13 @@ class _Episodes:
                 found = steps_by_episode(s, Episode.uid == uid) if row is not None else {}
                 self._steps = next(iter(found.values()), [])
                 self._observed = list((row.meta or {}).get("observed") or []) if row is not None else []
-            self._uid = uid
+            self._uid, self._seen = uid, {}
         return self._steps, self._observed
 
     def seen(self, sha: str) -> dict[str, Any]:
-        return dict(json.loads(self.store.get(blob_key(sha))))
+        if sha not in self._seen:
+            self._seen[sha] = dict(json.loads(self.store.get(blob_key(sha))))
+        return self._seen[sha]
 
 
 def _code(action: Action, step: Step, sent: str | None, seen: dict[str, Any]) -> str:

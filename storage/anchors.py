@@ -23,8 +23,13 @@ def anchors_by_episode(s: Session, *where: Any) -> dict[int, list[Anchor]]:
 
 def consensus_labels(s: Session, *where: Any) -> dict[int, str]:
     """The offline consensus label of the episodes `where` selects, by episode id."""
+    return {episode_id: label for episode_id, (label, _) in consensus_verdicts(s, *where).items()}
+
+
+def consensus_verdicts(s: Session, *where: Any) -> dict[int, tuple[str, float | None]]:
+    """The offline consensus label and confidence (its score) of the episodes `where` selects."""
     rows = s.execute(
-        select(Judgment.target_id, Judgment.label)
+        select(Judgment.target_id, Judgment.label, Judgment.score)
         .join(Episode, Episode.id == Judgment.target_id)
         .where(
             Judgment.target == "episode",
@@ -33,7 +38,7 @@ def consensus_labels(s: Session, *where: Any) -> dict[int, str]:
             *where,
         )
     )
-    return {episode_id: label for episode_id, label in rows}
+    return {episode_id: (label, score) for episode_id, label, score in rows}
 
 
 def episode_apps(s: Session, *where: Any) -> dict[int, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,20 @@ def _zombie(pid: int) -> bool:
 TALLY = Path(__file__).resolve().parents[1] / "support" / "desktop_tally.py"
 
 
+@contextmanager
+def user_task(path: Path, task: str, seed: int) -> Iterator[tuple[DesktopEnv, Observation, dict[str, str]]]:
+    """A task of a user's suite file, reset on a display of its own (closed after): the environment,
+    the first observation and the seed's params."""
+    user = get_suite(str(path))
+    assert isinstance(user, DesktopSuite)
+    env = user.environment(None)
+    try:
+        instruction, params = env.describe(task, seed)
+        yield env, env.reset(task_query(f"{path}:{task}", seed, instruction, params)), params
+    finally:
+        env.close()
+
+
 def tally_suite(folder: Path) -> Path:
     """A suite for an app of the user's own, written from docs/environments.md alone; its app is
     started through a shell, so its window belongs to a child of the launched process."""
@@ -188,20 +203,13 @@ def test_setup_types_lines_waits_and_the_getters_read_the_window_and_node_they_n
         "      - get: {element: {role: text, focused: true}}\n        regex: '^first\\nsecond\\nthird'\n"
         "      - get: {file: notes.txt}\n        regex: '^first\\nsecond\\nthird\\n'\n"
     )
-    user = get_suite(str(path))
-    assert isinstance(user, DesktopSuite)
-    env = user.environment(None)
-    try:
-        instruction, params = env.describe("two-lines", 0)
-        env.reset(task_query(f"{path}:two-lines", 0, instruction, params))
+    with user_task(path, "two-lines", 0) as (env, _, _):
         assert env.max_steps == 4  # the task's own, over the suite's 9
         before = env.verify()
         assert not before.success and "check 2" in before.detail  # typed, saved nothing yet
         env.step(Action(kind=K.TYPE, text="third\n"))
         env.step(Action(kind=K.HOTKEY, text="ctrl+s"))
         assert env.verify().success, env.verify().detail
-    finally:
-        env.close()
 
 
 def test_libreoffice_calc_a_large_tree_read_in_bounds_and_its_saved_cell_checked(tmp_path: Path) -> None:
@@ -226,12 +234,7 @@ def test_libreoffice_calc_a_large_tree_read_in_bounds_and_its_saved_cell_checked
         "      - get: {cell: {file: data.xlsx, ref: A1}}\n"
         "        numeric: '{n}'\n"
     )
-    user = get_suite(str(path))
-    assert isinstance(user, DesktopSuite)
-    env = user.environment(None)
-    try:
-        instruction, params = env.describe("cell", 2)
-        obs = env.reset(task_query(f"{path}:cell", 2, instruction, params))
+    with user_task(path, "cell", 2) as (env, obs, params):
         cells = [e for e in obs.elements or [] if e["tag"] == "table cell"]
         assert any(e["kind"] == "button" and e["text"] == "File" for e in obs.elements or [])
         assert 0 < len(cells) < 500 and cells[0]["text"] == "A1: x"
@@ -245,8 +248,6 @@ def test_libreoffice_calc_a_large_tree_read_in_bounds_and_its_saved_cell_checked
         while not env.verify().success and time.monotonic() < deadline:
             time.sleep(0.2)
         assert env.verify().success
-    finally:
-        env.close()
 
 
 def test_an_app_that_fails_is_named_with_what_it_said_and_a_launchers_app_ends_with_its_episode(
