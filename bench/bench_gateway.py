@@ -16,7 +16,8 @@ from pathlib import Path
 from bench.common import list_screens, scripted_server, table, timed
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.llm_cache import SqlResponseCache
-from trajforge.gateway import LLMGateway, ResponseCache, image_part
+from trajforge.chat import image_part
+from trajforge.gateway import LLMGateway, ResponseCache
 from trajforge.settings import LLMSettings
 
 

@@ -13,9 +13,10 @@ from typing import Any
 
 from critics.llm import TEMPLATES
 from storage.samples import CATEGORIES
+from trajforge.chat import image_part, text_part
 from trajforge.domain import EMPTY_ANSWER, blank_answer
 from trajforge.errors import LLMError
-from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.gateway import LLMGateway
 from trajforge.progress import gather
 from trajforge.sample import SampleDraft
 

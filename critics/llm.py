@@ -20,10 +20,11 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from trajforge.chat import image_part, text_part
 from trajforge.domain import STEP_LABELS, Query, StepView, describe
 from trajforge.draw import episode_screens
 from trajforge.endpoints import fit_views
-from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.gateway import LLMGateway
 from trajforge.json_output import numbered
 
 TEMPLATES = Environment(

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from curation.guidance import TEMPLATES
 from trajforge.actions import Action, Screen, get_codec
 from trajforge.actions.compare import mismatch
+from trajforge.chat import image_part, text_part
 from trajforge.domain import Query, StepView, describe
 from trajforge.errors import LLMError, ParseError
-from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.gateway import LLMGateway
 
 BOTTLENECK = "reasoning_bottleneck"
 SOLVED = "solved_without_subgoal"  # a_high is right: no reasoning needed

@@ -35,11 +35,12 @@ from storage.db import insert_ignore, transaction
 from storage.models import Guidance
 from trajforge.actions import Screen
 from trajforge.actions.compare import target_bbox
+from trajforge.chat import image_part, text_part
 from trajforge.domain import Query, StepView, describe, screen_text
 from trajforge.draw import episode_screens
 from trajforge.endpoints import fit_views
 from trajforge.errors import LLMError
-from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.gateway import LLMGateway
 from trajforge.json_output import numbered
 from trajforge.logs import counts
 from trajforge.progress import gather

@@ -31,9 +31,10 @@ from curation.bottleneck import Bottleneck, measure, prediction_mismatch
 from curation.guidance import TEMPLATES
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch, target_bbox
+from trajforge.chat import image_part, text_part
 from trajforge.domain import Query, StepView, describe, screen_text
 from trajforge.errors import LLM_FAULTS, LLMError
-from trajforge.gateway import LLMGateway, image_part, text_part
+from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
 from trajforge.progress import gather
 from trajforge.sample import SampleDraft, said

@@ -72,3 +72,56 @@ def test_no_function_over_the_length_limit() -> None:
         and (n := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_FUNCTION_LINES
     }
     assert not long, f"split these functions (over {MAX_FUNCTION_LINES} lines): {long}"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each project module's project modules, from every import it holds: at the top, in a function or
+    under TYPE_CHECKING (a cycle a function-level import hides is still a cycle)."""
+    paths = {_module_name(p): p for package in ALLOWED for p in _modules(package)}
+
+    def known(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                module = (
+                    (f"{base}.{node.module}" if node.module else base) if node.level else str(node.module)
+                )
+                subs = [f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in paths]
+                targets += subs if len(subs) == len(node.names) else [module, *subs]  # `from pkg import mod`
+        graph[name] = {t for raw in targets if (t := known(raw)) and t != name}
+    return graph
+
+
+def test_no_import_cycle_anywhere() -> None:
+    """No module reaches itself through imports (a package's `__init__` counts as a module)."""
+    graph, found = _import_graph(), []
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+
+    def walk(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                found.append(" -> ".join([*path[path.index(nxt) :], nxt]))
+            elif nxt not in state:
+                walk(nxt, [*path, nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            walk(start, [start])
+    assert not found, f"import cycles: {found}"

@@ -10,7 +10,6 @@ stage. The cache is a protocol so the kernel does not depend on `storage`;
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import logging
@@ -21,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from trajforge.chat import Message
 from trajforge.endpoints import charged_round, fit_images, stage_group
 from trajforge.errors import LLMError, LLMRateLimited, LLMRefused, LLMTimeout
 from trajforge.json_output import parse_json_output
@@ -35,17 +35,6 @@ if TYPE_CHECKING:  # imported where a request is sent: `openai` alone takes 2.5 
 __all__ = ["CachedCall", "FailedCall", "ResponseCache"]  # and the gateway below
 log = logging.getLogger("trajforge.gateway")
 T = TypeVar("T")
-Message = dict[str, Any]
-
-
-def image_part(png: bytes, mime: str = "image/png") -> dict[str, Any]:
-    """A chat content part carrying an image as a data URL."""
-    url = f"data:{mime};base64,{base64.b64encode(png).decode('ascii')}"
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def text_part(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text}
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import difflib
 from collections import deque
-from typing import TYPE_CHECKING
 
+from trajforge.spec_model import AppSpec
 from trajforge.spec_refs import ROW_VALUE, SLOT_REF
-
-if TYPE_CHECKING:  # the spec's types load the spec, and check it here
-    from trajforge.appspec import AppSpec
 
 
 def validate_spec(spec: AppSpec, source: str) -> list[str]:

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rollout.policies.base import PolicyOutput, observed, say
+from rollout.policies import keyboard
+from rollout.policies.base import PolicyOutput, observed, on_desktop, say
 from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.domain import Observation, Query
 from trajforge.text import quoted
@@ -148,7 +149,8 @@ class RandomExplorer:
     """Taps random clickable elements, sometimes scrolls or goes back; stops after `max_actions`.
     After tapping a text field that does not already show one of the instruction's quoted values
     (or words), it types one of them. An empty field shows its placeholder or label (a web form's
-    "New task", the simulator's "Search"), so what a field shows cannot say it is empty."""
+    "New task", the simulator's "Search"), so what a field shows cannot say it is empty. On a
+    desktop, half of its free steps play a keyboard move instead (`keyboard.moves`)."""
 
     def __init__(self, fmt: str = "qwen", max_actions: int = 15, version: int = 0) -> None:
         self.name, self.version = "random-explorer", version
@@ -161,10 +163,15 @@ class RandomExplorer:
         self._rng, self._taken = random.Random(seed), 0
         self._phrases = phrases(query.instruction)
         self._field = False  # the last action tapped an empty text field
+        self._moves = keyboard.moves(query.instruction)
+        self._queued: deque[Action] = deque()  # the rest of a keyboard move
 
     async def act(self, observation: Observation) -> PolicyOutput:
         self._taken += 1
         rng = self._rng
+        if self._taken <= self.max_actions and (self._queued or self._keyboard(observation)):
+            self._field = False
+            return say(self._queued.popleft(), self.codec, observation)
         clickable = [e for e in observation.elements or [] if e.get("kind") != "text"]
         target: dict[str, Any] = {}
         roll = rng.random()
@@ -189,6 +196,13 @@ class RandomExplorer:
             and not any(p.casefold() in shown for p in self._phrases)
         )
         return say(action, self.codec, observation)
+
+    def _keyboard(self, observation: Observation) -> bool:
+        """On a desktop, now and then: queue a keyboard move."""
+        if not (on_desktop(observation) and self._moves and self._rng.random() < keyboard.KEYBOARD_SHARE):
+            return False
+        self._queued.extend(self._rng.choice(self._moves))
+        return True
 
 
 def phrases(instruction: str) -> list[str]:

@@ -33,10 +33,11 @@ from pydantic import BaseModel, Field
 from rollout.policies.base import PolicyOutput, observed
 from trajforge.actions import CODECS, Screen, get_codec
 from trajforge.actions.space import coordinate_screen, system_prompt
+from trajforge.chat import image_part, text_part
 from trajforge.domain import Observation, Query, StepView, describe
 from trajforge.errors import ParseError
 from trajforge.families import FAMILY_NAMES, PROMPT_VERSION, Turn, get_family
-from trajforge.gateway import LLMGateway, LLMResult, image_part, request_hash, text_part
+from trajforge.gateway import LLMGateway, LLMResult, request_hash
 from trajforge.settings import PolicySettings
 
 _TEMPLATES = Environment(

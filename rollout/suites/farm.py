@@ -14,7 +14,7 @@ from collections.abc import Callable
 from rollout.env import Environment
 from rollout.farm import AppFarm
 from rollout.pool import DevicePool, Lease
-from rollout.suites import Suite, SuiteEnvironment, split_ref
+from rollout.suites.base import Suite, SuiteEnvironment, split_ref
 from storage.objectstore import ObjectStore
 from trajforge.actions import Action
 from trajforge.domain import Observation, Query

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollout.suites import reward_verdict, seed_of
+from rollout.suites.base import reward_verdict, seed_of
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, ActionKind, Screen

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from rollout.suites import Suite, task_query
+from rollout.suites.base import Suite, task_query
 from rollout.suites.farm import describe_tasks
 from storage.apps import register_suite_app
 from storage.db import insert_ignore, record_exclusions, transaction

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollout.suites import read_suite_file, reward_verdict, seed_of
+from rollout.suites.base import read_suite_file, reward_verdict, seed_of
 from rollout.suites.page_js import CLOSE_SELECTS_JS, ELEMENTS_JS, REGION_JS, SELECT_JS
 from rollout.web.browser import ANY_LOCAL_FILE, BrowserThread, chromium_available, png_size
 from rollout.web.files import file_uri, folder_url

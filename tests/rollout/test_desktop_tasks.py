@@ -204,14 +204,14 @@ def test_check_names_what_a_desktop_run_lacks_with_its_apt_line(
 
     monkeypatch.setattr(display, "missing", lambda: ["xvfb"])
     monkeypatch.setattr(
-        "rollout.suites.desktop.shutil.which", lambda p: None if p == "ssconvert" else "/usr/bin/x"
+        "rollout.suites.desktop.spec.shutil.which", lambda p: None if p == "ssconvert" else "/usr/bin/x"
     )
     with pytest.raises(typer.Exit) as stopped:
         _check_suites(["desktop:calc-add", "takeout", "miniwob:click-button"])
     assert stopped.value.exit_code == 1
     assert "desktops: missing gnumeric, xvfb; apt-get install gnumeric xvfb" in capsys.readouterr().err
     monkeypatch.setattr(display, "missing", lambda: [])
-    monkeypatch.setattr("rollout.suites.desktop.shutil.which", lambda p: "/usr/bin/x")
+    monkeypatch.setattr("rollout.suites.desktop.spec.shutil.which", lambda p: "/usr/bin/x")
     _check_suites(["desktop:calc-add"])
     assert "desktops: desktop: ok" in capsys.readouterr().out
 

@@ -12,9 +12,10 @@ from PIL import Image
 
 from critics.llm import LLMEpisodeJudge
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from trajforge.chat import image_part, text_part
 from trajforge.domain import Query, StepView
 from trajforge.endpoints import charge_round, fit_images, fit_views, stage_group
-from trajforge.gateway import CachedCall, FailedCall, LLMGateway, closing, image_part, text_part
+from trajforge.gateway import CachedCall, FailedCall, LLMGateway, closing
 from trajforge.settings import EndpointSettings, LLMSettings
 
 

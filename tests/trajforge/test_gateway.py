@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.llm_cache import SqlResponseCache, usage_by_stage
 from tests.support.scripted_llm import Recorded, Reply, ScriptedLLM
+from trajforge.chat import image_part, text_part
 from trajforge.errors import LLMError, LLMRateLimited, LLMRefused, LLMTimeout
-from trajforge.gateway import LLMGateway, RateLimiter, closing, image_part, parse_json_output, text_part
+from trajforge.gateway import LLMGateway, RateLimiter, closing, parse_json_output
 from trajforge.settings import LLMSettings
 
 USER = [{"role": "user", "content": "hello"}]

@@ -18,24 +18,15 @@ coordinate space. `PROMPT_VERSION` is recorded with every episode and in the dat
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol
 
 from trajforge.actions import Screen
+from trajforge.chat import ImagePart, Message
 from trajforge.errors import ConfigError
+from trajforge.families.turn import Turn
 
-Message = dict[str, Any]
-ImagePart = Callable[[str], dict[str, Any]]  # a screenshot's sha -> its chat content part
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One earlier step as a family's history shows it: the screen it acted on, the model's own words."""
-
-    screenshot: str
-    output: str
+__all__ = ["FAMILY_NAMES", "PROMPT_VERSION", "Family", "Turn", "get_family"]
 
 
 class Family(Protocol):

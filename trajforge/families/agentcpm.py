@@ -18,8 +18,8 @@ from typing import Any
 from PIL import Image
 
 from trajforge.actions import Screen
-from trajforge.families import ImagePart, Message, Turn
-from trajforge.gateway import image_part, text_part
+from trajforge.chat import ImagePart, Message, image_part, text_part
+from trajforge.families.turn import Turn
 
 MAX_SIDE = 1120
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from trajforge.actions import Screen
-from trajforge.families import ImagePart, Message, Turn
+from trajforge.chat import ImagePart, Message, text_part
 from trajforge.families.qwen import POINT, STATUS, Qwen25VLMobileUse, action_property, tool_system
+from trajforge.families.turn import Turn
 from trajforge.families.uitars import UITars15Mobile
-from trajforge.gateway import text_part
 
 COMPUTER_USE = """You are a GUI agent. You are given a task and your action history, with screenshots. \
 You need to perform the next action to complete the task.

@@ -31,8 +31,8 @@ from typing import Any
 
 from trajforge.actions import Screen
 from trajforge.actions.space import GUIOWL, QWEN25VL, smart_resize
-from trajforge.families import ImagePart, Message, Turn
-from trajforge.gateway import image_part, text_part
+from trajforge.chat import ImagePart, Message, image_part, text_part
+from trajforge.families.turn import Turn
 
 # qwen-agent's FN_CALL_TEMPLATE in its two parts: Mobile-R1's prompt keeps only the second
 FN_CALL_HEADER = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"

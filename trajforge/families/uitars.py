@@ -16,8 +16,8 @@ from typing import Any
 
 from trajforge.actions import Screen
 from trajforge.actions.space import UITARS15, smart_resize
-from trajforge.families import ImagePart, Message, Turn
-from trajforge.gateway import image_part
+from trajforge.chat import ImagePart, Message, image_part
+from trajforge.families.turn import Turn
 
 MOBILE_USE = (
     "You are a GUI agent. You are given a task and your action history, with screenshots. "

@@ -12,8 +12,8 @@ import random
 from typing import Any
 
 from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen
-from trajforge.appspec import AppSpec, Widget
 from trajforge.errors import DeviceCrashed, DeviceHung
+from trajforge.spec_model import AppSpec, Widget
 from trajforge.world.model import (
     APPBAR_H,
     GAP,

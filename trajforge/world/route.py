@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajforge.actions import Action, ActionKind
-from trajforge.appspec import AppSpec, Widget
+from trajforge.spec_model import AppSpec, Widget
 from trajforge.world.verify import Goal
 
 LAUNCHER = "__launcher__"  # the home screen's name in the step record

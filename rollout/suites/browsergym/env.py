@@ -24,7 +24,7 @@ from typing import Any
 
 from PIL import Image
 
-from rollout.suites import reward_verdict, seed_of
+from rollout.suites.base import reward_verdict, seed_of
 from rollout.suites.browsergym.pipe import Pipe
 from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollout.suites import seed_of
+from rollout.suites.base import seed_of
 from rollout.suites.desktop.display import Display, kill_group
 from rollout.suites.desktop.tasks import Check, DesktopTask, WindowRef, fill, meets, read_cell
 from storage.keys import sha256_hex
@@ -37,7 +37,7 @@ from trajforge.errors import ConfigError, DeviceCrashed
 from trajforge.world.verify import VerifierResult
 
 if TYPE_CHECKING:
-    from rollout.suites.desktop import DesktopSuite
+    from rollout.suites.desktop.spec import SuiteSpec
 
 # (button, clicks) of each click kind; the wheel's buttons by the way the view moves
 CLICKS = {
@@ -148,7 +148,7 @@ def xdotool_args(action: Action, screen: Screen) -> list[str]:
 class DesktopEnv:
     """One device slot's display (started on its first episode) and the current episode's apps."""
 
-    def __init__(self, suite: DesktopSuite, store: ObjectStore | None) -> None:
+    def __init__(self, suite: SuiteSpec, store: ObjectStore | None) -> None:
         self.suite, self.store = suite, store
         self.screen = Screen(*suite.display)
         self._display: Display | None = None
