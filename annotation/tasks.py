@@ -22,7 +22,7 @@ from storage.episodes import steps_by_episode
 from storage.models import Anchor, Episode, Judgment
 from storage.models import Query as QueryRow
 from trajforge.actions import ActionKind, Screen
-from trajforge.actions.compare import target_element
+from trajforge.actions.compare import element_at
 from trajforge.episode import Step as PlayedStep
 from trajforge.settings import AnnotationSettings
 from trajforge.verdicts import CONSENSUS
@@ -52,7 +52,7 @@ def show_step(st: PlayedStep, i: int, n: int) -> StepShown:
         return StepShown(note, f"Step {i + 1} of {n}: {note}", None)
     action = st.action
     screen = Screen(st.width, st.height)
-    element = target_element(action.point, st.elements or [], screen) if action.point is not None else None
+    element = element_at(st.elements or [], action.point, screen) if action.point is not None else None
     label = str(element.get("text") or element.get("id") or element.get("kind") or "") if element else ""
     what = short = action.kind.value
     if action.kind == ActionKind.SWIPE:

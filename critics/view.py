@@ -14,13 +14,12 @@ tap, and a tap just outside every box goes to the nearest element within the tou
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trajforge.actions import Screen
-from trajforge.actions.compare import inside
+from trajforge.actions.compare import element_at
 from trajforge.episode import Step
 
 SLOP_SHARE = 0.03  # touch slop as a share of the screen's shorter side
@@ -52,14 +51,8 @@ class SeenElement:
         )
 
 
-def _distance(e: SeenElement, x: float, y: float) -> float:
-    x1, y1, x2, y2 = e.bounds
-    return math.hypot(max(x1 - x, 0, x - x2), max(y1 - y, 0, y - y2))
-
-
-def _area(e: SeenElement) -> int:
-    x1, y1, x2, y2 = e.bounds
-    return max(x2 - x1, 0) * max(y2 - y1, 0)
+def _bounds(e: SeenElement) -> tuple[int, int, int, int]:
+    return e.bounds
 
 
 @dataclass(frozen=True)
@@ -74,17 +67,14 @@ class SeenStep:
     height: int
 
     def touched(self) -> SeenElement | None:
-        """The innermost element the action's point hits, or the nearest within the touch slop."""
+        """The element the action's point targets (`element_at`: the innermost under the finger, a link
+        inside its paragraph), or the nearest within the touch slop."""
         point = (self.action or {}).get("point")
         if point is None or not self.width or not self.height:
             return None
-        x, y = Screen(self.width, self.height).to_px((int(point[0]), int(point[1])))
         slop = max(SLOP_MIN_PX, SLOP_SHARE * min(self.width, self.height))
-        under = [e for e in self.elements if inside(e.bounds, x, y)]
-        if under:  # the innermost element under the finger takes the tap (a link inside its paragraph)
-            return min(under, key=_area)
-        near = [(d, e) for e in self.elements if (d := _distance(e, x, y)) <= slop]
-        return min(near, key=lambda t: (t[0], _area(t[1])))[1] if near else None
+        at = (int(point[0]), int(point[1]))
+        return element_at(self.elements, at, Screen(self.width, self.height), bounds=_bounds, slop=slop)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any
 
 from curation.rollouts import Rollout
 from trajforge.actions import Action, ActionKind, Screen
-from trajforge.actions.compare import target_bbox, target_element
+from trajforge.actions.compare import element_at, target_bbox
 from trajforge.domain import StepView, describe
 from trajforge.logs import counts
 from trajforge.recovery import Prober, ProbeResult, RecoverySite
@@ -169,8 +169,8 @@ def _same_move(a: StepView, b: StepView) -> bool:
     if x.kind != y.kind:
         return False
     if x.point is not None and y.point is not None:
-        hit_x = target_element(x.point, a.elements, Screen(a.width, a.height))
-        hit_y = target_element(y.point, b.elements, Screen(b.width, b.height))
+        hit_x = element_at(a.elements, x.point, Screen(a.width, a.height))
+        hit_y = element_at(b.elements, y.point, Screen(b.width, b.height))
         if hit_x is not None or hit_y is not None:
             return _visible(hit_x) == _visible(hit_y)
     skip = {"thought", "intent", "point"} if x.point is not None else {"thought", "intent"}

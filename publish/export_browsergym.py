@@ -39,7 +39,7 @@ from storage.models import Episode
 from storage.objectstore import ObjectStore
 from trajforge.actions import Action, Screen
 from trajforge.actions.browsergym import to_code
-from trajforge.actions.compare import mismatch, target_element
+from trajforge.actions.compare import element_at, mismatch
 from trajforge.episode import Step
 
 SOURCE = "ServiceNow/BrowserGym demo_agent/agent.py DemoAgent.get_action"
@@ -129,7 +129,7 @@ def _code(action: Action, step: Step, sent: str | None, seen: dict[str, Any]) ->
         px = screen.to_px(point) if point is not None else (0, 0)
         return (px[0] / scale, px[1] / scale)
 
-    target = target_element(action.point, step.elements or [], screen) if action.point else None
+    target = element_at(step.elements or [], action.point, screen) if action.point else None
     return to_code(action, target, css(action.point), None if action.to is None else css(action.to))
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajforge.actions import Action, ActionKind, Screen
-from trajforge.actions.compare import elements_at
+from trajforge.actions.compare import element_at
 
 Sha256 = str
 
@@ -66,14 +66,6 @@ class Observation(BaseModel):
     elements: list[dict[str, Any]] | None = Field(None, description="a11y / element tree, if any.")
     meta: dict[str, Any] = Field(default_factory=dict)
     done: bool = Field(False, description="The environment ended the episode itself (its own done signal).")
-
-
-def tapped(
-    elements: list[dict[str, Any]], width: int, height: int, point: tuple[int, int]
-) -> dict[str, Any] | None:
-    """The element a tap at a per-mille point hits, in the tree shown before it (the first it lands in)."""
-    hits = elements_at(point, elements, Screen(width, height))
-    return hits[0] if hits else None
 
 
 Label = Literal["GOOD", "NEUTRAL", "HARMFUL"]
@@ -136,7 +128,8 @@ class StepVerdict:
 
 
 def hit_element(view: StepView, point: tuple[int, int]) -> dict[str, Any] | None:
-    return tapped(view.elements, view.width, view.height, point)
+    """The element a tap at a per-mille point hits, in the tree shown before it (`element_at`'s rule)."""
+    return element_at(view.elements, point, Screen(view.width, view.height))
 
 
 def describe(action: Action, view: StepView) -> str:

@@ -53,7 +53,7 @@ from rollout.policies.knn_text import (
 )
 from rollout.policies.oracle import box_overlap, element_bounds, element_center
 from trajforge.actions import Action, ActionKind, get_codec
-from trajforge.actions.compare import inside
+from trajforge.actions.compare import element_at
 from trajforge.domain import Observation, Query
 from trajforge.features import ThumbFeaturizer
 from trajforge.sample import target_action
@@ -169,8 +169,8 @@ class KnnPolicy:
         action = self._voted[choice].model_copy() if choice else Action(kind=ActionKind.PRESS, key="back")
         hit: list[dict[str, Any]] = []
         if action.kind == ActionKind.CLICK and action.point is not None:  # a named control is tapped once
-            at = observed(obs).to_px(action.point)
-            hit = [e for e in obs.elements or [] if inside(element_bounds(e), *at)]
+            target = element_at(obs.elements or [], action.point, observed(obs))
+            hit = [] if target is None else [target]
             self._spent |= {label(e) for e in hit if self._said(e)}
             self._tapped |= {_widget(e) for e in hit}
         self._focused = any(e.get("kind") == "input" for e in hit)

@@ -11,8 +11,8 @@ element the reference point falls in; outside any element it must lie within
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from trajforge.actions.model import POINTED_KINDS, Action, ActionKind, Screen
 
@@ -27,17 +27,30 @@ def inside(bounds: Sequence[float], x: float, y: float) -> bool:
     return x1 <= x <= x2 and y1 <= y <= y2
 
 
-def elements_at(
-    point: tuple[int, int], elements: list[dict[str, Any]], screen: Screen
-) -> list[dict[str, Any]]:
-    """The elements (pixel `bounds`) a 0-1000 point lands in, in the tree's order."""
+E = TypeVar("E")
+
+
+def element_at(
+    elements: Sequence[E],
+    point: tuple[int, int],
+    screen: Screen,
+    *,
+    bounds: Callable[[E], Sequence[float]] = lambda e: e["bounds"],  # type: ignore[index]
+    slop: float = 0.0,
+) -> E | None:
+    """The element a 0-1000 point targets: the one rule every lookup uses (the simulator's tap, the
+    step's description, the critics, the annotator's view, the exports, the recovery probe).
+
+    The innermost element holding the point (the smallest by area: a link inside its paragraph, a
+    row inside its list); among equals, the first in tree order. With `slop` (pixels) and none
+    holding it, the nearest within that distance (a finger that lands just off a small control).
+    `bounds` reads an element's pixel bounds x1,y1,x2,y2 (a dict's `bounds` by default)."""
     x, y = screen.to_px(point)
-    return [e for e in elements if inside(e["bounds"], x, y)]
-
-
-def target_element(point: tuple[int, int], elements: list[dict[str, Any]], screen: Screen) -> dict | None:
-    """The smallest element (pixel `bounds` x1,y1,x2,y2) containing a 0-1000 point."""
-    return min(elements_at(point, elements, screen), key=lambda e: _area(e["bounds"]), default=None)
+    under = [e for e in elements if inside(bounds(e), x, y)]
+    if under or slop <= 0:
+        return min(under, key=lambda e: _area(bounds(e)), default=None)
+    near = [(d, e) for e in elements if (d := _distance(bounds(e), x, y)) <= slop]
+    return min(near, key=lambda t: (t[0], _area(bounds(t[1]))))[1] if near else None
 
 
 def on_screen(bounds: list[int], screen: Screen) -> list[int]:
@@ -51,7 +64,7 @@ def target_bbox(action: Action, elements: list[dict[str, Any]], screen: Screen) 
     device may report an element that runs past the screen's edge, as a list's last row does)."""
     if action.point is None:
         return None
-    element = target_element(action.point, elements, screen)
+    element = element_at(elements, action.point, screen)
     if element is None:
         return None
     x1, y1, x2, y2 = on_screen(element["bounds"], screen)
@@ -72,7 +85,7 @@ def mismatch(
     kind = reference.kind
     if kind in POINTED_KINDS:
         assert predicted.point is not None and reference.point is not None
-        target = target_element(reference.point, elements, screen)
+        target = element_at(elements, reference.point, screen)
         if target is not None:
             x, y = screen.to_px(predicted.point)
             return None if inside(target["bounds"], x, y) else "point_outside_target"
@@ -96,6 +109,11 @@ def mismatch(
     return None  # wait
 
 
-def _area(bounds: list[int]) -> int:
+def _area(bounds: Sequence[float]) -> float:
     x1, y1, x2, y2 = bounds
     return max(0, x2 - x1) * max(0, y2 - y1)
+
+
+def _distance(bounds: Sequence[float], x: float, y: float) -> float:
+    x1, y1, x2, y2 = bounds
+    return math.hypot(max(x1 - x, 0, x - x2), max(y1 - y, 0, y - y2))

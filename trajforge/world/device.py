@@ -12,6 +12,7 @@ import random
 from typing import Any
 
 from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen
+from trajforge.actions.compare import element_at
 from trajforge.errors import DeviceCrashed, DeviceHung
 from trajforge.spec_model import AppSpec, Widget
 from trajforge.world.model import (
@@ -264,8 +265,12 @@ class SimDevice:
     def _hit(self, action: Action) -> str | None:
         if action.kind != ActionKind.CLICK or action.point is None:
             return None
-        x, y = self.size.to_px(action.point)
-        return next((e.id for e in self.elements() if e.contains(x, y)), None)
+        target = self._target(action.point)
+        return None if target is None else target.id
+
+    def _target(self, point: tuple[int, int]) -> Element | None:
+        """The element a tap at a per-mille point activates (`element_at`'s rule)."""
+        return element_at(self.elements(), point, self.size, bounds=lambda e: e.bounds)
 
     def _apply(self, action: Action) -> str:
         s, kind = self.state, action.kind
@@ -297,8 +302,7 @@ class SimDevice:
 
     def _tap(self, action: Action) -> str:
         assert action.point is not None
-        x, y = self.size.to_px(action.point)
-        target = next((e for e in self.elements() if e.contains(x, y)), None)
+        target = self._target(action.point)
         return "tap_missed" if target is None else self._activate(target)
 
     def activate(self, element_id: str) -> str:

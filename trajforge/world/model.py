@@ -12,8 +12,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trajforge.actions.compare import inside
-
 LAUNCHER = "__launcher__"
 # Layout at 1080 px wide, scaled for other widths.
 STATUS_H, APPBAR_H, NAV_H, GAP, MARGIN = 90, 160, 140, 16, 48
@@ -67,9 +65,6 @@ class Element:
     def center(self) -> tuple[int, int]:
         x1, y1, x2, y2 = self.bounds
         return ((x1 + x2) // 2, (y1 + y2) // 2)
-
-    def contains(self, x: int, y: int) -> bool:
-        return inside(self.bounds, x, y)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -3,7 +3,7 @@
 Observations: BrowserGym's screenshot, and its accessibility tree as trajforge elements, each
 `id` its BrowserGym id (`bid`), bounds in screenshot pixels. Actions: a canonical action becomes
 one of BrowserGym's high-level action strings. A pointed action is aimed at the element under its
-point: the smallest one in the tree shown before it, as `trajforge.actions.compare.target_element`
+point: the smallest one in the tree shown before it, as `trajforge.actions.compare.element_at`
 finds it at export, so the step's recorded elements and point name the same `bid` again.
 `click("12")`, `fill("12", "text")`, `select_option("12", "text")` for a select; where no element
 is under the point, the coordinates (`mouse_click(x, y)`, in the page's CSS pixels). The string
@@ -30,7 +30,7 @@ from storage.keys import sha256_hex
 from storage.objectstore import ObjectStore, put_blob
 from trajforge.actions import Action, Screen
 from trajforge.actions.browsergym import to_code
-from trajforge.actions.compare import target_element
+from trajforge.actions.compare import element_at
 from trajforge.domain import Observation, Query
 from trajforge.world.verify import VerifierResult
 
@@ -168,7 +168,7 @@ class BrowserGymEnv:
         """BrowserGym's high-level action string for a canonical action (see the module's docstring)."""
         target, at = None, self._pointer
         if action.point is not None:
-            target = target_element(action.point, self._shown, self._screen)
+            target = element_at(self._shown, action.point, self._screen)
             at = self._pointer = self._css(action.point)
         return to_code(action, target, at, None if action.to is None else self._css(action.to))
 
