@@ -1,7 +1,7 @@
 """One full round of the default config, stage by stage, and its fan-out on Dask vs threads.
 
 Part 1 times round 1 and round 2 of the default evolve config stage by stage, each run in this
-process as the Prefect task runs it (`evolve.stages.execute`), so the split is the stages' own
+process as the Prefect task runs it (`evolve.stages.run_stage`), so the split is the stages' own
 cost; it prints each stage's share of the round. Part 2 runs round 1 as its Prefect flow on the
 thread runner and on a local Dask cluster of 2 worker processes (the rollout and the screenshot
 features fan out), and prints both wall times and the ratio.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.spine import open_spine
-from evolve.stages import ROUND, execute
+from evolve.stages import ROUND, run_stage
 from trajforge.settings import Settings, load_settings
 
 
@@ -30,13 +30,14 @@ def _settings(home: Path, **evolve: Any) -> Settings:
 
 
 def _round(settings: Settings, number: int) -> dict[str, float]:
-    """Each stage's seconds in round `number`, run in this process (`evolve.stages.execute`)."""
+    """Each stage's seconds in round `number`, run in this process by the one runner
+    (`evolve.stages.run_stage`)."""
     times: dict[str, float] = {}
     spine = open_spine(settings)
     given: dict[str, Any] = {}
     for stage in ROUND:
         t0 = time.perf_counter()
-        given[stage.name] = execute(spine, stage, number, given)
+        given[stage.name] = run_stage(spine, stage, number, given, again=True)
         times[stage.name] = time.perf_counter() - t0
     return times
 

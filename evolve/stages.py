@@ -7,10 +7,12 @@ Each stage is declared beside its code (`trajforge.stage.Stage`): `critics/stage
 needs, every table it reads an input of the round or written by an earlier stage), and the flow
 checks it before a round starts.
 
-Running one is the runner's job, the same for the round flow (`flows/rounds.py`), `trajforge
-stage NAME` and the tests: `require` before it writes anything (a stage run out of order fails with
-one line naming the command that does what is missing), then the stage, then `record`, which keeps
-its report in the round so that a resumed round reuses it instead of running the stage again.
+Running one is `run_stage`, the one runner, for the round flow (`flows/rounds.py`, whose parts are
+Prefect tasks), `trajforge stage NAME` and its aliases (`trajforge critics calibrate`, `trajforge
+datasets publish`), the tests and the bench: a stage the round keeps a report of is not run again;
+otherwise `require` before it writes anything (a stage run out of order fails with one line naming
+the command that does what is missing), then its parts, the merge, and `record`, which keeps its
+report in the round so that a resumed round reuses it instead of running the stage again.
 """
 
 from __future__ import annotations
@@ -95,30 +97,55 @@ def record(ctx: RoundContext, number: int, name: str, report: Any) -> None:
         row.stats = {**stats, REPORTS: {**(stats.get(REPORTS) or {}), name: report}}
 
 
-def execute(
-    ctx: Spine, stage: Stage[Spine], number: int, given: Given, show: Callable[[str], None] | None = None
+Parts = Callable[[Stage[Spine], int, list[Given]], list[Any]]  # runs a stage's parts, returns their JSON
+
+
+def in_order(ctx: Spine, show: Callable[[str], None] | None = None) -> Parts:
+    """Parts run in this process one after another (the CLI, the tests, the bench); `show` gets each
+    part's report lines."""
+
+    def run(stage: Stage[Spine], number: int, parts: list[Given]) -> list[Any]:
+        out = []
+        for given in parts:
+            report = stage.run(ctx, number, given)
+            if show is not None:
+                show(report.render())
+            out.append(report.as_json())
+        return out
+
+    return run
+
+
+def run_stage(
+    ctx: Spine,
+    stage: Stage[Spine],
+    number: int,
+    given: Given,
+    parts: Parts | None = None,
+    again: bool = False,
 ) -> Any:
-    """Run one stage in this process, its parts one after another, and return its report as JSON
-    (what the round flow runs as Prefect tasks; for the CLI and the tests). `show` gets each
-    report's lines.
+    """Run one stage of round `number`: the one runner, for the round flow (whose `parts` are Prefect
+    tasks), `trajforge stage NAME` and its aliases, the tests and the bench. A stage whose report the
+    round keeps is not run again (unless `again`); otherwise its prerequisites are checked before it
+    writes anything, its parts run (`parts`, by default in this process), merge, and its report is kept.
 
     Raises:
         StageError: a stage it needs has not run on the round, or has kept no report to read.
     """
+    if stage.resumable and not again and stage.name in (done := recorded(ctx, number)):
+        return done[stage.name]
     require(ctx, number, stage.name)
     if missing := [name for name in stage.needs if name not in given]:
         raise StageError(
             f"stage {stage.name} reads the reports of {', '.join(missing)}, which round {number} has not "
             f"kept; run `trajforge stage {missing[0]} --round {number}` first (or `trajforge evolve`)"
         )
-    parts: list[Any] = [None] if stage.fan_out is None else stage.fan_out(ctx, number, given)
-    out = []
-    for part in parts:
-        report = stage.run(ctx, number, given if part is None else {**given, PART: part})
-        if show is not None:
-            show(report.render())
-        out.append(report.as_json())
     if stage.fan_out is None:
-        return out[0]
-    assert stage.merge is not None, f"stage {stage.name} fans out with no merge"
-    return stage.merge(out)
+        report = (parts or in_order(ctx))(stage, number, [dict(given)])[0]
+    else:
+        assert stage.merge is not None, f"stage {stage.name} fans out with no merge"
+        inputs: list[Given] = [{**given, PART: part} for part in stage.fan_out(ctx, number, given)]
+        report = stage.merge((parts or in_order(ctx))(stage, number, inputs) if inputs else [])
+    if stage.resumable:
+        record(ctx, number, stage.name, report)
+    return report

@@ -29,14 +29,21 @@ def critics_run(round_number: RoundOpt = None, config: ConfigOpt = None) -> None
 
 @critics_app.command("calibrate")
 def critics_calibrate(round_number: RoundOpt = None, config: ConfigOpt = None) -> None:
-    """Compare the critics' trajectory verdicts with the anchors; store and print the report."""
-    from critics.calibration import calibrate_round, render_calibration
+    """The round's calibrate stage (`trajforge stage calibrate`): compare the critics' verdicts with the
+    anchors, decide outcomes where the trust allows, and extract the CSRS samples; print the stage's
+    report, then the calibration it stored, channel by channel."""
+    from critics.calibration import render_calibration
+    from critics.stages import CALIBRATE
+    from storage.models import Round
 
     settings = cli_settings(config)
     hold_home(settings)
-    sessions, round_id, number = cli_round(settings, round_number, "calibrate")
+    sessions, round_id, number = cli_round(settings, round_number)
     typer.echo(f"round {number} calibration")
-    typer.echo(render_calibration(calibrate_round(sessions, round_id)))
+    run_stage_here(settings, CALIBRATE, number, typer.echo)
+    with sessions() as s:
+        stored = s.get(Round, round_id)
+        typer.echo(render_calibration((stored.stats or {})["calibration"] if stored else {}))
 
 
 @critics_app.command("extract")

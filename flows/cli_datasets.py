@@ -6,7 +6,8 @@ from typing import Annotated, get_args
 
 import typer
 
-from flows.cli_common import ConfigOpt, cli_settings, cli_spine, hold_home
+from flows.cli_common import ConfigOpt, RoundOpt, cli_round, cli_settings, cli_spine, hold_home
+from flows.cli_stage import run_stage_here
 from flows.progress_view import shown
 from trajforge.actions import CODECS
 from trajforge.settings import ExportFormat
@@ -27,23 +28,32 @@ def _round_numbers(text: str) -> tuple[int, ...]:
 
 @datasets_app.command("publish")
 def datasets_publish(
-    dataset: DatasetOpt = "trajforge",
+    round_number: RoundOpt = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name.")] = None,
     rounds: Annotated[str | None, typer.Option(help="Round numbers, e.g. 1,2,5; default: all.")] = None,
-    val_fraction: Annotated[float, typer.Option(min=0, max=0.5, help="Share of queries held out.")] = 0.1,
+    val_fraction: Annotated[
+        float | None, typer.Option(min=0, max=0.5, help="Share of queries held out (0.1).")
+    ] = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Seal the next version from the kept samples (shards re-used where unchanged)."""
+    """Seal the dataset version of a round as the loop does: the publish stage (`trajforge stage
+    publish`), rounds 1..N with the run's filters, the same report and config hash; a version sealed
+    with that config is reused. --rounds, --dataset or --val-fraction seal another selection, with
+    the same filters (shards re-used where unchanged)."""
     from evolve.spine import open_spine
-    from publish.versions import PublishConfig, publish
+    from publish.stages import PUBLISH, publish_config
+    from publish.versions import publish
 
-    picked = _round_numbers(rounds) if rounds else None
     settings = hold_home(cli_settings(config))
+    if rounds is None and dataset is None and val_fraction is None:
+        number = cli_round(settings, round_number)[2]
+        run_stage_here(settings, PUBLISH, number, typer.echo)
+        return
     spine = open_spine(settings)
-    sessions, store = spine.sessions, spine.store
-    filters = {"curate": settings.curate.model_dump(mode="json")}
-    cfg = PublishConfig(rounds=picked, val_fraction=val_fraction, filters=filters)
+    picked = _round_numbers(rounds) if rounds else None
+    cfg = publish_config(settings, picked, 0.1 if val_fraction is None else val_fraction)
     with shown():
-        report = publish(sessions, store, dataset, cfg)
+        report = publish(spine.sessions, spine.store, dataset or settings.evolve.dataset, cfg)
     typer.echo(report.render())
 
 

@@ -16,18 +16,19 @@ if TYPE_CHECKING:
     from trajforge.stage import Stage
 
 
-def run_stage_here(settings: Settings, stage: Stage[Spine], number: int, show: Callable[[str], None]) -> Any:
-    """Run a stage of round `number` in this process, on the reports its earlier stages kept, with
-    the run's apps and every stored one (`evolve.spine.RoundApps`); keep its report in the round."""
+def run_stage_here(
+    settings: Settings, stage: Stage[Spine], number: int, show: Callable[[str], None], again: bool = True
+) -> Any:
+    """Run a stage of round `number` in this process by the one runner (`evolve.stages.run_stage`), on
+    the reports its earlier stages kept, with the run's apps and every stored one
+    (`evolve.spine.RoundApps`); its report is kept in the round. A command a person types runs the
+    stage `again` (every stage is idempotent: what is stored is not redone)."""
     from evolve.spine import round_context
-    from evolve.stages import execute, record, recorded
+    from evolve.stages import in_order, recorded, run_stage
 
     ctx = round_context(settings)
     with shown():
-        report = execute(ctx, stage, number, recorded(ctx, number), show)
-    if stage.resumable:
-        record(ctx, number, stage.name, report)
-    return report
+        return run_stage(ctx, stage, number, recorded(ctx, number), in_order(ctx, show), again=again)
 
 
 def stage_cmd(

@@ -22,11 +22,12 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from evolve import steps
 from evolve.ownership import loop_lock
 from evolve.spine import Spine, open_spine
-from evolve.stages import ROUND, check_order, record, recorded, require, stage_named
+from evolve.stages import ROUND, Parts, check_order, stage_named
+from evolve.stages import run_stage as run_in_round
 from trajforge.errors import ConfigError, SpecError
 from trajforge.progress import track
 from trajforge.settings import Settings
-from trajforge.stage import DEVICES, MODEL_CALLS, PART, Given, Stage
+from trajforge.stage import DEVICES, MODEL_CALLS, Given, Stage
 from trajforge.stopping import check_stop
 
 __all__ = [
@@ -69,24 +70,26 @@ def task_runner(settings: Settings) -> TaskRunner[Any]:
     return ThreadPoolTaskRunner(max_workers=max(ev.shards, 1))
 
 
-def run_stage(stage: Stage[Spine], settings: Settings, number: int, given: Given) -> Any:
-    """The stage as Prefect tasks (one, or one per part on the flow's runner), its report kept in
-    the round; a stage whose report the round already keeps is not run again."""
-    spine = open_spine(settings)
-    if stage.resumable and stage.name in (done := recorded(spine, number)):
-        return done[stage.name]
-    require(spine, number, stage.name)  # once, before any task: a retry would fail the same way
-    one = stage_task.with_options(name=stage.label, tags=list(stage.tags), retry_condition_fn=_worth_retrying)
-    if stage.fan_out is None:
-        report = one(stage.name, settings, number, dict(given))
-    else:
-        assert stage.merge is not None, f"stage {stage.name} fans out with no merge"
-        parts = [{**given, PART: part} for part in stage.fan_out(spine, number, given)]
+def prefect_parts(settings: Settings) -> Parts:
+    """A stage's parts as Prefect tasks of the one generic kind: one task, or one per part mapped on
+    the flow's runner; each takes the stage's tags (the concurrency limits on devices and models)."""
+
+    def run(stage: Stage[Spine], number: int, parts: list[Given]) -> list[Any]:
+        one = stage_task.with_options(
+            name=stage.label, tags=list(stage.tags), retry_condition_fn=_worth_retrying
+        )
+        if stage.fan_out is None:
+            return [one(stage.name, settings, number, dict(parts[0]))]
         futures = one.map(unmapped(stage.name), unmapped(settings), unmapped(number), parts)
-        report = stage.merge([f.result() for f in futures])
-    if stage.resumable:
-        record(spine, number, stage.name, report)
-    return report
+        return [f.result() for f in futures]
+
+    return run
+
+
+def run_stage(stage: Stage[Spine], settings: Settings, number: int, given: Given) -> Any:
+    """The stage on the round, run by the one runner (`evolve.stages.run_stage`) with its parts as
+    Prefect tasks."""
+    return run_in_round(open_spine(settings), stage, number, given, prefect_parts(settings))
 
 
 @flow(name="evolve_round")

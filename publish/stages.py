@@ -15,20 +15,24 @@ from trajforge.settings import Settings
 from trajforge.stage import Facts, Given, Stage
 
 
-def publish_config(settings: Settings, number: int) -> PublishConfig:
-    """Every round so far; filtering off publishes dropped and held samples too."""
+def publish_config(
+    settings: Settings, rounds: tuple[int, ...] | None, val_fraction: float = 0.1
+) -> PublishConfig:
+    """The rounds asked for (None: every round) with the run's filters, as the loop's stage and
+    `trajforge datasets publish` both seal them: one selection, one config hash. Filtering off
+    publishes dropped and held samples too."""
     filters = {
         "curate": settings.curate.model_dump(mode="json"),
         "critics": settings.critics.model_dump(mode="json"),
         "filtering": settings.evolve.filtering,
     }
     statuses = ("kept",) if settings.evolve.filtering else ("kept", "dropped", "held")
-    return PublishConfig(rounds=tuple(range(1, number + 1)), filters=filters, statuses=statuses)
+    return PublishConfig(rounds=rounds, val_fraction=val_fraction, filters=filters, statuses=statuses)
 
 
 def publish_round(ctx: RoundContext, number: int, _given: Given) -> Facts:
     """Seal the dataset version of this round (once: a version with the same config is reused)."""
-    name, config = ctx.settings.evolve.dataset, publish_config(ctx.settings, number)
+    name, config = ctx.settings.evolve.dataset, publish_config(ctx.settings, tuple(range(1, number + 1)))
     with ctx.sessions() as s:
         sealed = s.execute(
             select(DatasetVersion.version, DatasetVersion.manifest_sha256)

@@ -99,3 +99,26 @@ def test_a_stage_declares_what_it_needs_beside_its_code() -> None:
     assert split(["a", "b", "c"], 2) == [["a", "c"], ["b"]] and split([], 3) == []
     assert sum_counts([{"n": 1, "s": 0.5, "x": "y"}, {"n": 2, "flag": True}]) == {"n": 3, "s": 0.5}
     assert one_or_none([]) == {} and one_or_none([{"a": 1}]) == {"a": 1}
+
+
+def test_the_per_stage_commands_are_the_loops_stages(evolve_config: Path, evolve_settings: Settings) -> None:
+    """`trajforge critics calibrate` and `trajforge datasets publish` run the loop's calibrate and
+    publish stages by the one runner: the same report, and the same config hash (the loop's version
+    is reused, not sealed again under other filters)."""
+    from storage.models import DatasetVersion
+
+    spine, given = open_spine(evolve_settings), {}
+    for one in ROUND[: [s.name for s in ROUND].index("publish") + 1]:
+        given[one.name] = stage(evolve_settings, one.name, 1, **given)
+    runner, config = CliRunner(), ["--config", str(evolve_config)]
+    calibrated = runner.invoke(cli, ["critics", "calibrate", *config])
+    assert calibrated.exit_code == 0, calibrated.output
+    assert "critic consensus vs anchors" in calibrated.output and "consensus:5" in calibrated.output
+    assert recorded(spine, 1)["calibrate"]["consensus"] == given["calibrate"]["consensus"]
+    published = runner.invoke(cli, ["datasets", "publish", *config])
+    assert published.exit_code == 0, published.output
+    again = recorded(spine, 1)["publish"]
+    assert again == {**given["publish"], "reused": True}, (again, given["publish"])
+    with spine.sessions() as s:
+        hashes = s.scalars(select(DatasetVersion.config_hash)).all()
+    assert len(hashes) == 1  # one selection, one hash: nothing sealed twice

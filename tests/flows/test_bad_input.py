@@ -73,7 +73,7 @@ def test_publish_rounds_that_are_not_numbers_or_not_there(tmp_path: Path) -> Non
         cli("datasets", "publish", "--rounds", "abc", cwd=tmp_path), "--rounds 'abc': give round numbers"
     )
     one_line_error(cli("datasets", "publish", "--rounds", "1,,2", cwd=tmp_path), "e.g. --rounds 1,2,5")
-    one_line_error(cli("datasets", "publish", cwd=tmp_path), "the database has no rounds yet")
+    one_line_error(cli("datasets", "publish", cwd=tmp_path), "the database holds no round yet")
 
 
 def test_publish_of_a_missing_round_writes_nothing(published: Path, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ def test_publish_show_diff_verify_export(tmp_path: Path) -> None:
     smoke_round(settings, queries_per_app=1, rollouts=1)
     first = run(app, ["datasets", "publish"])
     assert first.exit_code == 0, first.output
-    assert first.output.startswith("trajforge v1 sealed: ")
+    assert first.output.startswith("dataset trajforge v1: "), first.output  # the loop's publish stage
     smoke_round(settings, queries_per_app=1, rollouts=1)
     second = run(app, ["datasets", "publish", "--rounds", "1,2"])
     assert "trajforge v2 sealed" in second.output and "reused from earlier versions" in second.output

@@ -32,12 +32,13 @@ def tiny_config(path: Path, db_url: str, **evolve: Any) -> Path:
 
 
 def stage(settings: Any, name: str, number: int, **given: Any) -> Any:
-    """One stage of round `number`, run as the round flow's task runs it (`evolve.stages.execute`),
-    on `given` as the earlier stages' reports (`queries=uids` for the stages that read them)."""
+    """One stage of round `number`, run by the one runner (`evolve.stages.run_stage`) in this process,
+    on `given` as the earlier stages' reports (`queries=uids` for the stages that read them); run
+    again where the round keeps its report already (the tests rerun stages on purpose)."""
     from evolve.spine import open_spine
-    from evolve.stages import execute, stage_named
+    from evolve.stages import run_stage, stage_named
 
-    return execute(open_spine(settings), stage_named(name), number, given)
+    return run_stage(open_spine(settings), stage_named(name), number, given, again=True)
 
 
 def rollout_shard(settings: Any, number: int, uids: list[str]) -> dict[str, Any]:
