@@ -23,7 +23,7 @@ from storage.models import Anchor, Episode, Judgment
 from storage.models import Query as QueryRow
 from trajforge.actions import ActionKind, Screen
 from trajforge.actions.compare import element_at
-from trajforge.episode import Step as PlayedStep
+from trajforge.episode import Step
 from trajforge.settings import AnnotationSettings
 from trajforge.verdicts import CONSENSUS
 
@@ -46,7 +46,7 @@ class StepShown:
     box: list[int] | None  # the target element's pixel bounds, outlined on the screen
 
 
-def show_step(st: PlayedStep, i: int, n: int) -> StepShown:
+def show_step(st: Step, i: int, n: int) -> StepShown:
     if st.action is None:
         note = f"no action: {st.parse_error or 'none'}"
         return StepShown(note, f"Step {i + 1} of {n}: {note}", None)
@@ -152,7 +152,7 @@ def build_task(
     return task, prefill
 
 
-def _step_judgments(s: Session, steps: list[PlayedStep]) -> dict[int, dict[str, Judgment]]:
+def _step_judgments(s: Session, steps: list[Step]) -> dict[int, dict[str, Judgment]]:
     """Every step critic's judgment of these steps, by step id and critic:version."""
     out: dict[int, dict[str, Judgment]] = {}
     for j in s.scalars(
@@ -163,7 +163,7 @@ def _step_judgments(s: Session, steps: list[PlayedStep]) -> dict[int, dict[str, 
 
 
 def _show_steps(
-    steps: list[PlayedStep], judged: dict[int, dict[str, Judgment]], images: ImageLinks, hidden: bool
+    steps: list[Step], judged: dict[int, dict[str, Judgment]], images: ImageLinks, hidden: bool
 ) -> _Shown:
     out = _Shown()
     for i, st in enumerate(steps):

@@ -64,7 +64,7 @@ class Write(BaseModel):
     text: str
 
 
-class Step(BaseModel):
+class SetupStep(BaseModel):
     """One setup step: exactly one of its fields."""
 
     model_config = ConfigDict(extra="forbid")
@@ -77,7 +77,7 @@ class Step(BaseModel):
     wait: float | None = Field(None, gt=0, le=60, description="Seconds to wait.")
 
     @model_validator(mode="after")
-    def _one(self) -> Step:
+    def _one(self) -> SetupStep:
         given = [k for k in STEP_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"a setup step has exactly one of {', '.join(STEP_KINDS)}; got {given}")
@@ -159,7 +159,7 @@ class DesktopTask(BaseModel):
 
     instruction: str = Field(min_length=1)
     params: dict[str, list[str | int | float] | Range] = Field(default_factory=dict)
-    setup: list[Step] = Field(min_length=1)
+    setup: list[SetupStep] = Field(min_length=1)
     check: list[Check] = Field(min_length=1)
     max_steps: int | None = Field(None, ge=1, le=500, description="Instead of the suite's or the run's.")
 
