@@ -37,7 +37,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from trajforge.actions import Action, ActionKind, Screen, get_codec
-from trajforge.actions.compare import inside
 from trajforge.actions.model import POINTED_KINDS
 from trajforge.errors import ParseError, UnsupportedAction
 
@@ -107,7 +106,8 @@ def action_correct(predicted: Action, reference: Action, bbox: list[int] | None,
     if kind in POINTED_KINDS:
         assert predicted.point is not None and reference.point is not None
         if bbox is not None:
-            return inside(bbox, *predicted.point)
+            x1, y1, x2, y2 = bbox
+            return x1 <= predicted.point[0] <= x2 and y1 <= predicted.point[1] <= y2
         return math.dist(predicted.point, reference.point) <= tolerance
     if kind == ActionKind.SWIPE:
         return predicted.swipe_direction() == reference.swipe_direction()

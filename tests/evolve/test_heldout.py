@@ -47,6 +47,7 @@ def test_evaluation_stores_no_episode_and_is_run_once_per_policy(
     evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spine = open_spine(evolve_settings)
+    stage(evolve_settings, "start", 1)  # the round the stages record their reports in
     stage(evolve_settings, "devices", 1)
     demonstrator, _ = _policies(evolve_settings)
     held = heldout.heldout_queries(spine)
@@ -68,6 +69,7 @@ def test_evaluation_stores_no_episode_and_is_run_once_per_policy(
 
 def test_a_candidate_that_does_worse_on_the_heldout_set_is_not_promoted(evolve_settings: Settings) -> None:
     spine = open_spine(evolve_settings)
+    stage(evolve_settings, "start", 1)  # the round the stages record their reports in
     stage(evolve_settings, "devices", 1)
     demonstrator, explorer = _policies(evolve_settings)
     worse = heldout.gate(spine, incumbent_id=demonstrator, candidate_id=explorer)
@@ -175,6 +177,7 @@ def test_a_promoted_candidate_below_round_1_on_an_app_hands_that_app_to_round_1s
     policy is rolled out on the held-out set, and plays round 1's policy's episodes there (the same
     seeds) and the candidate's elsewhere; it is the policy promoted."""
     spine = open_spine(evolve_settings)
+    stage(evolve_settings, "start", 1)  # the round the stages record their reports in
     stage(evolve_settings, "devices", 1)
     held = heldout.heldout_queries(spine)
     first_app = sorted({q.app for q in held})[0]
@@ -209,6 +212,7 @@ def test_a_candidate_that_lost_an_app_rolls_out_with_that_app_handed_to_the_curr
     """Better on two apps, it gave up one the current policy solved: refused alone (the margin),
     it rolls out with that app left to the current policy, and the loop does not stall on it."""
     spine = open_spine(evolve_settings)
+    stage(evolve_settings, "start", 1)  # the round the stages record their reports in
     stage(evolve_settings, "devices", 1)
     apps = sorted({q.app for q in heldout.heldout_queries(spine)})
     incumbent = _perfect_on(evolve_settings, apps[:1], "incumbent")
