@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -107,7 +108,7 @@ def test_the_per_stage_commands_are_the_loops_stages(evolve_config: Path, evolve
     is reused, not sealed again under other filters)."""
     from storage.models import DatasetVersion
 
-    spine, given = open_spine(evolve_settings), {}
+    spine, given = open_spine(evolve_settings), dict[str, Any]()
     for one in ROUND[: [s.name for s in ROUND].index("publish") + 1]:
         given[one.name] = stage(evolve_settings, one.name, 1, **given)
     runner, config = CliRunner(), ["--config", str(evolve_config)]

@@ -10,8 +10,9 @@ from rollout.policies.knn import KnnPolicy
 from rollout.policies.knn_memory import train
 from rollout.policies.oracle import NoisyOracle, RandomExplorer
 from tests.evolve.test_knn import _png, _row
-from trajforge.actions import CODECS, DESKTOP_FORMATS, Action, ActionKind, get_codec
-from trajforge.domain import Observation, Query, tapped
+from trajforge.actions import CODECS, DESKTOP_FORMATS, Action, ActionKind, Screen, get_codec
+from trajforge.actions.compare import element_at
+from trajforge.domain import Observation, Query
 
 WIDTH, HEIGHT = 1082, 2202  # the web backend's Pixel 7 page; the default screen is 1080x2400
 ROWS = [  # one target row low on the page, where a y scaled by 2400/2202 lands on the next row
@@ -58,7 +59,7 @@ async def test_a_tap_lands_on_the_element_meant_on_a_non_default_screen(make: st
     out = await policy.act(obs)
     action = get_codec(out.format).parse(out.text, observed(obs))
     assert action.kind == ActionKind.CLICK and action.point is not None
-    hit = tapped(ROWS, WIDTH, HEIGHT, action.point)
+    hit = element_at(ROWS, action.point, Screen(WIDTH, HEIGHT))
     assert hit is not None and hit["text"] == "Joint Household", (out.text, action.point)
 
 
@@ -73,7 +74,7 @@ async def test_the_random_explorer_taps_inside_what_it_picked(fmt: str) -> None:
         action = get_codec(out.format).parse(out.text, observed(obs))
         if action.kind == ActionKind.CLICK and action.point is not None:
             taps += 1
-            hit = tapped(ROWS, WIDTH, HEIGHT, action.point)
+            hit = element_at(ROWS, action.point, Screen(WIDTH, HEIGHT))
             assert hit is not None and abs(action.point[1] * HEIGHT / 1000 - _centre(hit)) <= 3
     assert taps > 10
 

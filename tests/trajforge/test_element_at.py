@@ -4,6 +4,8 @@ and the recovery probe all name the same target for one tap on nested elements."
 
 from __future__ import annotations
 
+from typing import Any
+
 from annotation.tasks import show_step
 from critics.view import seen_step
 from curation.recovery import _same_move
@@ -13,26 +15,26 @@ from trajforge.domain import describe
 from trajforge.episode import Step
 
 # a paragraph holding a link, inside a card: the tap lands on the link
-CARD = {"id": "card", "kind": "text", "text": "Welcome card", "bounds": [0, 0, 1000, 1000]}
+CARD: dict[str, Any] = {"id": "card", "kind": "text", "text": "Welcome card", "bounds": [0, 0, 1000, 1000]}
 PARAGRAPH = {
     "id": "para",
     "kind": "text",
     "text": "Already registered? Sign in",
     "bounds": [100, 400, 900, 500],
 }
-LINK = {"id": "signin", "kind": "button", "text": "Sign in", "bounds": [600, 420, 800, 480]}
+LINK: dict[str, Any] = {"id": "signin", "kind": "button", "text": "Sign in", "bounds": [600, 420, 800, 480]}
 TREE = [CARD, PARAGRAPH, LINK]  # tree order: the outermost first
 SCREEN = Screen(1000, 1000)
 
 
-def _step(point: tuple[int, int], elements: list[dict[str, object]] = TREE) -> Step:
+def _step(point: tuple[int, int]) -> Step:
     return Step(
         index=0,
         screenshot="a" * 64,
         screenshot_after="b" * 64,
         width=1000,
         height=1000,
-        elements=elements,
+        elements=TREE,
         action=Action(kind=ActionKind.CLICK, point=point),
     )
 
