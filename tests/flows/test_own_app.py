@@ -31,9 +31,9 @@ def test_a_user_spec_rolls_out_is_judged_curated_and_published(tmp_path: Path) -
         "error: round 1 is not judged yet; run `trajforge critics run --round 1` first"
     )
     _stage("critics", "run", cwd=tmp_path)  # no config: the spec is read back from the database
-    _stage("critics", "extract", cwd=tmp_path)
+    _stage("critics", "calibrate", cwd=tmp_path)  # the loop's stage: calibration, then CSRS extraction
     _stage("curate", cwd=tmp_path)
-    assert "sealed" in _stage("datasets", "publish", cwd=tmp_path)
+    assert "dataset trajforge v1: " in _stage("datasets", "publish", cwd=tmp_path)  # the publish stage
     with sqlite3.connect(tmp_path / ".trajforge" / "trajforge.db") as db:
         outcomes = dict(db.execute("select outcome, count(*) from episode group by outcome").fetchall())
         judged = db.execute("select count(*) from judgment where target = 'episode'").fetchone()[0]
