@@ -36,16 +36,18 @@ from bench.common import scripted_server, table
 from critics.stages import calibrate, judge
 from curation.stages import curate_with
 from evolve import lifecycle
-from evolve.policies import register_policy
-from evolve.spine import Spine, new_spine, policy_llm
+from evolve.spine import Spine, new_spine
 from querygen.pipeline import generate_queries, store_generation
+from rollout.loop import play
 from rollout.policies import VLMPolicy, VLMPolicyConfig
 from rollout.pool import DevicePool
 from rollout.runner import RolloutConfig
 from rollout.sim.farm import SimFarm
+from rollout.versions import policy_llm
 from storage.db import transaction
 from storage.llm_cache import usage_by_stage
 from storage.models import Round
+from storage.policies import register_policy
 from trajforge.actions import Screen
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
@@ -128,7 +130,7 @@ def roll(spine: Spine, devices: int, queries: list[Query], args: argparse.Namesp
     config = VLMPolicyConfig.from_settings(spine.settings.policy, name="vlm", model="bench", format="qwen")
     rollout = RolloutConfig(rollouts_per_query=args.rollouts, workers=devices, max_steps=args.max_steps)
     started = time.perf_counter()
-    report, _ = lifecycle.play(
+    report, _ = play(
         spine, farm, pool, round_id, policy_id, queries, lambda: VLMPolicy(config, gateway, spine.frames),
         rollout, backend="sim", gateway_to_close=gateway,
     )  # fmt: skip

@@ -29,7 +29,6 @@ from sqlalchemy import select
 
 from bench.bench_loop import run
 from bench.common import table
-from evolve.policies import local_checkpoint
 from evolve.spine import Spine, open_spine
 from rollout.policies.knn import NAME as KNN
 from rollout.policies.knn import KnnPolicy
@@ -37,6 +36,7 @@ from rollout.policies.knn_memory import Memory
 from rollout.sim.env import SimEnv
 from storage.models import App, Policy, Round
 from storage.models import Query as QueryRow
+from storage.policies import local_checkpoint
 from trajforge.actions import ActionKind
 from trajforge.domain import Query
 from trajforge.settings import load_settings

@@ -39,15 +39,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from evolve.policies import policy_factory, register_policy
-from evolve.spine import Spine, open_farm, open_pool
+from evolve.spine import Spine
 from querygen.pipeline import generate_queries, load_history, store_generation
+from rollout.loop import open_farm, open_pool
 from rollout.runner import EpisodeRunner, RolloutConfig
 from rollout.suites.queries import environment_queries, heldout_seeds
+from rollout.versions import policy_factory
 from storage.db import transaction
 from storage.models import App, Round
 from storage.models import Policy as PolicyRow
 from storage.models import Query as QueryRow
+from storage.policies import register_policy
 from trajforge.domain import Query
 from trajforge.endpoints import charge_round
 from trajforge.errors import ConfigError, DeviceError

@@ -1,12 +1,10 @@
-"""A round's open and close, and its episodes played on a farm: the same for the loop's rollout
-stages (`evolve.rollouts`), the smoke round and `trajforge rollout`. The judging, calibration and
-curation they all run are the stages themselves (`critics.stages`, `curation.stages`).
+"""A round's open and close: the same for the loop, the smoke round and `trajforge rollout`
+(their episodes are played by `rollout.loop.play`; the judging, calibration and curation they all
+run are the stages themselves, `critics.stages`, `curation.stages`).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,15 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from evolve.spine import Spine
-from rollout.env import Environment
-from rollout.policies import Policy
-from rollout.pool import DevicePool, Lease
-from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
 from storage.db import transaction
 from storage.models import Round
-from trajforge.domain import Query
-from trajforge.endpoints import charge_round
-from trajforge.gateway import LLMGateway, closing
 
 
 def open_round(
@@ -46,37 +37,6 @@ def open_round(
     s.add(row)
     s.flush()
     return row
-
-
-def play(
-    spine: Spine,
-    farm: Callable[[Lease], Environment],
-    pool: DevicePool,
-    round_id: int,
-    policy_id: int,
-    queries: list[Query],
-    policies: Callable[[], Policy],
-    config: RolloutConfig,
-    *,
-    backend: str | None,
-    guidance: dict[str, str] | None = None,
-    gateway_to_close: LLMGateway | None = None,
-) -> tuple[RolloutReport, EpisodeRunner]:
-    """K rollouts of each query on the farm's devices of `backend`; stored episodes are not redone.
-    A policy's model gateway (`gateway_to_close`) is closed on the event loop it ran on."""
-    runner = EpisodeRunner(
-        spine.sessions,
-        pool,
-        farm,
-        policies,
-        config,
-        guidance=guidance,
-        backend=backend,
-    )
-    work = runner.run(queries, round_id, policy_id)
-    with charge_round(round_id):
-        report = asyncio.run(closing(gateway_to_close, work) if gateway_to_close is not None else work)
-    return report, runner
 
 
 def close_round(spine: Spine, number: int, stats: dict[str, Any]) -> None:

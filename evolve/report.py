@@ -22,8 +22,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.report_critics import critic_table, trust_tables
-from evolve.revisits import revisited
 from evolve.rounds_json import write_rounds_json
+from querygen.revisits import revisited
 from rollout.records import MODEL_FAULTS
 from storage.datasets import VersionRef, list_versions, manifest
 from storage.llm_cache import usage_by_stage

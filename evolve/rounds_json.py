@@ -13,7 +13,7 @@ ended, which are not episodes (a round whose every call failed has `success_rate
 `calibration` (in `overall` and each app) is the critics' trust table of the round (`critics.trust`):
 `n`, `decided`, `precision`, `npv`, `accuracy` and `coverage` (each `value`, `right`, `of` and a
 Wilson 95% `interval`; `value` null where undefined), `labels` and, per app, `labels_needed`.
-`revisits` lists the round's revisited queries (`evolve.revisits`): `query`, `app`, `before`
+`revisits` lists the round's revisited queries (`querygen.revisits`): `query`, `app`, `before`
 (pass rate when it got guidance) and `after`.
 `tiers` gives the new queries' episodes and success rate per complexity tier
 (`querygen.complexity`); `curriculum` the tier mix asked for (`evolve.tier_mix`), the
@@ -41,7 +41,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.trust import TRUST
-from evolve.revisits import revisited
+from querygen.revisits import revisited
 from rollout.records import MODEL_FAULTS
 from storage.anchors import anchors_by_episode, deciding_anchor
 from storage.llm_cache import failures_by_stage, stage_usage

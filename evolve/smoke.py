@@ -22,10 +22,10 @@ from critics.csrs import ExtractionReport
 from critics.stages import calibrate, judge
 from curation.pipeline import CurationReport
 from curation.stages import curate_with
-from evolve.lifecycle import close_round, open_round, play
-from evolve.policies import register_policy
+from evolve.lifecycle import close_round, open_round
 from evolve.spine import new_spine
 from querygen.pipeline import generate_queries, load_history, store_generation
+from rollout.loop import play
 from rollout.policies import NoisyOracle, OracleNoise
 from rollout.pool import DevicePool
 from rollout.recovery import device_prober
@@ -34,6 +34,7 @@ from rollout.sim.farm import SimFarm
 from storage.db import transaction
 from storage.models import App, Episode, Step
 from storage.models import Query as QueryRow
+from storage.policies import register_policy
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
 from trajforge.logs import redact_url

@@ -17,17 +17,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.outcomes import round_outcomes
-from rollout.pool import DevicePool
-from rollout.recovery import device_prober
+from rollout.loop import open_prober, suite_round_queries
 from rollout.sim.env import demonstrator
-from rollout.sim.farm import SimFarm
 from rollout.suites import Suite, is_suite_ref, resolve, split_ref
-from rollout.suites.farm import SuiteFarm
-from rollout.web.env import chromium_available
-from rollout.web.farm import WebFarm
 from storage.apps import check_apps, round_apps
 from storage.db import engine_from_settings, session_factory, upgrade
-from storage.llm_cache import SqlResponseCache
+from storage.llm_cache import build_gateway
 from storage.models import Round
 from storage.objectstore import ObjectStore, frame_reader, open_object_store
 from trajforge.appspec import AppSpec, load_apps
@@ -35,7 +30,7 @@ from trajforge.domain import Query, StepView
 from trajforge.errors import ConfigError
 from trajforge.gateway import LLMGateway
 from trajforge.recovery import Prober
-from trajforge.settings import LLMSettings, Settings
+from trajforge.settings import Settings
 from trajforge.verdicts import Outcome
 
 _OPEN: dict[str, Spine] = {}
@@ -89,6 +84,9 @@ class Spine:
     def prober(self) -> Prober:
         return open_prober(self)
 
+    def suite_queries(self, rnd: Round) -> list[str]:
+        return suite_round_queries(self, rnd)
+
     def demonstrator(self) -> Callable[[Query], list[StepView] | None]:
         return demonstrator(self.apps, self.store)
 
@@ -101,27 +99,6 @@ class RoundApps(Spine):
     @cached_property
     def apps(self) -> list[AppSpec]:
         return round_apps(self.sessions, load_apps(self.settings.apps))
-
-
-def build_gateway(llm: LLMSettings, sessions: sessionmaker[Session], group: str) -> LLMGateway | None:
-    """The one way a gateway is built: the endpoints' settings and the run's response cache; None
-    where stage group `group` has no endpoint."""
-    return None if llm.for_group(group).offline else LLMGateway(llm, SqlResponseCache(sessions))
-
-
-def policy_llm(
-    llm: LLMSettings, devices: int, endpoint: str | None = None, model: str | None = None
-) -> LLMSettings:
-    """The endpoints with the policy's own: a registered checkpoint's endpoint and model where given,
-    and as many requests in flight as there are devices unless `llm.policy.concurrency` says otherwise."""
-    own = llm.policy.model_copy(
-        update={
-            "concurrency": llm.policy.concurrency or devices,
-            **({"base_url": endpoint} if endpoint else {}),
-            **({"model": model} if model else {}),
-        }
-    )
-    return llm.model_copy(update={"policy": own})
 
 
 def new_spine(settings: Settings) -> Spine:
@@ -178,25 +155,3 @@ def open_spine(settings: Settings) -> Spine:
 def round_context(settings: Settings) -> RoundApps:
     """A `RoundApps` spine on the process's database connection for these settings."""
     return RoundApps(settings, open_spine(settings).sessions)
-
-
-def open_farm(spine: Spine) -> SimFarm | WebFarm | SuiteFarm:
-    """The loop's devices: simulated phones, or the same apps as pages in Chromium (`evolve.backend`);
-    with suite tasks in `apps:`, each slot also plays them in their suite's environment."""
-    web = spine.settings.evolve.backend == "web"
-    if web and not chromium_available():
-        raise ConfigError("evolve.backend 'web' needs Chromium and Playwright: apt-get install chromium")
-    farm_type = WebFarm if web else SimFarm
-    farm = farm_type(spine.apps or None, store=spine.store, faults=spine.settings.evolve.faults)
-    return SuiteFarm(farm, spine.suites) if spine.suites else farm
-
-
-def open_pool(spine: Spine) -> DevicePool:
-    """The device pool, with the loop's cool-down before a retired device is probed."""
-    return DevicePool(spine.sessions, cooldown_s=spine.settings.evolve.device_cooldown_s)
-
-
-def open_prober(spine: Spine) -> Prober:
-    """Error-recovery probes on one of the loop's devices (`rollout.recovery`)."""
-    farm = open_farm(spine)
-    return device_prober(open_pool(spine), farm, farm.backend, spine.settings.curate.recovery_escapes)

@@ -1,8 +1,9 @@
 """The round's order of stages, and running one.
 
-Each stage is declared beside its code (`trajforge.stage.Stage`): `critics/stages.py`,
-`curation/stages.py`, `publish/stages.py`, and the loop's own in `evolve/steps.py`,
-`evolve/rollouts.py`, `evolve/exploration.py`, `evolve/trainer.py` and `evolve/heldout.py`.
+Each stage is declared beside its code (`trajforge.stage.Stage`): `querygen/stages.py`,
+`rollout/stages.py`, `critics/stages.py`, `curation/stages.py`, `publish/stages.py` and
+`publish/train.py`; the loop keeps its own, the round's start and finish (`evolve/steps.py`) and
+the gate (`evolve/heldout.py`).
 `ROUND` keeps only their order; `check_order` proves it sound (every stage after the stages it
 needs, every table it reads an input of the round or written by an earlier stage), and the flow
 checks it before a round starts.
@@ -24,13 +25,13 @@ from sqlalchemy import select
 
 from critics.stages import CALIBRATE, JUDGE
 from curation.stages import CURATE, ENCODER, FEATURISE
-from evolve.exploration import EXPLORE
 from evolve.heldout import PROMOTE
-from evolve.rollouts import GUIDED_DEMOS, ROLLOUT
 from evolve.spine import Spine
-from evolve.steps import FINISH, QUERIES, REGISTER_DEVICES, REPORTS, START
-from evolve.trainer import TRAIN
+from evolve.steps import FINISH, REPORTS, START
 from publish.stages import PUBLISH
+from publish.train import TRAIN
+from querygen.stages import QUERIES
+from rollout.stages import EXPLORE, GUIDED_DEMOS, REGISTER_DEVICES, ROLLOUT
 from storage.context import RoundContext
 from storage.db import transaction
 from storage.models import Round

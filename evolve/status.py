@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 
-from evolve.spine import open_pool, open_spine
+from evolve.spine import open_spine
+from rollout.loop import open_pool
 from rollout.pool import DeviceState
 from storage.llm_cache import per_step_line
 from storage.locks import LOOP_LOCK, holder

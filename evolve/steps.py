@@ -1,9 +1,9 @@
-"""The loop's own stages of a round: `start` (open round N with its policy), `queries` (its task
-queries), `devices` (the farm's devices in the pool) and `finish` (its figures, the held-out
-evaluation of its policy, and the round marked done).
+"""The loop's own stages of a round: `start` (open round N with its policy) and `finish` (its
+figures, the held-out evaluation of its policy, and the round marked done). The gate between them
+is `evolve.heldout`'s `promote`; every other stage is declared in the package whose code it runs.
 
 Each is idempotent: killed at any point and run again, it finds what is already stored (the
-round, its queries, the devices, the figures) and does only the rest.
+round, the figures) and does only the rest.
 """
 
 from __future__ import annotations
@@ -18,18 +18,15 @@ from sqlalchemy.orm import Session
 from evolve.heldout import evaluate_policy, heldout_queries
 from evolve.lifecycle import close_round, open_round
 from evolve.ownership import foreign_round, loop_round
-from evolve.policies import register_policy
 from evolve.report import RoundFigures, tally_episodes
-from evolve.revisits import revisit_queries, revisit_rates
-from evolve.rollouts import EXPLORER, GUIDED
-from evolve.spine import Spine, open_farm, open_pool
-from evolve.suite_tasks import suite_round_queries
-from querygen.pipeline import generate_round
+from evolve.spine import Spine
+from querygen.revisits import revisit_rates
+from rollout.stages import EXPLORER, GUIDED
 from storage.db import transaction
 from storage.llm_cache import calls_per_step
-from storage.models import App, Episode, Round, Sample
+from storage.models import Episode, Round, Sample
 from storage.models import Policy as PolicyRow
-from storage.models import Query as QueryRow
+from storage.policies import register_policy
 from trajforge.endpoints import charge_round
 from trajforge.errors import ConfigError
 from trajforge.families import get_family
@@ -107,37 +104,6 @@ def start_round(spine: Spine, number: int, _given: Given) -> Facts:
         "stats": stats,
     }
     return Facts(opened, f"round {number}: policy {opened['policy']}" + (" (done)" if done else ""))
-
-
-def round_queries(spine: Spine, number: int, _given: Given) -> Facts:
-    """The round's query uids: its new queries (stored ones, else sampled per app and stored, one
-    transaction per app), then its revisits (`evolve.revisits`)."""
-    settings = spine.settings
-    rnd = spine.round(number)
-    uids: list[str] = []
-    for spec in spine.apps:
-        with spine.sessions() as s:
-            have = s.scalars(
-                select(QueryRow.uid)
-                .join(App, App.id == QueryRow.app_id)
-                .where(QueryRow.round_id == rnd.id, App.name == spec.name, QueryRow.status == "kept")
-                .order_by(QueryRow.uid)
-            ).all()
-        if not have:
-            ev = settings.evolve
-            generated = generate_round(spine.sessions, spec, ev.queries_per_app, rnd, ev.mix_of(number))
-            have = sorted(q.uid for q in generated.kept)
-        uids.extend(have)
-    uids.extend(suite_round_queries(spine, rnd))
-    uids += [u for u in revisit_queries(spine, settings, rnd) if u not in uids]
-    return Facts(uids, f"{len(uids)} queries")
-
-
-def register_devices(spine: Spine, _number: int, _given: Given) -> Facts:
-    """The loop's devices, in the pool every rollout task leases from (idempotent)."""
-    devices = spine.settings.evolve.devices
-    open_farm(spine).register(open_pool(spine), devices)
-    return Facts(devices, f"{devices} devices")
 
 
 def round_stats(spine: Spine, number: int) -> dict[str, Any]:
@@ -220,10 +186,6 @@ def finish(spine: Spine, number: int, given: Given) -> Facts:
 
 
 START: Stage[Spine] = Stage("start", "start-round", start_round, writes=("round", "policy"), resumable=False)
-QUERIES: Stage[Spine] = Stage(
-    "queries", "round-queries", round_queries, reads=("app", "round"), writes=("query",)
-)
-REGISTER_DEVICES: Stage[Spine] = Stage("devices", "register-devices", register_devices, writes=("device",))
 FINISH: Stage[Spine] = Stage(
     "finish",
     "finish-round",

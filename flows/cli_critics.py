@@ -54,7 +54,8 @@ def critics_extract(round_number: RoundOpt = None, config: ConfigOpt = None) -> 
     """
     from critics.csrs import extract_round
     from critics.stages import judge_writes
-    from evolve.spine import build_gateway, open_spine
+    from evolve.spine import open_spine
+    from storage.llm_cache import build_gateway
     from storage.objectstore import frame_reader
 
     settings = cli_settings(config)

@@ -22,7 +22,8 @@ RUNS_SHOWN = 5
 @devices_app.command("list")
 def devices_list(config: ConfigOpt = None) -> None:
     """Every device: backend, health, failures in a row, since when it is down, live leases."""
-    from evolve.spine import open_pool, open_spine
+    from evolve.spine import open_spine
+    from rollout.loop import open_pool
 
     states = open_pool(open_spine(cli_settings(config))).devices()
     if not states:
@@ -43,7 +44,8 @@ def devices_reset(
     config: ConfigOpt = None,
 ) -> None:
     """Return devices to service: healthy, their run of failures cleared (after a repair or a drill)."""
-    from evolve.spine import open_pool, open_spine
+    from evolve.spine import open_spine
+    from rollout.loop import open_pool
     from trajforge.errors import ConfigError
 
     if not names and not all_:

@@ -27,10 +27,11 @@ def queries_generate(
     """Sample, synthesise, validate and dedup queries for one app; store them and print a summary."""
     import asyncio
 
-    from evolve.spine import build_gateway, open_spine
+    from evolve.spine import open_spine
     from querygen.complexity import check_mix, parse_mix
     from querygen.pipeline import GenerationReport, agenerate_queries, load_history, store_generation
     from storage.apps import check_apps
+    from storage.llm_cache import build_gateway
     from trajforge.appspec import load_app
 
     shares = check_mix(parse_mix(mix)) if mix else None

@@ -11,13 +11,13 @@ import typer
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.lifecycle import close_round, open_round, play
-from evolve.policies import register_policy
-from evolve.spine import Spine, build_gateway, open_pool, open_spine, policy_llm, run_suites
+from evolve.lifecycle import close_round, open_round
+from evolve.spine import Spine, open_spine, run_suites
 from flows.cli_common import hold_home
 from flows.progress_view import shown
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.android.farm import AndroidFarm
+from rollout.loop import open_pool, play
 from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, VLMPolicy, VLMPolicyConfig
 from rollout.records import MODEL_FAULTS
 from rollout.runner import RolloutConfig, RolloutReport
@@ -25,14 +25,17 @@ from rollout.sim.farm import SimFarm
 from rollout.suites import Suite, is_suite_ref
 from rollout.suites.farm import SuiteFarm
 from rollout.suites.queries import environment_queries
+from rollout.versions import policy_llm
 from rollout.web.env import chromium_available
 from rollout.web.farm import WebFarm
 from storage.apps import check_apps
 from storage.db import transaction
 from storage.keys import sha256_hex
+from storage.llm_cache import build_gateway
 from storage.models import App, Round
 from storage.models import Episode as EpisodeRow
 from storage.models import Query as QueryRow
+from storage.policies import register_policy
 from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError, LLMError
@@ -60,7 +63,7 @@ def run_rollout(
     family: str | None = None,
 ) -> None:
     """Roll out a policy on the device farm; a rerun resumes the unfinished round. The round goes
-    through the loop's lifecycle (`evolve.lifecycle`): opened, played, closed."""
+    through the loop's lifecycle (`evolve.lifecycle`, `rollout.loop.play`): opened, played, closed."""
     suite_task = is_suite_ref(app_ref)  # a suite brings its tasks: the explorer plays them by default
     policy = policy or ("vlm" if family else "random-explorer" if suite_task else "noisy-oracle")
     _check_choices(policy, backend, serials, family, suite_task)

@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
 from storage.models import Episode, LLMCall, LLMFailure, Step
-from trajforge.gateway import CachedCall, FailedCall, StageUsage
+from trajforge.gateway import CachedCall, FailedCall, LLMGateway, StageUsage
 from trajforge.logs import redact
+from trajforge.settings import LLMSettings
 
 
 class SqlResponseCache:
@@ -113,3 +114,9 @@ def per_step_line(per_step: dict[str, float]) -> str:
     """`calls_per_step` in words: the total, then each stage's share, largest first."""
     stages = sorted(((n, stage) for stage, n in per_step.items() if stage != "all"), reverse=True)
     return f"{per_step['all']:.2f} ({', '.join(f'{stage} {n:.2f}' for n, stage in stages)})"
+
+
+def build_gateway(llm: LLMSettings, sessions: sessionmaker[Session], group: str) -> LLMGateway | None:
+    """The one way a gateway is built: the endpoints' settings and the run's response cache; None
+    where stage group `group` has no endpoint."""
+    return None if llm.for_group(group).offline else LLMGateway(llm, SqlResponseCache(sessions))

@@ -125,3 +125,28 @@ def test_no_import_cycle_anywhere() -> None:
         if start not in state:
             walk(start, [start])
     assert not found, f"import cycles: {found}"
+
+
+def test_every_stage_is_declared_beside_the_code_it_runs() -> None:
+    """A stage lives in the package whose code it runs; the loop keeps only the round's start and
+    finish and the gate (docs/layout.md, "The round's stages")."""
+    from evolve.stages import ROUND
+
+    home = {stage.name: stage.run.__module__.split(".")[0] for stage in ROUND}
+    assert home == {
+        "start": "evolve",
+        "queries": "querygen",
+        "devices": "rollout",
+        "rollout": "rollout",
+        "guided": "rollout",
+        "explore": "rollout",
+        "judge": "critics",
+        "calibrate": "critics",
+        "encoder": "curation",
+        "featurise": "curation",
+        "curate": "curation",
+        "publish": "publish",
+        "train": "publish",
+        "promote": "evolve",
+        "finish": "evolve",
+    }

@@ -1,7 +1,8 @@
 """The stage: the unit the loop, the CLI and Prefect all run.
 
-A stage is declared as data beside the code it runs (`critics/stages.py`, `curation/stages.py`,
-`publish/stages.py`, and the loop's own in `evolve/`): its name, the tables it reads and writes, the stages
+A stage is declared as data beside the code it runs (`querygen/stages.py`, `rollout/stages.py`,
+`critics/stages.py`, `curation/stages.py`, `publish/stages.py`, `publish/train.py`, and the loop's
+own start, finish and gate in `evolve/`): its name, the tables it reads and writes, the stages
 that must have run on the round before it, how to tell that it has run, and `run(ctx, number,
 given) -> Report`. `ctx` is the round's context (`storage.context.RoundContext`); `given` holds the
 earlier stages' reports by name, as JSON, and `part` for one part of a fanned-out stage.

@@ -52,6 +52,7 @@ from rollout.policies.knn_text import (
     shared,
 )
 from rollout.policies.oracle import box_overlap, element_bounds, element_center
+from storage.policies import KNN
 from trajforge.actions import Action, ActionKind, get_codec
 from trajforge.actions.compare import element_at
 from trajforge.domain import Observation, Query
@@ -59,7 +60,7 @@ from trajforge.features import ThumbFeaturizer
 from trajforge.sample import target_action
 from trajforge.text import words
 
-NAME = "knn"
+NAME = KNN  # the name its checkpoints are registered under
 THEIRS, AGAIN = "theirs", "again"  # why a neighbour tapped a control its task named (see KnnPolicy._map)
 K = 8  # neighbours that vote
 SAME_SCREEN = 0.02  # cosine slack: neighbours this close to the best match count as the same screen

@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from evolve import heldout, rollouts
-from evolve.policies import policy_factory, register_policy
+from evolve import heldout
 from evolve.spine import open_spine
+from rollout import stages as rollouts
+from rollout.versions import policy_factory
 from storage.db import transaction
 from storage.models import Episode, Policy
 from storage.models import Query as QueryRow
+from storage.policies import register_policy
 from tests.support.evolve import stage
 from trajforge.errors import ConfigError
 from trajforge.settings import Settings

@@ -11,17 +11,19 @@ import pytest
 from sqlalchemy import func, select
 
 from curation.encoder import round_encoder
-from evolve import exploration, rollouts, steps
-from evolve import spine as spine_module
-from evolve.policies import policy_factory
-from evolve.revisits import latest_guidance, revisit_rates
+from evolve import steps
 from evolve.rounds_json import rounds_table
 from evolve.spine import open_spine
-from evolve.trainer import TrainerError, train_next
+from publish.train import TrainerError, train_next
 from publish.versions import PublishConfig, publish
+from querygen.revisits import revisit_rates
+from rollout import loop as rollout_loop
+from rollout import stages as rollouts
+from rollout.loop import latest_guidance
 from rollout.policies.knn import KnnPolicy
 from rollout.pool import DevicePool
 from rollout.runner import RolloutConfig
+from rollout.versions import policy_factory
 from storage.models import App, Episode, Exclusion, Guidance, Policy, Query, Round, Sample
 from tests.support.evolve import rollout_shard, stage
 from trajforge.errors import ConfigError, DeviceError
@@ -126,14 +128,14 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
 
     # exploration: round 1's demonstrations solved every app, so nothing is unsolved; an app whose
     # every earlier episode failed gets the explorer's extra rollouts on its queries, once
-    assert exploration.unsolved_queries(open_spine(settings), 2, uids) == []
+    assert rollouts.unsolved_queries(open_spine(settings), 2, uids) == []
     app_of = {q.uid: q.app for q in rollouts.load_queries(spine, uids)}
     app = app_of[new[0]]
     with spine.sessions() as s, s.begin():
         ids = select(Query.id).join(App, App.id == Query.app_id).where(App.name == app)
         for episode in s.scalars(select(Episode).where(Episode.round_id == 1, Episode.query_id.in_(ids))):
             episode.outcome = "failure"
-    unsolved = exploration.unsolved_queries(open_spine(settings), 2, uids)
+    unsolved = rollouts.unsolved_queries(open_spine(settings), 2, uids)
     assert unsolved and {app_of[u] for u in unsolved} == {app}
     explored = stage(settings, "explore", 2, queries=uids)
     assert explored["queries"] == len(unsolved) and explored["episodes"] == len(unsolved)  # ceil(0.5 x 2)
@@ -339,7 +341,7 @@ def test_a_round_runs_on_the_web_backend_and_the_critics_agree_with_its_verifier
 def test_the_web_backend_without_chromium_is_one_clear_error(
     evolve_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spine_module, "chromium_available", lambda: False)
+    monkeypatch.setattr(rollout_loop, "chromium_available", lambda: False)
     settings = evolve_settings.model_copy(
         update={"evolve": evolve_settings.evolve.model_copy(update={"backend": "web"})}
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.trainer import _complete
+from publish.train import _complete
 from tests.flows.test_bad_input import one_line_error
 from tests.flows.test_cli import TRAJFORGE
 from trajforge.settings import load_settings

@@ -19,13 +19,13 @@ import pytest
 
 from critics.stages import calibrate, judge
 from curation.stages import curate_with
-from evolve.lifecycle import close_round, open_round, play
-from evolve.policies import register_policy
+from evolve.lifecycle import close_round, open_round
 from evolve.spine import new_spine
 from publish.card import card_lines, trajforge_version
 from publish.exports import export
 from publish.versions import PublishConfig, publish
 from querygen.pipeline import generate_queries, store_generation
+from rollout.loop import play
 from rollout.policies import NoisyOracle, OracleNoise, VLMPolicy, VLMPolicyConfig
 from rollout.policies.base import PolicyOutput, observed
 from rollout.pool import DevicePool
@@ -36,6 +36,7 @@ from storage.datasets import iter_rows, manifest
 from storage.db import transaction
 from storage.keys import blob_key
 from storage.llm_cache import SqlResponseCache
+from storage.policies import register_policy
 from tests.flows.test_cli import cli
 from tests.publish.test_trainer_formats import check_answer
 from tests.support.scripted_llm import Reply, ScriptedLLM

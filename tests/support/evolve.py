@@ -43,8 +43,8 @@ def stage(settings: Any, name: str, number: int, **given: Any) -> Any:
 
 def rollout_shard(settings: Any, number: int, uids: list[str]) -> dict[str, Any]:
     """One part of the rollout stage: K rollouts of the round's policy on these queries."""
-    from evolve.rollouts import rollout_shard as shard
     from evolve.spine import open_spine
+    from rollout.stages import rollout_shard as shard
     from trajforge.stage import PART
 
     played: dict[str, Any] = shard(open_spine(settings), number, {PART: uids}).as_json()

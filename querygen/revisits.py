@@ -2,11 +2,11 @@
 
 A query at or below `curate.guidance_pass_rate` got guidance when its round was curated.
 The next round adds, per app, up to `evolve.revisit_share` x `queries_per_app` of them
-(lowest pass rate first) to its own new queries, and rolls them out with the guidance:
-the VLM policy reads it in its prompt; the built-in knn policy adds the guidance's
-reference trajectory to its memory as demonstrations. The choice is stored in the round's
-stats once, so a rerun revisits the same queries. A query still hard after its revisit
-gets fresh guidance and may come back again.
+(lowest pass rate first) to its own new queries, and rolls them out with the guidance
+(`rollout.loop.latest_guidance`): the VLM policy reads it in its prompt; the built-in knn
+policy adds the guidance's reference trajectory to its memory as demonstrations. The choice
+is stored in the round's stats once, so a rerun revisits the same queries. A query still hard
+after its revisit gets fresh guidance and may come back again.
 
 Success curves count a round's new queries only (a fresh sample of the apps' tasks);
 revisits are reported on their own, with each query's pass rate before and after guidance.
@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from evolve.spine import Spine
+from storage.context import RoundContext
 from storage.db import transaction
 from storage.models import App, Episode, Guidance, Round
 from storage.models import Query as QueryRow
@@ -33,12 +33,12 @@ def revisited(rnd: Round) -> list[str]:
     return list((rnd.stats or {}).get(REVISITS, []))
 
 
-def revisit_rates(spine: Spine, rnd: Round) -> list[dict[str, Any]]:
+def revisit_rates(ctx: RoundContext, rnd: Round) -> list[dict[str, Any]]:
     """Per revisited query: its app, its pass rate when it got guidance, and this round's."""
     uids = revisited(rnd)
     if not uids:
         return []
-    with spine.sessions() as s:
+    with ctx.sessions() as s:
         before: dict[str, float] = {}
         for uid, provenance in s.execute(
             select(Guidance.query_uid, Guidance.provenance)
@@ -69,7 +69,7 @@ def revisit_rates(spine: Spine, rnd: Round) -> list[dict[str, Any]]:
     return out
 
 
-def revisit_queries(spine: Spine, settings: Settings, rnd: Round) -> list[str]:
+def revisit_queries(ctx: RoundContext, settings: Settings, rnd: Round) -> list[str]:
     """The round's revisits: chosen on the first call and kept in the round's stats."""
     if REVISITS in (rnd.stats or {}):
         return revisited(rnd)
@@ -78,7 +78,7 @@ def revisit_queries(spine: Spine, settings: Settings, rnd: Round) -> list[str]:
     if rnd.number > 1 and share > 0:
         cap = math.ceil(share * settings.evolve.queries_per_app)
         per_app: dict[str, list[tuple[float, str]]] = {}
-        with spine.sessions() as s:
+        with ctx.sessions() as s:
             for uid, provenance, app in s.execute(
                 select(Guidance.query_uid, Guidance.provenance, App.name)
                 .join(Round, Round.id == Guidance.round_id)
@@ -87,40 +87,12 @@ def revisit_queries(spine: Spine, settings: Settings, rnd: Round) -> list[str]:
                 .where(Round.number == rnd.number - 1)
             ):
                 per_app.setdefault(app, []).append((float((provenance or {}).get("pass_rate", 0.0)), uid))
-        apps = {a.name for a in spine.apps}
+        apps = {a.name for a in ctx.apps}
         for app in sorted(per_app):
             if app in apps:  # an app dropped from the config is not revisited
                 picked += [uid for _, uid in sorted(per_app[app])[:cap]]
-    with transaction(spine.sessions) as s:
+    with transaction(ctx.sessions) as s:
         row = s.get(Round, rnd.id)
         assert row is not None
         row.stats = {**(row.stats or {}), REVISITS: picked}
     return picked
-
-
-def latest_guidance(spine: Spine, uids: list[str]) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """Each query's latest guidance, read once: its text by query uid (for the prompt), and the
-    kept steps of its reference as knn demonstrations."""
-    latest: dict[str, tuple[str, str, list[Any]]] = {}
-    with spine.sessions() as s:
-        for uid, text, steps, instruction in s.execute(
-            select(Guidance.query_uid, Guidance.text, Guidance.steps, QueryRow.instruction)
-            .join(QueryRow, QueryRow.uid == Guidance.query_uid)
-            .where(Guidance.query_uid.in_(uids))
-            .order_by(Guidance.round_id)
-        ):
-            latest[uid] = (text, instruction, steps or [])
-    demos: list[dict[str, Any]] = []
-    for _, instruction, steps in latest.values():
-        previous = None
-        for step in steps:
-            demo = step.get("demonstration")
-            if demo is None:
-                previous = None
-                continue
-            if step.get("kept", True):
-                demos.append(
-                    {"instruction": instruction, "step": step["index"], "previous": previous, **demo}
-                )
-            previous = demo["action"]
-    return {uid: text for uid, (text, _, _) in latest.items()}, demos

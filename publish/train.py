@@ -1,4 +1,4 @@
-"""The trainer hook: dataset version N in, policy version N + 1 registered.
+"""The trainer hook, publish's `train` stage: dataset version N in, policy version N + 1 registered.
 
 The round's sealed version is exported (`trainer.format`) under the home, the trainer
 command runs with `{dataset}` and `{output}` filled in, and the checkpoint it leaves is
@@ -26,13 +26,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from evolve.policies import register_policy, upload_checkpoint
-from evolve.spine import Spine
 from publish.exports import export, images_trainer
-from rollout.policies.knn import NAME as KNN
+from storage.context import RoundContext
 from storage.db import transaction
 from storage.models import Policy as PolicyRow
 from storage.models import Round
+from storage.policies import KNN, register_policy, upload_checkpoint
 from trajforge.errors import ConfigError, TrajforgeError
 from trajforge.families import get_family
 from trajforge.procs import sweep_partials
@@ -85,13 +84,13 @@ def command_line(settings: Settings, dataset: Path, output: Path, version: int, 
         ) from exc
 
 
-def _write_export(spine: Spine, dataset_version: int, fmt: str, builtin: bool, folder: Path) -> None:
+def _write_export(ctx: RoundContext, dataset_version: int, fmt: str, builtin: bool, folder: Path) -> None:
     # The built-in policy reads the screenshots as stored (it acts on them at that size); an
     # external trainer gets images sized for the trainer its format is for.
-    settings = spine.settings
+    settings = ctx.settings
     family = None if builtin else settings.trainer.family  # a family's export answers in its own format
     export(
-        spine.sessions, spine.store, settings.evolve.dataset, dataset_version, fmt, str(folder),
+        ctx.sessions, ctx.store, settings.evolve.dataset, dataset_version, fmt, str(folder),
         "canonical" if family else settings.trainer.action_format, tolerance=settings.curate.point_tolerance,
         settings=settings, trainer="none" if builtin else settings.trainer.images, family=family,
         misfit_as="canonical" if builtin else None,  # it learns the canonical actions: any device's
@@ -119,20 +118,20 @@ def _run_trainer(settings: Settings, data: Path, version: int, number: int, fold
         raise TrainerError(f"trainer command left no checkpoint in {{output}} ({folder})")
 
 
-def train(spine: Spine, number: int, given: Given) -> Facts:
+def train(ctx: RoundContext, number: int, given: Given) -> Facts:
     """The candidate policy of round `number + 1`, trained on the version `publish` sealed."""
-    trained = train_next(spine, number, given["publish"]["version"])
+    trained = train_next(ctx, number, given["publish"]["version"])
     return Facts(trained, f"candidate policy {trained['policy']}")
 
 
-def train_next(spine: Spine, number: int, dataset_version: int) -> dict[str, Any]:
+def train_next(ctx: RoundContext, number: int, dataset_version: int) -> dict[str, Any]:
     """Train on `dataset_version` and register the result as the candidate policy of round
     `number + 1` (`evolve.heldout.promote` decides whether it rolls that round out)."""
-    settings = spine.settings
+    settings = ctx.settings
     trainer = settings.trainer
     builtin = trainer.command is None
     name = KNN if builtin else trainer.name
-    with spine.sessions() as s:
+    with ctx.sessions() as s:
         rnd = s.scalars(select(Round).where(Round.number == number)).one()
         trained = (rnd.stats or {}).get("candidate_policy_id") or (rnd.stats or {}).get("next_policy_id")
         if trained:
@@ -144,9 +143,9 @@ def train_next(spine: Spine, number: int, dataset_version: int) -> dict[str, Any
     root = settings.home / "training" / settings.evolve.dataset / f"v{dataset_version}"
 
     shaped = f"{fmt}-{trainer.family}" if trainer.family and not builtin else fmt  # one export per shape
-    data = _complete(root / shaped, partial(_write_export, spine, dataset_version, fmt, builtin))
+    data = _complete(root / shaped, partial(_write_export, ctx, dataset_version, fmt, builtin))
     if builtin and not any(data.glob("train*.parquet")):
-        return _nothing_to_train(spine, number, parent_id)
+        return _nothing_to_train(ctx, number, parent_id)
     if not builtin and trainer.family and images_trainer(fmt, trainer.images) == "llamafactory":
         log.warning(
             "trainer.family %s is served screenshots as stored, but the export is sized for "
@@ -161,7 +160,7 @@ def train_next(spine: Spine, number: int, dataset_version: int) -> dict[str, Any
     fill = {"output": str(output), "version": str(number)}
     meta: dict[str, Any] = {}
     if builtin:
-        uri, endpoint = upload_checkpoint(spine, output, name, number), None
+        uri, endpoint = upload_checkpoint(ctx, output, name, number), None
     else:
         uri = str(output)
         endpoint = (trainer.endpoint or "").format(**fill)
@@ -172,7 +171,7 @@ def train_next(spine: Spine, number: int, dataset_version: int) -> dict[str, Any
         "dataset_version": dataset_version,
         "trained_after_round": number,
     }
-    with transaction(spine.sessions) as s:
+    with transaction(ctx.sessions) as s:
         policy_id = register_policy(s, name, number, meta, endpoint, uri, parent_id)
         rnd = s.scalars(select(Round).where(Round.number == number)).one()
         rnd.stats = {**(rnd.stats or {}), "candidate_policy_id": policy_id}
@@ -182,11 +181,11 @@ def train_next(spine: Spine, number: int, dataset_version: int) -> dict[str, Any
 NO_TRAINING_ROWS = "no_training_rows"
 
 
-def _nothing_to_train(spine: Spine, number: int, current_id: int) -> dict[str, Any]:
+def _nothing_to_train(ctx: RoundContext, number: int, current_id: int) -> dict[str, Any]:
     """The version holds no action row to learn from (a round in which no episode succeeded, say):
     no candidate is trained, and round `number + 1` keeps this round's policy, with the reason."""
     decision = {"promoted": False, "reason": NO_TRAINING_ROWS}
-    with transaction(spine.sessions) as s:
+    with transaction(ctx.sessions) as s:
         rnd = s.scalars(select(Round).where(Round.number == number)).one()
         rnd.stats = {**(rnd.stats or {}), "next_policy_id": current_id, "promotion": decision}
         kept = s.get(PolicyRow, current_id)
@@ -194,7 +193,7 @@ def _nothing_to_train(spine: Spine, number: int, current_id: int) -> dict[str, A
     return {"policy": f"{kept.name}@{kept.version}", "policy_id": current_id, "skipped": NO_TRAINING_ROWS}
 
 
-TRAIN: Stage[Spine] = Stage(
+TRAIN: Stage[RoundContext] = Stage(
     "train",
     "train-next-policy",
     train,
