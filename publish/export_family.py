@@ -40,7 +40,7 @@ from trajforge.actions.space import conform
 from trajforge.domain import describe
 from trajforge.episode import Step
 from trajforge.errors import ActionError
-from trajforge.families import Family, Turn
+from trajforge.families import Family
 
 IMAGE_TOKEN = "<image>"
 Chat = list[dict[str, str]]
@@ -123,13 +123,13 @@ class FamilyShaper:
             return None  # it says more than the family's prompt asks: written with what it asks instead
         return step.raw_output if mismatch(said.core(), stated.core(), [], screen, 1) is None else None
 
-    def history(self, row: dict[str, Any]) -> list[Turn]:
+    def history(self, row: dict[str, Any]) -> list[Step]:
         """The row's episode's steps before its own, as the family's own answers: where this family
         rolled the episode out on images of this size, each step's output verbatim, as the rollout
         sent it back (unparsed ones too); otherwise each action in the family's codec."""
         earlier = [step for step in self._steps(row["episode"]) if step.index < row["step"]]
         if earlier and all(self._served(step) for step in earlier):
-            return [Turn(step.screenshot, step.raw_output) for step in earlier]
+            return earlier
         turns = []
         for step in earlier:
             if step.action is None:  # an unparsed answer did nothing
@@ -147,7 +147,7 @@ class FamilyShaper:
             if stated is None:
                 self.unstated[row["episode"], step.index] = " ".join(filter(None, (action.kind, action.key)))
             else:
-                turns.append(Turn(step.screenshot, self.codec.format(stated, screen)))
+                turns.append(step.model_copy(update={"raw_output": self.codec.format(stated, screen)}))
         return turns
 
     def _check(self, row: dict[str, Any], chat: Chat, images: list[str], size: tuple[int, int]) -> None:
@@ -159,7 +159,7 @@ class FamilyShaper:
         played = self._episode
         if step is None or played.instruction is None:
             return
-        earlier = [Turn(s.screenshot, s.raw_output) for s in played.steps if s.index < step.index]
+        earlier = [s for s in played.steps if s.index < step.index]
         sent = self.family.messages(
             played.instruction, Screen(step.width, step.height), earlier, step.screenshot, _image_tag
         )

@@ -35,8 +35,9 @@ from trajforge.actions import CODECS, Screen, get_codec
 from trajforge.actions.space import coordinate_screen, system_prompt
 from trajforge.chat import image_part, text_part
 from trajforge.domain import Observation, Query, StepView, describe
+from trajforge.episode import Step
 from trajforge.errors import ParseError
-from trajforge.families import FAMILY_NAMES, PROMPT_VERSION, Turn, get_family
+from trajforge.families import FAMILY_NAMES, PROMPT_VERSION, get_family
 from trajforge.gateway import LLMGateway, LLMResult, request_hash
 from trajforge.settings import PolicySettings
 
@@ -113,7 +114,7 @@ class VLMPolicy:
         self._images: deque[str] = deque(maxlen=config.history_images)
         self._sampling = Sampling(0.0, None, None)
         self._parts: dict[str, dict[str, Any]] = {}  # the window's screenshots, encoded
-        self._turns: list[Turn] = []  # a family's history: each step's screenshot and output
+        self._turns: list[Step] = []  # a family's history: each step's screenshot and own output
         self._asked: Counter[str] = Counter()  # the episode's requests, by their messages' hash
         self.family = get_family(config.family) if config.family else None
 
@@ -193,7 +194,15 @@ class VLMPolicy:
         )
         self._parts = used  # the window the family sent: older screenshots are let go
         result = await self._ask(messages)
-        self._turns.append(Turn(observation.screenshot, result.text))
+        self._turns.append(
+            Step(
+                index=len(self._turns),
+                screenshot=observation.screenshot,
+                width=observation.width,
+                height=observation.height,
+                raw_output=result.text,
+            )
+        )
         return PolicyOutput(
             result.text,
             family.action_format,

@@ -238,10 +238,10 @@ def test_verl_rows_keep_uitars_history_beyond_its_screenshots_one_output_a_turn(
     (their screenshots are past its five), then four (screenshot, output) pairs. verl's layout keeps
     that sequence; the SFT layout joins same-role turns for LLaMA-Factory's alternation."""
     from publish.export_family import joined
+    from tests.trajforge.test_families import earlier_step
     from trajforge.actions import Screen
-    from trajforge.families import Turn
 
-    history = [Turn(f"s{i}", f"Thought: step {i}\nAction: press_back()") for i in range(7)]
+    history = [earlier_step(i, f"s{i}", f"Thought: step {i}\nAction: press_back()") for i in range(7)]
     sent = get_family("uitars15").messages(
         "Open Wi-Fi", Screen(1080, 2400), history, "now", lambda sha: {"type": "image", "sha": sha}
     )

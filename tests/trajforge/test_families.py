@@ -17,8 +17,9 @@ import pytest
 from PIL import Image
 
 from trajforge.actions import Action, ActionKind, Screen, get_codec
+from trajforge.episode import Step
 from trajforge.errors import ConfigError
-from trajforge.families import FAMILY_NAMES, PROMPT_VERSION, Turn, get_family
+from trajforge.families import FAMILY_NAMES, PROMPT_VERSION, get_family
 from trajforge.families.agentcpm import resize
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -41,7 +42,7 @@ OUTPUTS = {  # an earlier step's answer, as each family writes one
 
 def _request(name: str, steps: int) -> list[dict]:
     family = get_family(name)
-    history = [Turn(f"shot{i}", OUTPUTS[name]) for i in range(steps)]
+    history = [earlier_step(i, f"shot{i}", OUTPUTS[name]) for i in range(steps)]
     return family.messages(TASK, SCREEN, history, f"shot{steps}", lambda sha: {"image": sha})
 
 
@@ -126,3 +127,8 @@ def test_an_unknown_family_is_one_error_naming_the_known_ones() -> None:
     assert [get_family(name).name for name in FAMILY_NAMES] == list(FAMILY_NAMES)
     with pytest.raises(ConfigError, match="unknown model family 'uitars2'; known: uitars15, qwen25vl"):
         get_family("uitars2")
+
+
+def earlier_step(index: int, screenshot: str, output: str) -> Step:
+    """An earlier step of the episode as a family's history reads it: its screen and the model's words."""
+    return Step(index=index, screenshot=screenshot, width=1080, height=2400, raw_output=output)

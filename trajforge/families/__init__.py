@@ -23,10 +23,10 @@ from typing import Any, Protocol
 
 from trajforge.actions import Screen
 from trajforge.chat import ImagePart, Message
+from trajforge.episode import Step
 from trajforge.errors import ConfigError
-from trajforge.families.turn import Turn
 
-__all__ = ["FAMILY_NAMES", "PROMPT_VERSION", "Family", "Turn", "get_family"]
+__all__ = ["FAMILY_NAMES", "PROMPT_VERSION", "Family", "get_family"]
 
 
 class Family(Protocol):
@@ -50,7 +50,7 @@ class Family(Protocol):
         ...
 
     def messages(
-        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+        self, task: str, screen: Screen, history: list[Step], current: str, image: ImagePart
     ) -> list[Message]:
         """The chat messages of one step: `screen` is the raw screenshot's size, `history` the episode's
         earlier steps oldest first, `current` the screenshot now shown."""

@@ -19,7 +19,7 @@ from PIL import Image
 
 from trajforge.actions import Screen
 from trajforge.chat import ImagePart, Message, image_part, text_part
-from trajforge.families.turn import Turn
+from trajforge.episode import Step
 
 MAX_SIDE = 1120
 
@@ -74,7 +74,7 @@ class AgentCPMGUI:
         return image_part(out.getvalue(), "image/jpeg")
 
     def messages(
-        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+        self, task: str, screen: Screen, history: list[Step], current: str, image: ImagePart
     ) -> list[Message]:
         question = f"<Question>{task}</Question>\n当前屏幕截图：{self.image_placeholder}"
         return [

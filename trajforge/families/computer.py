@@ -18,8 +18,8 @@ from typing import Any
 
 from trajforge.actions import Screen
 from trajforge.chat import ImagePart, Message, text_part
+from trajforge.episode import Step
 from trajforge.families.qwen import POINT, STATUS, Qwen25VLMobileUse, action_property, tool_system
-from trajforge.families.turn import Turn
 from trajforge.families.uitars import UITars15Mobile
 
 COMPUTER_USE = """You are a GUI agent. You are given a task and your action history, with screenshots. \
@@ -131,7 +131,7 @@ class Qwen25VLComputerUse(Qwen25VLMobileUse):
     )
 
     def messages(
-        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+        self, task: str, screen: Screen, history: list[Step], current: str, image: ImagePart
     ) -> list[Message]:
         resized = self.coordinate_screen(screen.width, screen.height)
         system = tool_system(computer_use(resized.width, resized.height))

@@ -32,7 +32,7 @@ from typing import Any
 from trajforge.actions import Screen
 from trajforge.actions.space import GUIOWL, QWEN25VL, smart_resize
 from trajforge.chat import ImagePart, Message, image_part, text_part
-from trajforge.families.turn import Turn
+from trajforge.episode import Step
 
 # qwen-agent's FN_CALL_TEMPLATE in its two parts: Mobile-R1's prompt keeps only the second
 FN_CALL_HEADER = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -179,7 +179,7 @@ class Qwen25VLMobileUse:
         return image_part(png)
 
     def messages(
-        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+        self, task: str, screen: Screen, history: list[Step], current: str, image: ImagePart
     ) -> list[Message]:
         resized = self.coordinate_screen(screen.width, screen.height)
         system = tool_system(
@@ -187,7 +187,7 @@ class Qwen25VLMobileUse:
                 resized.width, resized.height, QWEN_ACTIONS, "`action=key`, `action=type`, and `action=open`"
             )
         )
-        steps = "".join(f"Step {i}: {_call(turn.output)}; " for i, turn in enumerate(history, 1))
+        steps = "".join(f"Step {i}: {_call(turn.raw_output)}; " for i, turn in enumerate(history, 1))
         query = (
             f"The user query:  {task}\n"
             f"Task progress (You have done the following operation on the current device): {steps}"
@@ -208,13 +208,13 @@ class GUIOwl(Qwen25VLMobileUse):
     budget = GUIOWL  # update_image_size_: 1 to 12800 visual tokens
 
     def messages(
-        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+        self, task: str, screen: Screen, history: list[Step], current: str, image: ImagePart
     ) -> list[Message]:
         resized = self.coordinate_screen(screen.width, screen.height)
         system = tool_system(
             mobile_use(resized.width, resized.height, OWL_ACTIONS, "`action=type` and `action=answer`")
         )
-        said = [(i, _conclusion(turn.output)) for i, turn in enumerate(history, 1)]
+        said = [(i, _conclusion(turn.raw_output)) for i, turn in enumerate(history, 1)]
         steps = "".join(f"Step {i}: {summary}; " for i, summary in said if summary)
         query = (
             f"The user query: {task}"
@@ -256,12 +256,12 @@ class MobileR1(Qwen25VLMobileUse):
     source = "Mobile-R1 (arXiv 2506.20332) Appendix A.2/A.4 prompt, over the Qwen2.5-VL cookbook's mobile_use"
 
     def messages(
-        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+        self, task: str, screen: Screen, history: list[Step], current: str, image: ImagePart
     ) -> list[Message]:
         resized = self.coordinate_screen(screen.width, screen.height)
         tool = mobile_use(resized.width, resized.height, R1_ACTIONS, "`action=key` and `action=type`")
         system = R1_ROLE + " " + tool_signatures(tool)
-        steps = "".join(f"Step {i}: {_action(turn.output)}; " for i, turn in enumerate(history, 1))
+        steps = "".join(f"Step {i}: {_action(turn.raw_output)}; " for i, turn in enumerate(history, 1))
         query = R1_ASK + task + (f"\nHistorical actions: {steps}" if steps else "")
         return [
             {"role": "system", "content": system},

@@ -17,7 +17,7 @@ from typing import Any
 from trajforge.actions import Screen
 from trajforge.actions.space import UITARS15, smart_resize
 from trajforge.chat import ImagePart, Message, image_part
-from trajforge.families.turn import Turn
+from trajforge.episode import Step
 
 MOBILE_USE = (
     "You are a GUI agent. You are given a task and your action history, with screenshots. "
@@ -69,7 +69,7 @@ class UITars15Mobile:
         return image_part(png)  # sent as it is: the server's processor resizes it
 
     def messages(
-        self, task: str, screen: Screen, history: list[Turn], current: str, image: ImagePart
+        self, task: str, screen: Screen, history: list[Step], current: str, image: ImagePart
     ) -> list[Message]:
         prompt = self.prompt.format(language=self.language, instruction=task)
         messages: list[Message] = [{"role": "user", "content": prompt}]
@@ -77,6 +77,6 @@ class UITars15Mobile:
         for i, turn in enumerate(history):
             if i >= shown:
                 messages.append({"role": "user", "content": [image(turn.screenshot)]})
-            messages.append({"role": "assistant", "content": turn.output})
+            messages.append({"role": "assistant", "content": turn.raw_output})
         messages.append({"role": "user", "content": [image(current)]})
         return messages
