@@ -14,12 +14,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import insert_ignore, transaction
-from storage.models import Anchor, Episode, Exclusion, Judgment, Step
+from storage.models import Anchor, Episode, Exclusion, Judgment
 from storage.models import Query as QueryRow
+from storage.models import Step as StepRow
 from trajforge.domain import STEP_LABELS, Query, StepVerdict
-from trajforge.episode import Attempt
+from trajforge.episode import Attempt, Step
 from trajforge.episode import Episode as Played
-from trajforge.episode import Step as PlayedStep
 from trajforge.errors import StageError
 
 EXCLUSION_KEY = ["stage", "item_type", "item_key", "reason"]
@@ -38,7 +38,7 @@ def store_episode(
             return False  # another worker stored it
         episode_id = s.scalars(select(Episode.id).where(Episode.uid == episode.uid)).one()
         steps = [{"episode_id": episode_id, **st.row()} for st in episode.steps]
-        insert_ignore(s, Step, steps, ["episode_id", "index"])
+        insert_ignore(s, StepRow, steps, ["episode_id", "index"])
         if (verdict := episode.anchor_verdict) is not None:
             anchor = {
                 "episode_id": episode_id,
@@ -132,7 +132,7 @@ def record_attempts(
             insert_ignore(s, Exclusion, attempt_rows(round_id, uid, failures), EXCLUSION_KEY)
 
 
-def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[PlayedStep]]]:
+def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list[Step]]]:
     """Every episode of the round with its query and steps, in two queries (not one per episode)."""
     pairs = s.execute(
         select(Episode, QueryRow)
@@ -144,16 +144,16 @@ def round_episodes(s: Session, round_id: int) -> list[tuple[Episode, Query, list
     return [(e, row.to_domain(row.goal.get("app", "")), steps.get(e.id, [])) for e, row in pairs]
 
 
-def steps_by_episode(s: Session, *where: Any) -> dict[int, list[PlayedStep]]:
+def steps_by_episode(s: Session, *where: Any) -> dict[int, list[Step]]:
     """The steps of the episodes `where` selects (conditions on `Episode`), in order, by episode id."""
-    steps: dict[int, list[PlayedStep]] = {}
+    steps: dict[int, list[Step]] = {}
     for st in s.scalars(
-        select(Step)
-        .join(Episode, Episode.id == Step.episode_id)
+        select(StepRow)
+        .join(Episode, Episode.id == StepRow.episode_id)
         .where(*where)
-        .order_by(Step.episode_id, Step.index)
+        .order_by(StepRow.episode_id, StepRow.index)
     ):
-        steps.setdefault(st.episode_id, []).append(PlayedStep.model_validate(st))
+        steps.setdefault(st.episode_id, []).append(Step.model_validate(st))
     return steps
 
 
@@ -163,8 +163,8 @@ def round_step_judgments(s: Session, round_id: int) -> dict[int, dict[str, Judgm
     stored: dict[int, dict[str, Judgment]] = {}
     for j in s.scalars(
         select(Judgment)
-        .join(Step, Step.id == Judgment.target_id)
-        .join(Episode, Episode.id == Step.episode_id)
+        .join(StepRow, StepRow.id == Judgment.target_id)
+        .join(Episode, Episode.id == StepRow.episode_id)
         .where(Judgment.target == "step", Episode.round_id == round_id, Judgment.critic.in_(STEP_CRITICS))
         .order_by(Judgment.critic_version)
     ):
@@ -173,7 +173,7 @@ def round_step_judgments(s: Session, round_id: int) -> dict[int, dict[str, Judgm
 
 
 def stored_step_verdicts(
-    stored: dict[int, dict[str, Judgment]], round_id: int, steps: Sequence[PlayedStep]
+    stored: dict[int, dict[str, Judgment]], round_id: int, steps: Sequence[Step]
 ) -> list[StepVerdict]:
     """An episode's step-critic labels from `round_step_judgments` (a model critic's where present).
 
