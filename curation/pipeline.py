@@ -28,7 +28,7 @@ from curation.guidance import Demonstrator, GuidanceReport, write_guidance
 from curation.overlays import GreyThumbs
 from curation.recovery import RecoveryReport, recover
 from curation.rollouts import Rollout, by_query, load_rollouts, pass_rate
-from curation.thoughts import StepToThink, ThoughtReport, synthesise
+from curation.thoughts import StepAt, ThoughtReport, synthesise
 from storage.db import record_exclusions, transaction
 from storage.features import CacheStats, FeatureStore, dedup_threshold, make_featurizer
 from storage.models import Episode, Exclusion, Sample, Step
@@ -167,7 +167,7 @@ async def _model_work(
     sessions: sessionmaker[Session],
     round_id: int,
     groups: dict[str, list[Rollout]],
-    accepted: list[StepToThink],
+    accepted: list[StepAt],
     demonstrate: Demonstrator | None,
     gateway: LLMGateway | None,
     frames: Callable[[str], bytes],
@@ -279,7 +279,7 @@ def _store_dedup(
 
 def _accepted_steps(
     sessions: sessionmaker[Session], round_id: int, rollouts: list[Rollout], dropped: set[str]
-) -> list[StepToThink]:
+) -> list[StepAt]:
     """Steps whose action-prediction sample survived the critic filter, in retained trajectories."""
     by_id = {r.episode_id: r for r in rollouts if r.uid not in dropped}
     with sessions() as s:
@@ -291,9 +291,9 @@ def _accepted_steps(
     out = []
     for episode_id, index in sorted(kept, key=lambda k: (k[0] or 0, k[1] or 0)):
         r = by_id.get(episode_id or -1)
-        if r is None or index is None or (action := r.steps[index].act) is None:
+        if r is None or index is None or r.steps[index].act is None:
             continue
-        out.append(StepToThink(r.query, r.uid, index, r.steps[index], r.words(index), action))
+        out.append((r, index))
     return out
 
 

@@ -29,10 +29,11 @@ from typing import Any
 
 from curation.bottleneck import Bottleneck, measure, prediction_mismatch
 from curation.guidance import TEMPLATES
+from curation.rollouts import Rollout
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, mismatch, target_bbox
 from trajforge.chat import image_part, text_part
-from trajforge.domain import Query, StepView, describe, screen_text
+from trajforge.domain import StepView, describe, screen_text
 from trajforge.errors import LLM_FAULTS, LLMError
 from trajforge.gateway import LLMGateway
 from trajforge.logs import counts
@@ -49,14 +50,23 @@ TEMPLATE_VERSION = "thought-templates-1"
 POLICY = "policy"  # the pass (and style) of a thought the policy itself gave with the step
 
 
-@dataclass
-class StepToThink:
-    query: Query
-    episode: str
-    index: int
-    view: StepView
-    history: list[str]
-    action: Action
+StepAt = tuple[Rollout, int]  # a step a thought is written for: its rollout, and its index there
+
+
+def view_of(step: StepAt) -> StepView:
+    return step[0].steps[step[1]]
+
+
+def history_of(step: StepAt) -> list[str]:
+    """The steps before it in words: the history a policy is shown (`Rollout.words`)."""
+    return step[0].words(step[1])
+
+
+def action_of(step: StepAt) -> Action:
+    """Its recorded action (a step is accepted only where its action parsed, `curation.pipeline`)."""
+    action = view_of(step).act
+    assert action is not None, "a step with no parsed action has no thought to write"
+    return action
 
 
 @dataclass
@@ -79,16 +89,17 @@ _QUOTED = re.compile(
 )
 
 
-def template_thought(step: StepToThink, style: str) -> str:
-    words = describe(step.action, step.view)
-    done = "; ".join(step.history) or "nothing yet"
-    screen = screen_text(step.view.elements)[:200]
+def template_thought(step: StepAt, style: str) -> str:
+    view, task = view_of(step), step[0].query.instruction
+    words = describe(action_of(step), view)
+    done = "; ".join(history_of(step)) or "nothing yet"
+    screen = screen_text(view.elements)[:200]
     if style == "concise":
-        return f"To {step.query.instruction.rstrip('.')}, next: {words}."
+        return f"To {task.rstrip('.')}, next: {words}."
     if style == "observe_then_act":
         return f"The screen shows: {screen}. The task still needs work, so: {words}."
     return (
-        f"The task is: {step.query.instruction} Done so far: {done}. The screen shows: {screen}. "
+        f"The task is: {task} Done so far: {done}. The screen shows: {screen}. "
         f"The next move on the way to the goal: {words}."
     )
 
@@ -115,15 +126,15 @@ def read_action(thought: str, view: StepView) -> Action | None:
     return found
 
 
-def check(predicted: Action | None, step: StepToThink, tolerance: int) -> str | None:
+def check(predicted: Action | None, step: StepAt, tolerance: int) -> str | None:
     if predicted is None:
         return "prediction_unparseable"
-    screen = Screen(step.view.width, step.view.height)
-    return mismatch(predicted, step.action, step.view.elements, screen, tolerance)
+    view = view_of(step)
+    return mismatch(predicted, action_of(step), view.elements, Screen(view.width, view.height), tolerance)
 
 
 async def think_with_model(
-    step: StepToThink,
+    step: StepAt,
     style: str,
     hint: str | None,
     gateway: LLMGateway,
@@ -131,9 +142,12 @@ async def think_with_model(
     tolerance: int,
 ) -> tuple[str, str | None]:
     """(thought, None when it predicts the recorded action, else the mismatch code)."""
-    image = image_part(frames(step.view.before))
+    image = image_part(frames(view_of(step).before))
     prompt = TEMPLATES.get_template("thought.j2").render(
-        instruction=step.query.instruction, history=step.history, style=STYLES.get(style, style), hint=hint
+        instruction=step[0].query.instruction,
+        history=history_of(step),
+        style=STYLES.get(style, style),
+        hint=hint,
     )
     stage = "thought.hinted" if hint else "thought.write"
     try:
@@ -150,11 +164,11 @@ async def think_with_model(
         )
     except LLMError as exc:
         return thought, exc.reason
-    return thought, prediction_mismatch(predicted.text, step.action, step.view, tolerance)
+    return thought, prediction_mismatch(predicted.text, action_of(step), view_of(step), tolerance)
 
 
 async def synthesise(
-    steps: list[StepToThink],
+    steps: list[StepAt],
     styles: list[str],
     tolerance: int,
     gateway: LLMGateway | None = None,
@@ -165,21 +179,22 @@ async def synthesise(
     (`curation.bottleneck`), and with `only_bottlenecks` thoughts for bottleneck steps only."""
     report = ThoughtReport()
 
-    async def attempt(step: StepToThink, style: str, hint: str | None) -> tuple[str, str | None]:
+    async def attempt(step: StepAt, style: str, hint: str | None) -> tuple[str, str | None]:
         if gateway is not None and frames is not None:
             return await think_with_model(step, style, hint, gateway, frames, tolerance)
         thought = template_thought(step, style)
-        return thought, check(read_action(thought, step.view), step, tolerance)
+        return thought, check(read_action(thought, view_of(step)), step, tolerance)
 
-    async def one(step: StepToThink) -> SampleDraft:
-        if step.action.thought:  # the policy's own reasoning for this step: kept, never written over
+    async def one(step: StepAt) -> SampleDraft:
+        view, action = view_of(step), action_of(step)
+        if action.thought:  # the policy's own reasoning for this step: kept, never written over
             report.kept[POLICY] += 1
-            own = (POLICY, POLICY, step.action.thought)
+            own = (POLICY, POLICY, action.thought)
             return _draft(step, own, [{"pass": POLICY, "style": POLICY, "result": "match"}], gateway)
         measured = None
         if gateway is not None and frames is not None:
             measured = await measure(
-                step.query, step.view, step.history, step.action, gateway, frames, tolerance
+                step[0].query, view, history_of(step), action, gateway, frames, tolerance
             )
             report.bottleneck[measured.verdict] += 1
             if only_bottlenecks and not measured.is_bottleneck:
@@ -188,7 +203,7 @@ async def synthesise(
                 skipped.reason = measured.verdict
                 return skipped
         tries: list[dict[str, Any]] = []
-        plan = [("free", s, None) for s in styles] + [("hinted", styles[0], describe(step.action, step.view))]
+        plan = [("free", s, None) for s in styles] + [("hinted", styles[0], describe(action, view))]
         chosen: tuple[str, str, str] | None = None
         for phase, style, hint in plan:
             thought, code = await attempt(step, style, hint)
@@ -212,34 +227,36 @@ async def synthesise(
 
 
 def _draft(
-    step: StepToThink,
+    step: StepAt,
     chosen: tuple[str, str, str] | None,
     tries: list[dict[str, Any]],
     gateway: Any,
     measured: Bottleneck | None = None,
 ) -> SampleDraft:
-    core = step.action.core()  # what is done, not why
+    (rollout, index), view, action = step, view_of(step), action_of(step)
+    core = action.core()  # what is done, not why
     thought = chosen[2] if chosen else ""
     own = chosen is not None and chosen[0] == POLICY
     return SampleDraft(
         CATEGORY,
-        step.index,
+        index,
         {
-            "images": [step.view.before],
-            "prompt": f"Task: {step.query.instruction}\nHistory: " + ("; ".join(step.history) or "none"),
+            "images": [view.before],
+            "prompt": f"Task: {rollout.query.instruction}\nHistory: "
+            + ("; ".join(history_of(step)) or "none"),
             "thought": thought,
-            "intent": describe(step.action, step.view),  # Mobile-R1's clear low-level action
+            "intent": describe(action, view),  # Mobile-R1's clear low-level action
             "action": core.stored(),
-            "screen": [step.view.width, step.view.height],
-            "bbox": target_bbox(step.action, step.view.elements, Screen(step.view.width, step.view.height)),
+            "screen": [view.width, view.height],
+            "bbox": target_bbox(action, view.elements, Screen(view.width, view.height)),
             "response": f"<think>{thought}</think>\n{core.to_json()}",
             "bottleneck": measured.is_bottleneck if measured else None,
-            **({"said": said(step.action)} if own else {}),
+            **({"said": said(action)} if own else {}),
         },
         {
-            "episode": step.episode,
-            "steps": [step.index],
-            "query": step.query.uid,
+            "episode": rollout.uid,
+            "steps": [index],
+            "query": rollout.query.uid,
             "pass": (chosen[0] if gateway is not None or own else "template") if chosen else None,
             "style": chosen[1] if chosen else None,
             "attempts": tries,
