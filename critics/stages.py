@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import exists, select
 
@@ -70,6 +70,15 @@ def judged(ctx: RoundContext, number: int) -> bool:
         return bool(played) and not s.scalar(select(exists(unjudged)))
 
 
+class CalibratedJson(TypedDict):
+    """The calibrate stage's report, as `finish` reads it."""
+
+    consensus: dict[str, Any]  # the consensus channel's figures against the anchors (n, accuracy, ...)
+    kept: dict[str, int]  # the samples kept, by category
+    dropped: dict[str, int]  # by reason
+    undecided: dict[str, int]
+
+
 @dataclass
 class Calibrated:
     consensus: dict[str, Any]  # the consensus channel's accuracy against the anchors
@@ -79,13 +88,13 @@ class Calibrated:
         n, accuracy = self.consensus.get("n", 0), self.consensus.get("accuracy", 0.0)
         return f"critic consensus vs anchors: {accuracy:.0%} on {n} episodes\n{self.samples.render()}"
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "consensus": self.consensus,
-            "kept": self.samples.kept,
-            "dropped": self.samples.dropped,
-            "undecided": dict(self.samples.undecided),
-        }
+    def as_json(self) -> CalibratedJson:
+        return CalibratedJson(
+            consensus=self.consensus,
+            kept=self.samples.kept,
+            dropped=self.samples.dropped,
+            undecided=dict(self.samples.undecided),
+        )
 
 
 def calibrate(ctx: RoundContext, number: int, _given: Given) -> Calibrated:

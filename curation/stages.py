@@ -5,7 +5,7 @@ is stored), `featurise` (screenshot features into the cache, fanned out by episo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import exists, select
 
@@ -48,6 +48,15 @@ def featurise(ctx: RoundContext, _number: int, given: Given) -> Facts:
     return Facts(stats, f"screenshot features: {stats}")
 
 
+class CuratedJson(TypedDict):
+    """The curate stage's report, as `finish` reads it."""
+
+    samples: dict[str, int]
+    recovery: dict[str, Any]
+    dedup: dict[str, Any]  # kept, total, reasons
+    curriculum: dict[str, Any]  # the curriculum's figures and the round's `tier_mix`
+
+
 @dataclass
 class Curated:
     report: CurationReport
@@ -56,18 +65,14 @@ class Curated:
     def render(self) -> str:
         return self.report.render()
 
-    def as_json(self) -> dict[str, Any]:
-        report = self.report
-        return {
-            "samples": dict(report.samples),
-            "recovery": report.recovery.as_dict(),
-            "dedup": {
-                "kept": report.dedup.kept,
-                "total": report.dedup.total,
-                "reasons": dict(report.dedup.reasons),
-            },
-            "curriculum": {**report.curriculum.as_dict(), "tier_mix": self.tier_mix},
-        }
+    def as_json(self) -> CuratedJson:
+        report, dedup = self.report, self.report.dedup
+        return CuratedJson(
+            samples=dict(report.samples),
+            recovery=report.recovery.as_dict(),
+            dedup={"kept": dedup.kept, "total": dedup.total, "reasons": dict(dedup.reasons)},
+            curriculum={**report.curriculum.as_dict(), "tier_mix": self.tier_mix},
+        )
 
 
 def curate(ctx: RoundContext, number: int, _given: Given) -> Curated:

@@ -15,13 +15,16 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from critics.stages import CalibratedJson
+from curation.stages import CuratedJson
 from evolve.heldout import evaluate_policy, heldout_queries
 from evolve.lifecycle import close_round, open_round
 from evolve.ownership import foreign_round, loop_round
 from evolve.report import RoundFigures, tally_episodes
 from evolve.spine import Spine
+from publish.stages import Published
 from querygen.revisits import revisit_rates
-from rollout.stages import EXPLORER, GUIDED
+from rollout.stages import EXPLORER, GUIDED, Rolled
 from storage.db import transaction
 from storage.llm_cache import calls_per_step
 from storage.models import Episode, Round, Sample
@@ -159,7 +162,11 @@ def finished_rounds(spine: Spine) -> int:
 
 def round_extra(policy: str, given: Given) -> dict[str, Any]:
     """What the round's policy and the earlier stages' reports add to the round's figures."""
-    published, promoted, curated = given["publish"], given["promote"], given["curate"]
+    published: Published = given["publish"]
+    curated: CuratedJson = given["curate"]
+    calibrated: CalibratedJson = given["calibrate"]
+    rolled: Rolled = given["rollout"]
+    promoted = given["promote"]
     return {
         "policy": policy,
         "dataset": published["dataset"],
@@ -167,12 +174,12 @@ def round_extra(policy: str, given: Given) -> dict[str, Any]:
         "manifest_sha256": published["manifest_sha256"],
         "next_policy": promoted["policy"],
         "promotion": promoted,
-        "consensus": given["calibrate"]["consensus"],
+        "consensus": calibrated["consensus"],
         "dedup": curated["dedup"],
         "curriculum": {**curated["curriculum"], "explored": given["explore"]},
         "recovery": curated["recovery"],
         "encoder": given["encoder"],
-        "rollout_steps": given["rollout"]["steps"],
+        "rollout_steps": rolled["steps"],
     }
 
 

@@ -3,7 +3,7 @@ with the same config is reused)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from sqlalchemy import select
 
@@ -13,6 +13,16 @@ from storage.datasets import manifest
 from storage.models import Dataset, DatasetVersion
 from trajforge.settings import Settings
 from trajforge.stage import Facts, Given, Stage
+
+
+class Published(TypedDict):
+    """The publish stage's report, as `train` and `finish` read it."""
+
+    dataset: str
+    version: int
+    manifest_sha256: str
+    rows: int
+    reused: bool  # a version sealed earlier with the same config
 
 
 def publish_config(
@@ -43,20 +53,19 @@ def publish_round(ctx: RoundContext, number: int, _given: Given) -> Facts:
                 DatasetVersion.config_hash == config.config_hash,
             )
         ).first()
-    out: dict[str, Any]
     if sealed is not None:
         version, digest = sealed
         rows = manifest(ctx.sessions, ctx.store, name, version).rows
-        out = {"dataset": name, "version": version, "manifest_sha256": digest, "rows": rows, "reused": True}
+        out = Published(dataset=name, version=version, manifest_sha256=digest, rows=rows, reused=True)
     else:
         report = publish(ctx.sessions, ctx.store, name, config, description=f"evolve round {number}")
-        out = {
-            "dataset": name,
-            "version": report.version,
-            "manifest_sha256": report.manifest_sha256,
-            "rows": report.rows,
-            "reused": False,
-        }
+        out = Published(
+            dataset=name,
+            version=report.version,
+            manifest_sha256=report.manifest_sha256,
+            rows=report.rows,
+            reused=False,
+        )
     line = f"dataset {name} v{out['version']}: {out['rows']} rows" + (" (reused)" if out["reused"] else "")
     return Facts(out, line)
 

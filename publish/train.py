@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import select
 
 from publish.exports import export, images_trainer
+from publish.stages import Published
 from storage.context import RoundContext
 from storage.db import transaction
 from storage.models import Policy as PolicyRow
@@ -120,7 +121,8 @@ def _run_trainer(settings: Settings, data: Path, version: int, number: int, fold
 
 def train(ctx: RoundContext, number: int, given: Given) -> Facts:
     """The candidate policy of round `number + 1`, trained on the version `publish` sealed."""
-    trained = train_next(ctx, number, given["publish"]["version"])
+    published: Published = given["publish"]
+    trained = train_next(ctx, number, published["version"])
     return Facts(trained, f"candidate policy {trained['policy']}")
 
 

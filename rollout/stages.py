@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import select
 
@@ -33,7 +33,17 @@ from trajforge.stage import DEVICES, MODEL_CALLS, PART, Facts, Given, Stage, one
 EXPLORER = ("random-explorer", 0)
 GUIDED = ("guided-demo", 0)
 DIFFICULTY = {"hard": 0, "medium": 1, "easy": 2}
-ROLLED = ("episodes", "already_stored", "successes", "steps", "seconds")
+
+
+class Rolled(TypedDict):
+    """A rollout stage's report (`rollout`'s parts summed, `guided`'s, `explore`'s with its
+    `queries`), as `finish` reads it."""
+
+    episodes: int  # played now
+    already_stored: int  # by an earlier run: not redone
+    successes: int
+    steps: int
+    seconds: float
 
 
 def load_queries(ctx: RolloutContext, uids: list[str]) -> list[Query]:
@@ -53,7 +63,7 @@ def roll(
     make: Callable[[], Policy],
     config: RolloutConfig,
     guidance: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> Rolled:
     """The queries played on the loop's farm; raises DeviceError where some found no device."""
     farm = open_farm(ctx)
     pool = open_pool(ctx)
@@ -65,11 +75,16 @@ def roll(
             f"{report.not_run} episodes of round {rnd.number} found no free device within "
             f"{config.lease_wait_s:g}s; rerun to play them (stored episodes are not redone)"
         )
-    values = (report.completed, report.skipped, report.successes, report.steps, round(report.seconds, 3))
-    return dict(zip(ROLLED, values, strict=True))
+    return Rolled(
+        episodes=report.completed,
+        already_stored=report.skipped,
+        successes=report.successes,
+        steps=report.steps,
+        seconds=round(report.seconds, 3),
+    )
 
 
-def rolled_line(played: dict[str, Any]) -> str:
+def rolled_line(played: Rolled | dict[str, Any]) -> str:
     return (
         f"{played['episodes']} episodes played ({played['already_stored']} already stored), "
         f"{played['successes']} successful, {played['steps']} steps"
