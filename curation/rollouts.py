@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,9 +27,14 @@ class Rollout:
     labels: list[str]  # GOOD | NEUTRAL | HARMFUL per step
     success: bool | None  # None: no anchor and no verifier verdict
 
+    @cached_property
+    def said(self) -> list[str]:
+        """Every step in words, described once per rollout (each of its steps' histories reads them)."""
+        return [describe(v.act, v) if v.act else "(unparsed output)" for v in self.steps]
+
     def words(self, upto: int) -> list[str]:
         """The steps before `upto` in words (the history a policy is shown)."""
-        return [describe(v.act, v) if v.act else "(unparsed output)" for v in self.steps[:upto]]
+        return self.said[:upto]
 
 
 def load_rollouts(

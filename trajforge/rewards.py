@@ -106,6 +106,7 @@ def action_correct(predicted: Action, reference: Action, bbox: list[int] | None,
     if kind in POINTED_KINDS:
         assert predicted.point is not None and reference.point is not None
         if bbox is not None:
+            # not `actions.compare.inside`: the reward ships without compare (`export_rows.REWARD_MODULES`)
             x1, y1, x2, y2 = bbox
             return x1 <= predicted.point[0] <= x2 and y1 <= predicted.point[1] <= y2
         return math.dist(predicted.point, reference.point) <= tolerance
