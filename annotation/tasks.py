@@ -37,19 +37,13 @@ def blind(candidate: Candidate, settings: AnnotationSettings) -> bool:
     return settings.blind == "all" or candidate.reasons == ["audit"]
 
 
-@dataclass
-class StepShown:
-    """What the annotator sees of one step: the action in words, and its target element."""
-
-    short: str  # under the filmstrip thumbnail
-    text: str  # above the step's page
-    box: list[int] | None  # the target element's pixel bounds, outlined on the screen
-
-
-def show_step(st: Step, i: int, n: int) -> StepShown:
+def show_step(st: Step, i: int, n: int) -> tuple[str, str, list[int] | None]:
+    """What the annotator sees of step `i` of `n`: the caption under its filmstrip thumbnail, the
+    text above its page (the action in words, exactly, and its target), and the target element's
+    pixel bounds, outlined on the screen (None: no target)."""
     if st.action is None:
         note = f"no action: {st.parse_error or 'none'}"
-        return StepShown(note, f"Step {i + 1} of {n}: {note}", None)
+        return note, f"Step {i + 1} of {n}: {note}", None
     action = st.action
     screen = Screen(st.width, st.height)
     element = element_at(st.elements or [], action.point, screen) if action.point is not None else None
@@ -73,7 +67,7 @@ def show_step(st: Step, i: int, n: int) -> StepShown:
         box = [x1, y1, x2, y2]
     if action.thought:
         lines.append(f"thought: {action.thought}")
-    return StepShown(short, "\n".join(lines), box)
+    return short, "\n".join(lines), box
 
 
 def filmstrip(frames: list[tuple[str, str]], links: bool) -> str:
@@ -168,18 +162,17 @@ def _show_steps(
     out = _Shown()
     for i, st in enumerate(steps):
         labels = judged.get(st.id, {})
-        shown = show_step(st, i, len(steps))
-        text = shown.text
+        caption, text, box = show_step(st, i, len(steps))
         if not hidden:
             said = "; ".join(
                 f"{k}: {j.label}" + (f" ({j.summary})" if j.summary else "") for k, j in labels.items()
             )
             text += f"\ncritics: {said or 'none'}"
-        before = images(st.screenshot, st.action, shown.box)
+        before = images(st.screenshot, st.action, box)
         after_sha = st.screenshot_after or (steps[i + 1].screenshot if i + 1 < len(steps) else None)
         after = images(after_sha) if after_sha else before
         out.steps.append({"image": before, "after": after, "text": text})
-        out.frames.append((before, shown.short))
+        out.frames.append((before, caption))
         preferred = sorted(labels.items(), key=lambda kv: (not kv[0].startswith("llm"), kv[0]))
         label = next((j.label for _, j in preferred if j.label in cfg.STEP_LABELS), None)
         if label is not None:

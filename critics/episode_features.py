@@ -30,7 +30,8 @@ from critics.task_words import (
     untyped_parts,
     without_shown_task,
 )
-from critics.view import CriticView, SeenElement, SeenStep
+from critics.view import CriticView
+from trajforge.domain import SeenElement, StepView
 from trajforge.text import quoted, words
 
 _TOUCH = ("click", "long_press")
@@ -103,7 +104,7 @@ class _Seen:
     acted: set[str]  # the task's words the actions touched or typed
     touch: set[str]  # the task's words of the last element touched
     last_touch: SeenElement | None
-    moving: list[SeenStep]  # the steps that are not the end claim
+    moving: list[StepView]  # the steps that are not the end claim
     moved: list[int]  # indexes into `moving` of the steps that changed the screen
 
     @classmethod
@@ -162,7 +163,7 @@ class _Seen:
     def coverage(self) -> dict[str, float]:
         """How much of the task's words the actions and the screens show."""
         steps, asked, values = self.view.steps, self.asked, self.values
-        end = steps[-1].elements if steps else ()
+        end = steps[-1].seen if steps else ()
         end_covered = share(texts(end), asked)
         end_texts = [e.text.casefold() for e in end]
         touched_texts = [e.text.casefold() for e in self.touched if e is not None]
@@ -171,7 +172,7 @@ class _Seen:
         return {
             "covered_by_actions": share(self.acted, asked),
             "covered_on_end_screen": end_covered,
-            "covered_anywhere": share({w for st in steps for w in texts(st.elements)} | self.acted, asked),
+            "covered_anywhere": share({w for st in steps for w in texts(st.seen)} | self.acted, asked),
             "quoted_on_end_screen": (
                 sum(any(v in t for t in end_texts) for v in values) / len(values) if values else 0.0
             ),
@@ -252,9 +253,7 @@ class _Seen:
     @cached_property
     def _named_shown(self) -> set[str]:
         task = self.view.instruction.casefold()
-        return {
-            nm for st in self.view.steps for e in st.elements if (nm := name_in_task(e, task, self.asked))
-        }
+        return {nm for st in self.view.steps for e in st.seen if (nm := name_in_task(e, task, self.asked))}
 
     @cached_property
     def _named_hit(self) -> set[str]:
@@ -265,7 +264,7 @@ class _Seen:
     def naming(self) -> dict[str, float]:
         """The elements the task names: shown, touched, left as the task asks."""
         steps, task = self.view.steps, self.view.instruction.casefold()
-        end = steps[-1].elements if steps else ()
+        end = steps[-1].seen if steps else ()
         shown, hit = self._named_shown, self._named_hit
         end_named = {nm for e in end if (nm := name_in_task(e, task, self.asked))}
         states = [

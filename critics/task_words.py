@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from critics.view import CriticView, SeenElement
+from critics.view import CriticView
+from trajforge.domain import SeenElement
 from trajforge.text import cjk, words
 
 GENERIC = frozenset(
@@ -174,5 +175,8 @@ def without_shown_task(view: CriticView) -> CriticView:
 
     return CriticView(
         view.instruction,
-        tuple(replace(st, elements=tuple(e for e in st.elements if not own(e))) for st in view.steps),
+        tuple(
+            replace(st, elements=[node for node, e in zip(st.elements, st.seen, strict=True) if not own(e)])
+            for st in view.steps
+        ),
     )

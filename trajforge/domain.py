@@ -72,22 +72,77 @@ Label = Literal["GOOD", "NEUTRAL", "HARMFUL"]
 STEP_LABELS: tuple[Label, ...] = get_args(Label)
 
 
+SLOP_SHARE = 0.03  # touch slop as a share of the screen's shorter side
+SLOP_MIN_PX = 8
+
+
+@dataclass(frozen=True)
+class SeenElement:
+    """One node of the element tree as the device reports it: no spec id, slot or value."""
+
+    text: str
+    role: str
+    bounds: tuple[int, int, int, int]
+    checked: bool | None = None
+    selected: bool | None = None
+    focused: bool = False
+
+    @classmethod
+    def reported(cls, node: Mapping[str, Any]) -> SeenElement:
+        """From a stored tree node; the fields a device does not report are never read."""
+        x1, y1, x2, y2 = (int(v) for v in node.get("bounds") or (0, 0, 0, 0))
+        return cls(
+            text=str(node.get("text") or node.get("desc") or ""),
+            role=str(node.get("kind") or node.get("role") or "view"),
+            bounds=(x1, y1, x2, y2),
+            checked=node.get("checked"),
+            selected=node.get("selected"),
+            focused=bool(node.get("focused")),
+        )
+
+
+def _bounds(e: SeenElement) -> tuple[int, int, int, int]:
+    return e.bounds
+
+
 @dataclass(frozen=True)
 class StepView:
-    """One recorded step as a critic sees it."""
+    """One recorded step as critics, curation and annotation see it: the one view of a `Step`
+    (`trajforge.episode.Step.view`), built from it and never stored.
 
-    action: dict[str, Any] | None
+    A critic's view (`critics.view.critic_view`) carries only what the device reported of each
+    element (`SeenElement`, read typed through `seen`), so no critic can read a spec's ids or slots.
+    """
+
+    action: dict[str, Any] | None  # the parsed action, stored form; None when the output did not parse
     parse_error: str | None
-    before: str
+    before: str  # screenshot hashes
     after: str
-    elements: list[dict[str, Any]]
+    elements: list[dict[str, Any]]  # the tree shown before the action
     width: int
     height: int
+    raw_output: str = ""  # the policy's answer, verbatim
 
     @cached_property
     def act(self) -> Action | None:
         """The action, typed: parsed from `action` once (None when the output did not parse)."""
         return Action.model_validate(self.action) if self.action is not None else None
+
+    @cached_property
+    def seen(self) -> tuple[SeenElement, ...]:
+        """The tree, typed, as the device reports it."""
+        return tuple(SeenElement.reported(e) for e in self.elements)
+
+    def touched(self) -> SeenElement | None:
+        """The element the action's point targets, as a real device hit-tests a touch (`element_at`:
+        the innermost under the finger, a link inside its paragraph), or the nearest within the touch
+        slop (Android's touch slop, Chromium's touch adjustment)."""
+        point = (self.action or {}).get("point")
+        if point is None or not self.width or not self.height:
+            return None
+        slop = max(SLOP_MIN_PX, SLOP_SHARE * min(self.width, self.height))
+        at = (int(point[0]), int(point[1]))
+        return element_at(self.seen, at, Screen(self.width, self.height), bounds=_bounds, slop=slop)
 
     @classmethod
     def of(
@@ -99,10 +154,11 @@ class StepView:
         elements: list[dict[str, Any]],
         width: int,
         height: int,
+        raw_output: str = "",
     ) -> StepView:
         """The view of a step whose action is typed already: `act` is that action, not parsed again."""
         stored = None if action is None else action.stored()
-        view = cls(stored, parse_error, before, after, elements, width, height)
+        view = cls(stored, parse_error, before, after, elements, width, height, raw_output)
         view.__dict__["act"] = action  # the cached property, filled
         return view
 

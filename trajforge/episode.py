@@ -2,8 +2,9 @@
 reads them back.
 
 The runner builds them while it plays; `storage.episodes` maps them to rows and back, in one
-place. What a stage shows of them is a view derived here (`Step.view`) or in the stage
-(`critics.view.critic_view`, `annotation.tasks.show_step`), never a copy with its own fields.
+place. What a stage shows of a step is its one view (`Step.view`, `trajforge.domain.StepView`; a
+critic's is the same view with only what the device reports, `critics.view.critic_view`) or a
+function of it (`annotation.tasks.show_step`), never a copy with its own fields.
 Screenshots are sha256 hashes into the object store.
 """
 
@@ -59,6 +60,7 @@ class Step(BaseModel):
             self.elements or [],
             self.width,
             self.height,
+            self.raw_output,
         )
 
     def row(self) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from critics.learned import Checkpoint, TrainRow, cross_judge, fit, fit_all, fol
 from critics.learned_steps import step_verdicts
 from critics.prior import prior_rows, with_prior
 from critics.task_words import clauses
-from critics.view import CriticView, SeenElement, SeenStep, critic_view
-from trajforge.domain import StepVerdict
+from critics.view import CriticView, critic_view
+from trajforge.domain import SeenElement, StepVerdict, StepView
 from trajforge.episode import Step
 
 # what a critic is never shown: the spec's ids and slots, the query's path and goal, the anchor
@@ -25,7 +25,7 @@ HIDDEN = {"id", "widget", "value", "slot", "slots", "path", "goal", "screen", "v
 
 
 def test_view_types_have_no_field_for_hidden_state() -> None:
-    for kind in (CriticView, SeenStep, SeenElement):
+    for kind in (CriticView, StepView, SeenElement):
         names = {f.name for f in dataclasses.fields(kind)}
         assert not names & HIDDEN, f"{kind.__name__} carries {names & HIDDEN}"
 
@@ -53,7 +53,7 @@ def test_a_stored_tree_reaches_the_critic_without_spec_fields() -> None:
         "bounds": [0, 0, 9, 9],
     }
     view = critic_view("Tip 15%", [_step({"kind": "click", "point": [1, 1]}, [node])])
-    (element,) = view.steps[0].elements
+    (element,) = view.steps[0].seen
     assert element == SeenElement("15%", "list_item", (0, 0, 9, 9))
     assert "tip" not in json.dumps(dataclasses.asdict(view)).replace("Tip", "")
 
@@ -61,11 +61,10 @@ def test_a_stored_tree_reaches_the_critic_without_spec_fields() -> None:
 def test_a_tap_beside_a_button_goes_to_the_nearest_within_the_touch_slop() -> None:
     ok = SeenElement("OK", "button", (100, 100, 300, 200))
     far = SeenElement("Cancel", "button", (700, 100, 900, 200))
-    near = SeenStep(
-        {"kind": "click", "point": [310, 70]}, "", None, "a", "b", (ok, far), 1000, 2000
-    )  # 10 px off
+    tree = [dataclasses.asdict(ok), dataclasses.asdict(far)]
+    near = StepView({"kind": "click", "point": [310, 70]}, None, "a", "b", tree, 1000, 2000)  # 10 px off
     assert near.touched() == ok
-    away = SeenStep({"kind": "click", "point": [500, 70]}, "", None, "a", "b", (ok, far), 1000, 2000)
+    away = StepView({"kind": "click", "point": [500, 70]}, None, "a", "b", tree, 1000, 2000)
     assert away.touched() is None
 
 
@@ -77,16 +76,19 @@ def test_clauses_split_the_task_into_its_parts() -> None:
     ]
 
 
+def _view(
+    action: dict, before: str, after: str, elements: tuple[SeenElement, ...], width: int, height: int
+) -> StepView:
+    """A step as a critic sees it, its tree given as the device reports it."""
+    return StepView(action, None, before, after, [dataclasses.asdict(e) for e in elements], width, height)
+
+
 def _episode(instruction: str, tapped: str, claim: bool) -> CriticView:
     button = SeenElement(tapped, "button", (0, 0, 1000, 100))
     other = SeenElement("Elsewhere", "button", (0, 500, 1000, 600))
-    steps = [
-        SeenStep({"kind": "click", "point": [500, 25]}, "", None, "s0", "s1", (button, other), 1000, 2000)
-    ]
+    steps = [_view({"kind": "click", "point": [500, 25]}, "s0", "s1", (button, other), 1000, 2000)]
     if claim:
-        steps.append(
-            SeenStep({"kind": "terminate", "status": "success"}, "", None, "s1", "s1", (), 1000, 2000)
-        )
+        steps.append(_view({"kind": "terminate", "status": "success"}, "s1", "s1", (), 1000, 2000))
     return CriticView(instruction, tuple(steps))
 
 
@@ -177,7 +179,7 @@ def test_a_feature_never_turns_its_evidence_around() -> None:
 def test_the_innermost_element_under_the_finger_takes_the_tap() -> None:
     paragraph = SeenElement("Lorem ipsum Vulputate dolor", "text", (0, 0, 1000, 400))
     link = SeenElement("Vulputate", "link", (300, 100, 500, 150))
-    step = SeenStep({"kind": "click", "point": [400, 60]}, "", None, "a", "b", (paragraph, link), 1000, 2000)
+    step = _view({"kind": "click", "point": [400, 60]}, "a", "b", (paragraph, link), 1000, 2000)
     assert step.touched() == link
 
 
@@ -197,10 +199,8 @@ def _run(instruction: str, *taps: tuple[SeenElement, tuple[SeenElement, ...]], b
     """The features of a run that taps each element on its screen, optionally presses back, then
     claims success on the screen its last action left."""
     steps = [
-        SeenStep(
+        _view(
             {"kind": "click", "point": [e.bounds[0] + 1, e.bounds[1] + 1]},
-            "",
-            None,
             f"s{i}",
             f"s{i + 1}",
             screen,
@@ -211,8 +211,8 @@ def _run(instruction: str, *taps: tuple[SeenElement, tuple[SeenElement, ...]], b
     ]
     end = taps[-1][1]
     if back:
-        steps.append(SeenStep({"kind": "press", "key": "back"}, "", None, "s8", "s9", end, 1000, 1000))
-    steps.append(SeenStep({"kind": "terminate", "status": "success"}, "", None, "s9", "s9", end, 1000, 1000))
+        steps.append(_view({"kind": "press", "key": "back"}, "s8", "s9", end, 1000, 1000))
+    steps.append(_view({"kind": "terminate", "status": "success"}, "s9", "s9", end, 1000, 1000))
     return dict(zip(FEATURES, features(CriticView(instruction, tuple(steps))), strict=True))
 
 
@@ -260,8 +260,8 @@ def test_a_part_that_asks_for_typing_is_done_only_by_typing_its_words() -> None:
     def typed(text: str) -> dict:
         box = _el("Search products", 0, "input")
         steps = (
-            SeenStep({"kind": "click", "point": [1, 1]}, "", None, "s0", "s1", (box,), 1000, 1000),
-            SeenStep({"kind": "type", "text": text}, "", None, "s1", "s2", (box,), 1000, 1000),
+            _view({"kind": "click", "point": [1, 1]}, "s0", "s1", (box,), 1000, 1000),
+            _view({"kind": "type", "text": text}, "s1", "s2", (box,), 1000, 1000),
         )
         return dict(
             zip(FEATURES, features(CriticView("Search for noise cancelling headphones", steps)), strict=True)

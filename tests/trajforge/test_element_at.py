@@ -1,5 +1,5 @@
 """One rule for "which element did this tap hit" (`trajforge.actions.compare.element_at`): the
-innermost element under the point. The step's description, the critics, the annotator's view, the
+innermost element under the point. The step's description, the critics, the annotator's view
 and the recovery probe all name the same target for one tap on nested elements."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from annotation.tasks import show_step
-from critics.view import seen_step
+from critics.view import critic_view
 from curation.recovery import _same_move
 from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import element_at
@@ -52,10 +52,10 @@ def test_the_rule_is_the_innermost_element_then_tree_order_then_the_slop() -> No
 def test_every_reader_of_a_step_names_the_same_target_for_a_tap_on_nested_elements() -> None:
     step = _step((700, 450))
     assert "Sign in" in describe(step.action, step.view()), describe(step.action, step.view())  # type: ignore[arg-type]
-    touched = seen_step(step).touched()
+    touched = critic_view("Sign in", [step]).steps[0].touched()
     assert touched is not None and touched.text == "Sign in"
-    shown = show_step(step, 0, 1)
-    assert shown.box == LINK["bounds"] and "'Sign in'" in shown.text
+    _, text, box = show_step(step, 0, 1)
+    assert box == LINK["bounds"] and "'Sign in'" in text
     # the recovery probe: another tap on the link is the same move; one on its paragraph is not
     assert _same_move(step.view(), _step((650, 430)).view())
     assert not _same_move(step.view(), _step((200, 450)).view())
