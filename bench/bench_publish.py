@@ -38,12 +38,12 @@ from bench.common import scratch_postgres, table, timed
 from publish import export_writer
 from publish.export_writer import CACHE_BYTES
 from publish.exports import FORMATS, export
-from publish.versions import PublishConfig, publish
+from publish.versions import SEALED_AFTER, PublishConfig, publish
 from rollout.sim.render import FrameRenderer
 from storage.db import create_db_engine, insert_ignore, session_factory, transaction, upgrade
 from storage.models import Policy, Round, Sample
 from storage.objectstore import LocalObjectStore, put_blob
-from storage.rounds import CURATED, EXTRACTED, JUDGED
+from storage.rounds import REPORTS
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.world.device import SimDevice
 
@@ -87,8 +87,8 @@ def seed(url: str, store_root: Path, rows: int, images: int = 1) -> None:
         policy = Policy(name="synthetic", version=0)
         s.add(policy)
         s.flush()
-        # publish checks the rounds are judged, extracted and curated
-        ready = {"stages": {JUDGED: "synthetic", EXTRACTED: "synthetic", CURATED: "synthetic"}}
+        # publish checks the rounds have been through judge, calibrate and curate
+        ready = {REPORTS: {name: {"synthetic": True} for name in SEALED_AFTER}}
         rounds = [
             Round(number=n + 1, policy_id=policy.id, stats=ready) for n in range(max(1, rows // PER_ROUND))
         ]

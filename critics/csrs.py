@@ -28,7 +28,6 @@ from critics.trust import TRUST, trust_table
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
 from storage.models import Exclusion, HumanAnnotation, Round, Sample
-from storage.rounds import EXTRACTED, mark_stage
 from storage.samples import CATEGORIES, OUTCOME_STAGE, store_drafts
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
@@ -319,7 +318,6 @@ def extract_round(
     report.undecided = Counter(reason for _, reason, _ in undecided)
     if superseded:
         report.dropped[SUPERSEDED] = superseded
-    mark_stage(sessions, round_id, EXTRACTED)
     return report
 
 

@@ -31,7 +31,6 @@ from storage.db import insert_ignore, record_exclusions, transaction
 from storage.episodes import round_episodes
 from storage.models import Episode, Exclusion, Judgment
 from storage.objectstore import ObjectStore, frame_reader
-from storage.rounds import JUDGED, mark_stage
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query, StepVerdict, backend_of
 from trajforge.episode import Step
@@ -115,7 +114,6 @@ def judge_round(
                 report.steps.update(v.label for v in used)
                 advance()
     report.correct = compose_round(sessions, round_id, settings)
-    mark_stage(sessions, round_id, JUDGED)
     return report
 
 

@@ -8,13 +8,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from sqlalchemy import exists, select
-
 from critics.calibration import calibrate_round
 from critics.csrs import ExtractionReport, extract_round
 from critics.judge import JudgeReport, judge_round, judge_round_llm
 from storage.context import RoundContext
-from storage.models import Episode, Judgment, Step
 from trajforge.endpoints import charge_round
 from trajforge.gateway import closing
 from trajforge.settings import LLMSettings
@@ -52,22 +49,6 @@ def judge(ctx: RoundContext, number: int, _given: Given) -> Judged:
             out.model = asyncio.run(closing(gateway, judged))
         out.model_name = ctx.settings.llm.for_group("critics").model
     return out
-
-
-def judged(ctx: RoundContext, number: int) -> bool:
-    """Every step of the round has a step critic's label (and the round has episodes)."""
-    round_id = ctx.round(number).id
-    unjudged = (
-        select(Step.id)
-        .join(Episode, Episode.id == Step.episode_id)
-        .where(
-            Episode.round_id == round_id,
-            ~exists().where(Judgment.target == "step", Judgment.target_id == Step.id),
-        )
-    )
-    with ctx.sessions() as s:
-        played = s.scalar(select(exists().where(Episode.round_id == round_id)))
-        return bool(played) and not s.scalar(select(exists(unjudged)))
 
 
 class CalibratedJson(TypedDict):
@@ -124,10 +105,6 @@ def judge_writes(llm: LLMSettings) -> bool:
     )
 
 
-def calibrated(ctx: RoundContext, number: int) -> bool:
-    return "calibration" in (ctx.round(number).stats or {})
-
-
 JUDGE: Stage[RoundContext] = Stage(
     "judge",
     "judge",
@@ -135,9 +112,6 @@ JUDGE: Stage[RoundContext] = Stage(
     reads=("episode", "step", "anchor"),
     writes=("judgment",),
     after=("rollout",),
-    done=judged,
-    not_done="judged",
-    command="trajforge critics run --round {n}",
     tags=(MODEL_CALLS,),
 )
 CALIBRATE: Stage[RoundContext] = Stage(
@@ -147,8 +121,5 @@ CALIBRATE: Stage[RoundContext] = Stage(
     reads=("judgment", "anchor"),
     writes=("round", "sample", "exclusion"),
     after=("judge",),
-    done=calibrated,
-    not_done="calibrated",
-    command="trajforge critics calibrate --round {n}",
     tags=(MODEL_CALLS,),
 )

@@ -34,7 +34,6 @@ from storage.features import CacheStats, FeatureStore, dedup_threshold, make_fea
 from storage.models import Episode, Exclusion, Sample, Step
 from storage.models import Query as QueryRow
 from storage.objectstore import ObjectStore, frame_reader
-from storage.rounds import CURATED, mark_stage
 from storage.samples import CATEGORIES, store_drafts
 from trajforge.features import Featurizer
 from trajforge.gateway import LLMGateway, closing
@@ -135,7 +134,6 @@ def curate_round(
             .group_by(Sample.status, Sample.reason)
         ):
             report.samples["kept" if status == "kept" else (reason or "dropped")] += n
-    mark_stage(sessions, round_id, CURATED)
     return report
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from sqlalchemy import exists, select
+from sqlalchemy import select
 
 from curation.encoder import round_encoder
 from curation.pipeline import CurationReport, curate_round
 from storage.context import RoundContext
 from storage.features import FeatureStore, make_featurizer
-from storage.models import Episode, QueryPassRate, Step
+from storage.models import Episode, Step
 from trajforge.endpoints import charge_round
 from trajforge.recovery import Prober
 from trajforge.stage import MODEL_CALLS, PART, Facts, Given, Stage, split, sum_counts
@@ -98,12 +98,6 @@ def curate_with(ctx: RoundContext, number: int, prober: Prober | None) -> Curate
     return Curated(report, settings.evolve.mix_of(number))
 
 
-def curated(ctx: RoundContext, number: int) -> bool:
-    round_id = ctx.round(number).id
-    with ctx.sessions() as s:
-        return bool(s.scalar(select(exists().where(QueryPassRate.round_id == round_id))))
-
-
 ENCODER: Stage[RoundContext] = Stage(
     "encoder", "train-encoder", encoder, reads=("step",), writes=("encoder",), after=("rollout",)
 )
@@ -124,8 +118,5 @@ CURATE: Stage[RoundContext] = Stage(
     reads=("episode", "step", "judgment", "anchor"),
     writes=("sample", "guidance", "screen_feature", "query_pass_rate", "exclusion"),
     after=("judge",),
-    done=curated,
-    not_done="curated",
-    command="trajforge curate --round {n}",
     tags=(MODEL_CALLS,),
 )

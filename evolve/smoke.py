@@ -5,8 +5,10 @@ rolls them out with the noisy oracle on a small farm of simulated devices throug
 episode runner. The oracle's mistakes are seeded: format errors (kept as data with their
 reason), wrong list picks, mis-taps and early stops, so some episodes fail. Screenshots
 are stored once by hash; steps, verifier anchors and every dropped item are written in
-bulk; the offline critics judge the round, are calibrated against the anchors, and the
-CSRS samples are extracted.
+bulk. The smoke round plays its own policy, so it wires its queries and rollout itself and keeps
+the rollout's report as the rollout stage does; judging, calibration with the CSRS extraction,
+and curation are the loop's own stages, run by the one stage runner (`evolve.stages.run_stage`),
+so the round is recorded as having been through them and can be published.
 """
 
 from __future__ import annotations
@@ -19,22 +21,24 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.csrs import ExtractionReport
-from critics.stages import calibrate, judge
+from critics.stages import CALIBRATE, JUDGE, Calibrated, Judged
 from curation.pipeline import CurationReport
-from curation.stages import curate_with
+from curation.stages import CURATE, Curated
 from evolve.lifecycle import close_round, open_round
 from evolve.spine import new_spine
+from evolve.stages import in_order, run_stage
 from querygen.pipeline import generate_queries, load_history, store_generation
 from rollout.loop import play
 from rollout.policies import NoisyOracle, OracleNoise
 from rollout.pool import DevicePool
-from rollout.recovery import device_prober
 from rollout.runner import RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
+from rollout.stages import ROLLOUT, rolled
 from storage.db import transaction
 from storage.models import App, Episode, Step
 from storage.models import Query as QueryRow
 from storage.policies import register_policy
+from storage.rounds import record
 from trajforge.appspec import builtin_app_names, load_app
 from trajforge.domain import Query
 from trajforge.logs import redact_url
@@ -122,11 +126,15 @@ def run_smoke_round(settings: Settings, queries_per_app: int = 2, rollouts: int 
     report.frames_written = sum(getattr(env, "frames_written", 0) for env in runner.environments())
     report.frames_deduped = sum(getattr(env, "frames_deduped", 0) for env in runner.environments())
     _count(spine.sessions, round_id, report)
-    report.labels.update(judge(spine, number, {}).offline.steps)
-    calibrated = calibrate(spine, number, {})
+    record(spine.sessions, number, ROLLOUT.name, rolled(report.rollout))
+    kept: list[object] = []
+    for stage in (JUDGE, CALIBRATE, CURATE):
+        run_stage(spine, stage, number, {}, in_order(spine, kept.append))
+    judged, calibrated, curated = kept
+    assert isinstance(judged, Judged) and isinstance(calibrated, Calibrated) and isinstance(curated, Curated)
+    report.labels.update(judged.offline.steps)
     report.calibration, report.samples = calibrated.consensus, calibrated.samples
-    prober = device_prober(pool, farm, farm.backend, settings.curate.recovery_escapes)
-    report.curation = curate_with(spine, number, prober).report
+    report.curation = curated.report
     stats = {
         "episodes": report.rollout.completed,
         "successes": report.rollout.successes,

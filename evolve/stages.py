@@ -21,22 +21,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import select
-
 from critics.stages import CALIBRATE, JUDGE
 from curation.stages import CURATE, ENCODER, FEATURISE
 from evolve.heldout import PROMOTE
 from evolve.spine import Spine
-from evolve.steps import FINISH, REPORTS, START
+from evolve.steps import FINISH, START
 from publish.stages import PUBLISH
 from publish.train import TRAIN
 from querygen.stages import QUERIES
 from rollout.stages import EXPLORE, GUIDED_DEMOS, REGISTER_DEVICES, ROLLOUT
 from storage.context import RoundContext
-from storage.db import transaction
-from storage.models import Round
+from storage.rounds import not_through, record, recorded
 from trajforge.errors import ConfigError, StageError
-from trajforge.stage import PART, Given, Stage
+from trajforge.stage import PART, Given, Report, Stage
 from trajforge.stage import check_order as check_stages
 
 INPUTS = ("app",)  # what a round starts from: the configured apps (and suite tasks)
@@ -75,42 +72,28 @@ def check_order(stages: Sequence[Stage[Any]] = ROUND) -> None:
 
 
 def require(ctx: RoundContext, number: int, name: str, stages: Sequence[Stage[Any]] = ROUND) -> None:
-    """Raises StageError, naming the command to run, when a stage `name` needs has not run on the round."""
+    """Raises StageError, naming the command to run, when a stage `name` runs after has not run on the
+    round (the round keeps no report of it)."""
     by_name = {stage.name: stage for stage in stages}
+    done = recorded(ctx.sessions, number)
     for before in by_name[name].after:
-        stage = by_name[before]
-        if stage.done is not None and not stage.done(ctx, number):
-            raise StageError(
-                f"round {number} is not {stage.not_done} yet; run `{stage.command.format(n=number)}` first"
-            )
-
-
-def recorded(ctx: RoundContext, number: int) -> dict[str, Any]:
-    """The reports the round's finished stages left (`record`), by stage name."""
-    return dict((ctx.round(number).stats or {}).get(REPORTS) or {})
-
-
-def record(ctx: RoundContext, number: int, name: str, report: Any) -> None:
-    """Keep a finished stage's report (JSON) in the round."""
-    with transaction(ctx.sessions) as s:
-        row = s.scalars(select(Round).where(Round.number == number)).one()
-        stats = dict(row.stats or {})
-        row.stats = {**stats, REPORTS: {**(stats.get(REPORTS) or {}), name: report}}
+        if before not in done:
+            raise StageError(not_through(number, before))
 
 
 Parts = Callable[[Stage[Spine], int, list[Given]], list[Any]]  # runs a stage's parts, returns their JSON
 
 
-def in_order(ctx: Spine, show: Callable[[str], None] | None = None) -> Parts:
-    """Parts run in this process one after another (the CLI, the tests, the bench); `show` gets each
-    part's report lines."""
+def in_order(ctx: Spine, seen: Callable[[Report], None] | None = None) -> Parts:
+    """Parts run in this process one after another (the CLI, the tests, the bench, the smoke round);
+    `seen` gets each part's report as the stage returned it."""
 
     def run(stage: Stage[Spine], number: int, parts: list[Given]) -> list[Any]:
         out = []
         for given in parts:
             report = stage.run(ctx, number, given)
-            if show is not None:
-                show(report.render())
+            if seen is not None:
+                seen(report)
             out.append(report.as_json())
         return out
 
@@ -133,7 +116,7 @@ def run_stage(
     Raises:
         StageError: a stage it needs has not run on the round, or has kept no report to read.
     """
-    if stage.resumable and not again and stage.name in (done := recorded(ctx, number)):
+    if stage.resumable and not again and stage.name in (done := recorded(ctx.sessions, number)):
         return done[stage.name]
     require(ctx, number, stage.name)
     if missing := [name for name in stage.needs if name not in given]:
@@ -148,5 +131,5 @@ def run_stage(
         inputs: list[Given] = [{**given, PART: part} for part in stage.fan_out(ctx, number, given)]
         report = stage.merge((parts or in_order(ctx))(stage, number, inputs) if inputs else [])
     if stage.resumable:
-        record(ctx, number, stage.name, report)
+        record(ctx.sessions, number, stage.name, report)
     return report

@@ -30,13 +30,12 @@ from storage.llm_cache import calls_per_step
 from storage.models import Episode, Round, Sample
 from storage.models import Policy as PolicyRow
 from storage.policies import register_policy
+from storage.rounds import REPORTS
 from trajforge.endpoints import charge_round
 from trajforge.errors import ConfigError
 from trajforge.families import get_family
 from trajforge.settings import Settings
 from trajforge.stage import DEVICES, MODEL_CALLS, Facts, Given, Stage
-
-REPORTS = "reports"  # round.stats key of the finished stages' reports (`evolve.stages.record`)
 
 
 def config_hash(settings: Settings) -> str:

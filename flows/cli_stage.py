@@ -24,11 +24,19 @@ def run_stage_here(
     (`evolve.spine.RoundApps`); its report is kept in the round. A command a person types runs the
     stage `again` (every stage is idempotent: what is stored is not redone)."""
     from evolve.spine import round_context
-    from evolve.stages import in_order, recorded, run_stage
+    from evolve.stages import in_order, run_stage
+    from storage.rounds import recorded
 
     ctx = round_context(settings)
     with shown():
-        return run_stage(ctx, stage, number, recorded(ctx, number), in_order(ctx, show), again=again)
+        return run_stage(
+            ctx,
+            stage,
+            number,
+            recorded(ctx.sessions, number),
+            in_order(ctx, lambda report: show(report.render())),
+            again=again,
+        )
 
 
 def stage_cmd(

@@ -22,6 +22,7 @@ from rollout.policies import NoisyOracle, OracleNoise, Policy, RandomExplorer, V
 from rollout.records import MODEL_FAULTS
 from rollout.runner import RolloutConfig, RolloutReport
 from rollout.sim.farm import SimFarm
+from rollout.stages import ROLLOUT, rolled
 from rollout.suites import Suite, is_suite_ref
 from rollout.suites.farm import SuiteFarm
 from rollout.suites.queries import environment_queries
@@ -36,6 +37,7 @@ from storage.models import App, Round
 from storage.models import Episode as EpisodeRow
 from storage.models import Query as QueryRow
 from storage.policies import register_policy
+from storage.rounds import record
 from trajforge.appspec import AppSpec, builtin_app_names, load_app, load_apps
 from trajforge.domain import Query
 from trajforge.errors import ConfigError, DeviceError, LLMError
@@ -103,6 +105,7 @@ def run_rollout(
             gateway_to_close=gateway,
         )
     if not report.not_run:  # a round with episodes left unplayed stays open: a rerun resumes it
+        record(spine.sessions, number, ROLLOUT.name, rolled(report))  # it has been through rollout
         close_round(spine, number, {})
     kind = f"suite {suites[name].name}" if suites else backend
     _say(number, f"{name}, policy {sample.name} v{sample.version}, {workers} {kind} devices", report)

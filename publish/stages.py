@@ -77,6 +77,4 @@ PUBLISH: Stage[RoundContext] = Stage(
     reads=("sample",),
     writes=("dataset_version", "shard"),
     after=("calibrate", "curate"),
-    not_done="published",
-    command="trajforge datasets publish",
 )

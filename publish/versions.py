@@ -55,6 +55,8 @@ from trajforge.errors import DatasetError, ObjectNotFound, SealedVersion, Versio
 from trajforge.progress import counted
 from trajforge.stage_settings import dataset_name_problem
 
+SEALED_AFTER = ("judge", "calibrate", "curate")  # the stages a round has been through before it is sealed
+
 
 @dataclass
 class PublishReport:
@@ -109,7 +111,7 @@ def publish(
     if problem := dataset_name_problem(name):
         raise DatasetError(problem)
     config = config or PublishConfig()
-    rounds = ready_rounds(sessions, config.rounds)
+    rounds = ready_rounds(sessions, config.rounds, SEALED_AFTER)
     with tempfile.TemporaryDirectory(prefix="trajforge-publish-") as tmp:
         staging = Path(tmp)
         shards, images = _stage(sessions, config, staging)

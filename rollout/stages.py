@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from rollout.loop import RolloutContext, latest_guidance, open_farm, open_pool, play
 from rollout.policies import NoisyOracle, OracleNoise, Policy
-from rollout.runner import RolloutConfig
+from rollout.runner import RolloutConfig, RolloutReport
 from rollout.versions import policy_factory
 from storage.db import transaction
 from storage.models import App, Episode, Round
@@ -75,6 +75,11 @@ def roll(
             f"{report.not_run} episodes of round {rnd.number} found no free device within "
             f"{config.lease_wait_s:g}s; rerun to play them (stored episodes are not redone)"
         )
+    return rolled(report)
+
+
+def rolled(report: RolloutReport) -> Rolled:
+    """The stage's report of a run of the episode runner."""
     return Rolled(
         episodes=report.completed,
         already_stored=report.skipped,
@@ -144,12 +149,6 @@ def demonstrate(ctx: RolloutContext, number: int, given: Given) -> Facts:
     return Facts(played, rolled_line(played))
 
 
-def has_episode(ctx: RolloutContext, number: int) -> bool:
-    round_id = ctx.round(number).id
-    with ctx.sessions() as s:
-        return s.scalars(select(Episode.id).where(Episode.round_id == round_id).limit(1)).first() is not None
-
-
 ROLLOUT: Stage[RolloutContext] = Stage(
     "rollout",
     "rollout-shard",
@@ -158,8 +157,6 @@ ROLLOUT: Stage[RolloutContext] = Stage(
     writes=("episode", "step", "anchor", "exclusion"),
     after=("queries",),
     needs=("queries",),
-    done=has_episode,
-    not_done="rolled out",
     tags=(DEVICES, MODEL_CALLS),
     fan_out=query_parts,
     merge=sum_counts,

@@ -1,13 +1,15 @@
-"""Which stages a round has been through, kept in `round.stats["stages"]`.
+"""Which stages a round has been through: the one record is the reports the stage runner keeps in
+`round.stats["reports"]`, by stage name (`evolve.stages.run_stage`).
 
-Judging and curation mark the round when they finish; publishing reads the marks so it
-never seals a round that is not ready (a sealed version cannot be taken back).
+The runner keeps a stage's report when it finishes; it reads them to skip a stage a resumed round
+has done, to check that a stage runs after those it needs, and publishing reads them so it never
+seals a round that is not ready (a sealed version cannot be taken back).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -18,51 +20,51 @@ from storage.models import Episode, Round
 from trajforge.errors import DatasetError
 
 QUERY_STAGE = "querygen"  # the exclusion stage of the queries dropped before a round rolls out
-JUDGED = "judged"
-EXTRACTED = "extracted"
-CURATED = "curated"
-# what each missing mark asks the user to run, in the order the stages run
-FIXES = {
-    JUDGED: "trajforge critics run --round {n}",
-    EXTRACTED: "trajforge critics extract --round {n}",
-    CURATED: "trajforge curate --round {n}",
-}
+REPORTS = "reports"  # round.stats key of the finished stages' reports
 
 
-def mark_stage(sessions: sessionmaker[Session], round_id: int, stage: str) -> None:
-    """Record that `stage` finished for the round (the first time is kept)."""
-    with transaction(sessions) as s:
-        row = s.get(Round, round_id)
-        if row is None:
-            return
-        stats = dict(row.stats or {})
-        stages = dict(stats.get("stages") or {})
-        stages.setdefault(stage, datetime.now(UTC).isoformat(timespec="seconds"))
-        stats["stages"] = stages
-        row.stats = stats
+def reports_in(stats: dict[str, Any] | None) -> dict[str, Any]:
+    """The finished stages' reports in a round's stats, by stage name."""
+    return dict((stats or {}).get(REPORTS) or {})
 
 
-def round_stages(sessions: sessionmaker[Session]) -> dict[int, set[str]]:
-    """Every round number with the stages it has finished."""
+def recorded(sessions: sessionmaker[Session], number: int) -> dict[str, Any]:
+    """The reports round `number`'s finished stages left, by stage name (none: no such round)."""
     with sessions() as s:
-        return {
-            number: set((stats or {}).get("stages") or {})
-            for number, stats in s.execute(select(Round.number, Round.stats))
-        }
+        return reports_in(s.scalar(select(Round.stats).where(Round.number == number)))
+
+
+def record(sessions: sessionmaker[Session], number: int, name: str, report: Any) -> None:
+    """Keep a finished stage's report (JSON) in round `number`: the stage has been through it."""
+    with transaction(sessions) as s:
+        row = s.scalars(select(Round).where(Round.number == number)).one()
+        stats = dict(row.stats or {})
+        row.stats = {**stats, REPORTS: {**reports_in(stats), name: report}}
+
+
+def not_through(number: int, name: str) -> str:
+    """What a round that has not been through stage `name` lacks, and the command that does it."""
+    return (
+        f"round {number} has not been through stage {name}; "
+        f"run `trajforge stage {name} --round {number}` first"
+    )
 
 
 def numbers(rounds: list[int]) -> str:
     return ",".join(map(str, rounds)) or "none"
 
 
-def ready_rounds(sessions: sessionmaker[Session], rounds: tuple[int, ...] | None) -> list[int]:
-    """The round numbers to publish (None: every round); each must exist and be judged, extracted and
-    curated.
+def ready_rounds(
+    sessions: sessionmaker[Session], rounds: tuple[int, ...] | None, through: Sequence[str]
+) -> list[int]:
+    """The round numbers to publish (None: every round); each must exist and have been through
+    every stage of `through`.
 
     Raises:
         DatasetError: names the round and the command that makes it ready.
     """
-    stages = round_stages(sessions)
+    with sessions() as s:
+        stages = {n: set(reports_in(stats)) for n, stats in s.execute(select(Round.number, Round.stats))}
     if not stages:
         raise DatasetError("nothing to publish: the database has no rounds yet; run `trajforge evolve` first")
     wanted = sorted(rounds) if rounds is not None else sorted(stages)
@@ -73,12 +75,9 @@ def ready_rounds(sessions: sessionmaker[Session], rounds: tuple[int, ...] | None
             "pick existing rounds with --rounds"
         )
     for n in wanted:
-        for stage in FIXES:
-            if stage not in stages[n]:
-                raise DatasetError(
-                    f"round {n} is not {stage} yet; run `{FIXES[stage].format(n=n)}` first, "
-                    "or leave it out with --rounds"
-                )
+        for name in through:
+            if name not in stages[n]:
+                raise DatasetError(f"{not_through(n, name)}, or leave it out with --rounds")
     return wanted
 
 

@@ -63,10 +63,7 @@ class Stage(Generic[Ctx]):
     run: Callable[[Ctx, int, Given], Report]
     reads: tuple[str, ...] = ()  # tables
     writes: tuple[str, ...] = ()
-    after: tuple[str, ...] = ()  # stages that must have run on the round first
-    done: Callable[[Ctx, int], bool] | None = None  # whether it has run on round `number`
-    not_done: str = ""  # the round "is not <not_done> yet"
-    command: str = "trajforge evolve"  # what runs it alone, {n} the round number
+    after: tuple[str, ...] = ()  # stages that must have run on the round first (kept their reports)
     needs: tuple[str, ...] = ()  # the earlier stages whose reports it reads from `given`
     tags: tuple[str, ...] = ()  # Prefect tags: what it holds (devices, model calls)
     fan_out: Callable[[Ctx, int, Given], list[list[str]]] | None = None

@@ -17,7 +17,7 @@ from rollout.sim.env import demonstrator
 from storage.db import session_factory, transaction
 from storage.models import Episode, QueryPassRate, Round, Sample
 from storage.models import Query as QueryRow
-from tests.support.evolve import rollout_shard, stage, tiny_config
+from tests.support.evolve import roll_out, stage, tiny_config
 from tests.support.smoke import smoke_round
 from trajforge.settings import CurationSettings, load_settings
 
@@ -29,7 +29,7 @@ def curated(tmp_path: Path, db_url: str, engine: Engine):
     stage(settings, "start", 1)
     uids = stage(settings, "queries", 1)
     stage(settings, "devices", 1)
-    rollout_shard(settings, 1, uids)
+    roll_out(settings, 1, uids)
     stage(settings, "judge", 1)
     stage(settings, "calibrate", 1)
     spine = open_spine(settings)

@@ -12,10 +12,11 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from evolve.spine import open_spine
-from evolve.stages import ROUND, check_order, recorded
+from evolve.stages import ROUND, check_order
 from flows.cli import app as cli
 from storage.models import Guidance, QueryPassRate, Sample
-from tests.support.evolve import rollout_shard, stage
+from storage.rounds import recorded
+from tests.support.evolve import roll_out, stage
 from trajforge.errors import ConfigError, StageError
 from trajforge.settings import Settings
 from trajforge.stage import Stage, one_or_none, split, sum_counts
@@ -30,7 +31,7 @@ def test_the_loops_stages_come_in_an_order_their_contracts_allow() -> None:
     reads_nothing_written = dataclasses.replace(by_name["curate"], after=(), reads=("guidance",))
     with pytest.raises(ConfigError, match="stage 'curate' reads guidance, which no earlier stage writes"):
         check_order([by_name["start"], by_name["queries"], reads_nothing_written])
-    assert all(isinstance(one, Stage) and one.command and one.label for one in ROUND)
+    assert all(isinstance(one, Stage) and one.label for one in ROUND)
 
 
 def _rows(settings: Settings) -> list[int]:
@@ -43,14 +44,19 @@ def test_a_stage_out_of_order_names_the_missing_stage_and_writes_nothing(evolve_
     stage(settings, "start", 1)
     uids = stage(settings, "queries", 1)
     stage(settings, "devices", 1)
-    rollout_shard(settings, 1, uids[:2])
+    roll_out(settings, 1, uids[:2])
     for name in ("curate", "calibrate"):
         with pytest.raises(StageError) as caught:
             stage(settings, name, 1)
-        assert str(caught.value) == "round 1 is not judged yet; run `trajforge critics run --round 1` first"
+        assert (
+            str(caught.value)
+            == "round 1 has not been through stage judge; run `trajforge stage judge --round 1` first"
+        )
     assert _rows(settings) == [0, 0, 0]
     stage(settings, "judge", 1)
-    with pytest.raises(StageError, match="round 1 is not calibrated yet; run `trajforge critics calibrate"):
+    with pytest.raises(
+        StageError, match="round 1 has not been through stage calibrate; run `trajforge stage calibrate"
+    ):
         stage(settings, "publish", 1)
     stage(settings, "curate", 1)  # judged: curation runs
     assert _rows(settings)[2] > 0
@@ -70,23 +76,24 @@ def test_a_stage_runs_alone_from_the_cli_and_keeps_its_report(
     queries = runner.invoke(cli, ["stage", "queries", "--round", "1", "--config", str(evolve_config)])
     assert queries.exit_code == 0, queries.output
     spine = open_spine(settings)
-    uids = recorded(spine, 1)["queries"]
+    uids = recorded(spine.sessions, 1)["queries"]
     assert len(uids) == 4 and "round 1: queries\n4 queries" in queries.output
     stage(settings, "devices", 1)
     early = runner.invoke(cli, ["stage", "judge", "--config", str(evolve_config)])
-    assert isinstance(early.exception, StageError) and "round 1 is not rolled out yet" in str(early.exception)
+    assert isinstance(early.exception, StageError) and "round 1 has not been through stage rollout" in str(
+        early.exception
+    )
     rolled = runner.invoke(cli, ["stage", "rollout", "--round", "1", "--config", str(evolve_config)])
     assert rolled.exit_code == 0, rolled.output  # its parts: the queries the `queries` stage kept
-    played = recorded(spine, 1)["rollout"]
+    played = recorded(spine.sessions, 1)["rollout"]
     assert played["episodes"] == len(uids) * settings.evolve.rollouts and played["already_stored"] == 0
     judged = runner.invoke(cli, ["critics", "run", "--config", str(evolve_config)])
     assert judged.exit_code == 0 and judged.output.startswith("round 1: judged 8 episodes"), judged.output
-    assert "(offline critics)" in judged.output and recorded(spine, 1)["judge"]["episodes"] == 8
+    assert "(offline critics)" in judged.output and recorded(spine.sessions, 1)["judge"]["episodes"] == 8
     finish = runner.invoke(cli, ["stage", "finish", "--config", str(evolve_config)])
     assert isinstance(finish.exception, StageError), finish.output
-    assert str(finish.exception) == (
-        "stage finish reads the reports of explore, calibrate, encoder, curate, publish, promote, which "
-        "round 1 has not kept; run `trajforge stage explore --round 1` first (or `trajforge evolve`)"
+    assert str(finish.exception) == (  # finish runs after publish: the first stage it lacks, named
+        "round 1 has not been through stage publish; run `trajforge stage publish --round 1` first"
     )
 
 
@@ -115,10 +122,10 @@ def test_the_per_stage_commands_are_the_loops_stages(evolve_config: Path, evolve
     calibrated = runner.invoke(cli, ["critics", "calibrate", *config])
     assert calibrated.exit_code == 0, calibrated.output
     assert "critic consensus vs anchors" in calibrated.output and "consensus:5" in calibrated.output
-    assert recorded(spine, 1)["calibrate"]["consensus"] == given["calibrate"]["consensus"]
+    assert recorded(spine.sessions, 1)["calibrate"]["consensus"] == given["calibrate"]["consensus"]
     published = runner.invoke(cli, ["datasets", "publish", *config])
     assert published.exit_code == 0, published.output
-    again = recorded(spine, 1)["publish"]
+    again = recorded(spine.sessions, 1)["publish"]
     assert again == {**given["publish"], "reused": True}, (again, given["publish"])
     with spine.sessions() as s:
         hashes = s.scalars(select(DatasetVersion.config_hash)).all()

@@ -25,7 +25,7 @@ from rollout.pool import DevicePool
 from rollout.runner import RolloutConfig
 from rollout.versions import policy_factory
 from storage.models import App, Episode, Exclusion, Guidance, Policy, Query, Round, Sample
-from tests.support.evolve import rollout_shard, stage
+from tests.support.evolve import roll_out, stage
 from trajforge.errors import ConfigError, DeviceError
 from trajforge.settings import Settings
 from trajforge.stage import split
@@ -44,7 +44,7 @@ def run_round_one(settings: Settings) -> dict:
     assert len(uids) == 4 and stage(settings, "queries", 1) == uids  # stored, not sampled again
     stage(settings, "devices", 1)
     for part in split(uids, 2):
-        rollout_shard(settings, 1, part)
+        roll_out(settings, 1, part)
     guided = rollouts.guided_queries(open_spine(settings), 1, uids)
     assert len(guided) == 4  # one per app (half of one query, rounded up)
     demos = stage(settings, "guided", 1, queries=uids)
@@ -63,7 +63,7 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     with spine.sessions() as s:
         episodes = s.scalar(select(func.count()).select_from(Episode))
     assert episodes == 4 * 2 + 4
-    again = rollout_shard(settings, 1, stage(settings, "queries", 1))
+    again = roll_out(settings, 1, stage(settings, "queries", 1))
     assert again["episodes"] == 0 and again["already_stored"] == 8  # nothing redone
     assert stage(settings, "publish", 1) == {**published, "reused": True}
 
@@ -118,7 +118,7 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     }
     taught = policy_factory(spine, rnd.policy_id, demos)()
     assert isinstance(taught, KnnPolicy) and len(taught.memory) == len(policy.memory) + len(demos)
-    rollout_shard(settings, 2, revisits)
+    roll_out(settings, 2, revisits)
     rates = revisit_rates(spine, spine.round(2))
     assert [r["query"] for r in rates] == revisits
     assert all(0 <= r["after"] <= 1 and r["before"] <= settings.curate.guidance_pass_rate for r in rates)
@@ -190,12 +190,12 @@ def test_episodes_that_find_no_free_device_fail_the_shard_and_a_rerun_plays_them
     pool = DevicePool(open_spine(settings).sessions)
     held = [pool.lease("another-user", "sim") for _ in range(settings.evolve.devices)]
     assert all(held)  # every device busy elsewhere
-    with pytest.raises(DeviceError, match=r"8 episodes of round 1 found no free device within 0.3s; rerun"):
-        rollout_shard(settings, 1, uids)
+    with pytest.raises(DeviceError, match=r"4 episodes of round 1 found no free device within 0.3s; rerun"):
+        roll_out(settings, 1, uids)
     for lease in held:
         assert lease is not None
         pool.release(lease)
-    played = rollout_shard(settings, 1, uids)
+    played = roll_out(settings, 1, uids)
     assert played["episodes"] == 8 and played["already_stored"] == 0  # nothing was stored half-way
 
 
@@ -227,7 +227,7 @@ def test_the_tier_mix_shapes_new_queries_and_the_round_reports_its_curriculum(
     assert set(tiers) == set(uids) and len(uids) == 8
     assert sum(t == "localization" for t in tiers.values()) >= 4  # settings and shopping offer them
     stage(settings, "devices", 1)
-    rollout_shard(settings, 1, uids)
+    roll_out(settings, 1, uids)
     stage(settings, "judge", 1)
     stage(settings, "calibrate", 1)
     curated = stage(settings, "curate", 1)["curriculum"]
@@ -369,7 +369,7 @@ def test_a_fault_drill_in_the_config_then_a_calm_round_plays_every_episode(evolv
     uids = stage(drill, "queries", 1)
     stage(drill, "devices", 1)
     with contextlib.suppress(DeviceError):  # devices resting when the last episodes asked: rerun
-        rollout_shard(drill, 1, uids)
+        roll_out(drill, 1, uids)
     sessions = open_spine(drill).sessions
     with sessions() as s:
         attempts = s.scalar(
@@ -378,7 +378,7 @@ def test_a_fault_drill_in_the_config_then_a_calm_round_plays_every_episode(evolv
     assert attempts, "the drill's faults reached the devices"
     calm = evolve_settings.model_copy(update={"evolve": ev.model_copy(update={"device_cooldown_s": 0.2})})
     stage(calm, "start", 1)  # same round: faults are not in its config hash
-    played = rollout_shard(calm, 1, uids)
+    played = roll_out(calm, 1, uids)
     assert played["episodes"] + played["already_stored"] == len(uids) * ev.rollouts
 
 
@@ -392,7 +392,7 @@ def test_a_round_whose_every_policy_call_failed_has_no_success_rate(evolve_setti
     stage(settings, "start", 1)
     uids = stage(settings, "queries", 1)
     stage(settings, "devices", 1)
-    rollout_shard(settings, 1, uids)
+    roll_out(settings, 1, uids)
     spine = open_spine(settings)
     with spine.sessions() as s:
         for episode in s.scalars(select(Episode)):

@@ -247,7 +247,7 @@ def test_run_then_rerun_keeps_state_in_the_working_directory(tmp_path: Path) -> 
 def test_home_override(tmp_path: Path) -> None:
     result = cli("db", "upgrade", env={"TRAJFORGE_HOME": str(tmp_path / "h")}, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"database sqlite:///{tmp_path / 'h' / 'trajforge.db'} at revision 0013"
+    assert result.stdout.strip() == f"database sqlite:///{tmp_path / 'h' / 'trajforge.db'} at revision 0014"
 
 
 def test_config_show_masks_secrets(tmp_path: Path) -> None:

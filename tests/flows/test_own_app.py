@@ -28,7 +28,7 @@ def test_a_user_spec_rolls_out_is_judged_curated_and_published(tmp_path: Path) -
     assert "success rate: 0/" not in out  # the launcher shows the user's app
     early = cli("curate", cwd=tmp_path)  # before judging: one line naming the command, nothing written
     assert early.returncode == 1 and early.stderr.strip() == (
-        "error: round 1 is not judged yet; run `trajforge critics run --round 1` first"
+        "error: round 1 has not been through stage judge; run `trajforge stage judge --round 1` first"
     )
     _stage("critics", "run", cwd=tmp_path)  # no config: the spec is read back from the database
     _stage("critics", "calibrate", cwd=tmp_path)  # the loop's stage: calibration, then CSRS extraction

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-from publish.versions import PublishConfig, publish
+from publish.versions import SEALED_AFTER, PublishConfig, publish
 from storage.datasets import list_versions, manifest, verify
 from storage.db import session_factory, transaction
 from storage.keys import blob_key, manifest_key
 from storage.models import DatasetVersion, Round
 from storage.objectstore import LocalObjectStore, open_object_store
-from storage.rounds import CURATED, EXTRACTED, JUDGED, mark_stage
+from storage.rounds import REPORTS, record
 from tests.support.smoke import smoke_round
 from tests.support.spine import new_round
 from trajforge.errors import DatasetError
@@ -50,28 +50,26 @@ def test_unknown_unjudged_and_uncurated_rounds_are_refused(spine) -> None:
     sessions, store, _ = spine
     with pytest.raises(DatasetError, match=r"no round 7 in the database \(rounds: 1\)"):
         publish(sessions, store, "gui", PublishConfig(rounds=(1, 7)))
-    for stage, fix in (
-        ("curated", "trajforge curate --round 1"),
-        ("extracted", "trajforge critics extract --round 1"),
-        ("judged", "trajforge critics run --round 1"),
-    ):
+    for stage in ("curate", "calibrate", "judge"):
         with transaction(sessions) as s:
             row = s.scalars(select(Round).where(Round.number == 1)).one()
-            stages = dict(row.stats["stages"])
-            stages.pop(stage)
-            s.execute(update(Round).where(Round.id == row.id).values(stats={**row.stats, "stages": stages}))
-        with pytest.raises(DatasetError, match=f"round 1 is not {stage} yet; run `{fix}` first"):
+            reports = dict(row.stats[REPORTS])
+            reports.pop(stage)
+            s.execute(update(Round).where(Round.id == row.id).values(stats={**row.stats, REPORTS: reports}))
+        with pytest.raises(
+            DatasetError,
+            match=f"round 1 has not been through stage {stage}; run `trajforge stage {stage} --round 1` "
+            "first, or leave it out with --rounds",
+        ):
             publish(sessions, store, "gui")
     _nothing_written(sessions, store)
 
 
 def test_rounds_without_samples_are_refused(spine) -> None:
     sessions, store, _ = spine
-    round_id, _ = new_round(
-        sessions, policy="lost-policy", number=2
-    )  # judged and curated, but every episode was lost
-    for stage in (JUDGED, EXTRACTED, CURATED):
-        mark_stage(sessions, round_id, stage)
+    new_round(sessions, policy="lost-policy", number=2)  # judged and curated, but every episode was lost
+    for stage in SEALED_AFTER:
+        record(sessions, 2, stage, {})
     with pytest.raises(DatasetError, match="nothing to publish: rounds 2 have no kept samples"):
         publish(sessions, store, "gui", PublishConfig(rounds=(2,)))
     _nothing_written(sessions, store)
@@ -117,11 +115,11 @@ def test_a_curated_round_that_was_never_extracted_is_refused(spine) -> None:
     version would silently hold none of its rows."""
     sessions, store, _ = spine
     publish(sessions, store, "gui")
-    round_id, _ = new_round(sessions, policy="another-policy", number=2)
-    mark_stage(sessions, round_id, JUDGED)
-    mark_stage(sessions, round_id, CURATED)
+    new_round(sessions, policy="another-policy", number=2)
+    record(sessions, 2, "judge", {})
+    record(sessions, 2, "curate", {})
     with pytest.raises(
-        DatasetError, match=r"round 2 is not extracted yet; run `trajforge critics extract --round 2` first"
+        DatasetError, match=r"round 2 has not been through stage calibrate; run `trajforge stage calibrate"
     ):
         publish(sessions, store, "gui")
     assert [v.version for v in list_versions(sessions, "gui")] == [1]

@@ -17,7 +17,7 @@ from trajforge.errors import ConfigError, StorageError
 
 def test_upgrade_is_idempotent_and_matches_models(engine: Engine) -> None:
     upgrade(engine)  # second time: nothing to do
-    assert current_revision(engine) == "0013"
+    assert current_revision(engine) == "0014"
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
         tables = set(inspect(conn).get_table_names())
@@ -113,8 +113,11 @@ def test_unreachable_database_is_storage_error_with_redacted_password() -> None:
     assert "hunter2" not in str(info.value)
 
 
-def test_rounds_extracted_before_the_mark_existed_get_it(tmp_path) -> None:
-    """Migration 0011: publish now asks for the `extracted` mark; older rounds with samples have it."""
+def test_old_stage_marks_become_the_runners_reports(tmp_path) -> None:
+    """Migrations 0011 and 0014: a round's stages are kept in one place, the runner's reports. A
+    finished round's old marks (0011 gives the `extracted` mark to rounds with samples) become reports
+    of judge, calibrate and curate, so it can still be published; an unfinished round's marks go, and
+    the loop runs those stages again when it resumes it."""
     from storage.models import Policy, Round, Sample
 
     eng = create_db_engine(f"sqlite:///{tmp_path / 'old.db'}")
@@ -125,11 +128,18 @@ def test_rounds_extracted_before_the_mark_existed_get_it(tmp_path) -> None:
         s.add(policy)
         s.flush()
         marks = {"stages": {"judged": "2026-11-01T00:00:00", "curated": "2026-11-01T00:10:00"}}
-        old, empty = Round(number=1, policy_id=policy.id, stats=marks), Round(number=2, policy_id=policy.id)
-        s.add_all([old, empty])
+        old = Round(number=1, policy_id=policy.id, stats=marks, status="done")
+        running = Round(number=2, policy_id=policy.id, stats={**marks, "reports": {"queries": ["q"]}})
+        s.add_all([old, running])
         s.flush()
         s.add(Sample(uid="s1", round_id=old.id, category="action_prediction", payload={}))
     upgrade(eng)
     with sessions() as s:
-        stages = {r.number: (r.stats or {}).get("stages", {}) for r in s.scalars(select(Round))}
-    assert stages[1]["extracted"] == "2026-11-01T00:00:00" and "extracted" not in stages[2]
+        stats = {r.number: r.stats or {} for r in s.scalars(select(Round))}
+    assert "stages" not in stats[1] and "stages" not in stats[2]
+    assert stats[1]["reports"] == {
+        "judge": {"marked": "2026-11-01T00:00:00", "migrated": "0014"},
+        "calibrate": {"marked": "2026-11-01T00:00:00", "migrated": "0014"},  # 0011's `extracted`
+        "curate": {"marked": "2026-11-01T00:10:00", "migrated": "0014"},
+    }
+    assert stats[2]["reports"] == {"queries": ["q"]}

@@ -41,11 +41,8 @@ def stage(settings: Any, name: str, number: int, **given: Any) -> Any:
     return run_stage(open_spine(settings), stage_named(name), number, given, again=True)
 
 
-def rollout_shard(settings: Any, number: int, uids: list[str]) -> dict[str, Any]:
-    """One part of the rollout stage: K rollouts of the round's policy on these queries."""
-    from evolve.spine import open_spine
-    from rollout.stages import rollout_shard as shard
-    from trajforge.stage import PART
-
-    played: dict[str, Any] = shard(open_spine(settings), number, {PART: uids}).as_json()
+def roll_out(settings: Any, number: int, uids: list[str]) -> dict[str, Any]:
+    """The rollout stage on these queries, by the one runner: K rollouts of the round's policy on each,
+    its parts the configured shards; the round keeps its report (it has been through rollout)."""
+    played: dict[str, Any] = stage(settings, "rollout", number, queries=uids)
     return played
