@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from critics.stages import calibrate, judge
-from curation.stages import curate_with
+from critics.stages import CALIBRATE, JUDGE
+from curation.stages import CURATE
 from evolve.lifecycle import close_round, open_round
 from evolve.spine import new_spine
+from evolve.stages import run_stage
 from publish.card import card_lines, trajforge_version
 from publish.exports import export
 from publish.versions import PublishConfig, publish
@@ -29,14 +30,15 @@ from rollout.loop import play
 from rollout.policies import NoisyOracle, OracleNoise, VLMPolicy, VLMPolicyConfig
 from rollout.policies.base import PolicyOutput, observed
 from rollout.pool import DevicePool
-from rollout.recovery import device_prober
 from rollout.runner import RolloutConfig
 from rollout.sim.farm import SimFarm
+from rollout.stages import ROLLOUT, rolled
 from storage.datasets import iter_rows, manifest
 from storage.db import transaction
 from storage.keys import blob_key
 from storage.llm_cache import SqlResponseCache
 from storage.policies import register_policy
+from storage.rounds import record
 from tests.flows.test_cli import cli
 from tests.publish.test_trainer_formats import check_answer
 from tests.support.scripted_llm import Reply, ScriptedLLM
@@ -129,9 +131,9 @@ def _reasoning_round(family: str, tmp_path: Path, says: tuple[str, ...] | None =
             gateway_to_close=gateway,
         )
     assert report.successes >= 2, report.render()
-    judge(spine, number, {})
-    calibrate(spine, number, {})
-    curate_with(spine, number, device_prober(pool, farm, farm.backend, settings.curate.recovery_escapes))
+    record(spine.sessions, number, ROLLOUT.name, rolled(report))  # the round's rollout, played here
+    for stage in (JUDGE, CALIBRATE, CURATE):
+        run_stage(spine, stage, number, {})
     close_round(spine, number, {})
     publish(spine.sessions, spine.store, "gui", PublishConfig(chunk_rows=32, val_fraction=0.3))
     return spine.sessions, spine.store
@@ -161,8 +163,8 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
     prompts = [stored[r["meta"]["uid"]]["prompt"] for r in acted]
     assert acted
     asks, own = get_family(family).asks, 0
-    for record in acted:
-        answer = record["messages"][-1]["content"]
+    for exported in acted:
+        answer = exported["messages"][-1]["content"]
         check_answer(
             {"uitars15": "uitars15", "agentcpm": "agentcpm", "mobiler1": "mobiler1"}.get(family, "qwen"),
             answer.split("\n<conclusion>")[0]
@@ -187,7 +189,7 @@ def test_every_action_row_answers_with_the_models_own_reasoning_in_its_familys_f
             own += "My own reasoning" in thought
         else:  # Qwen2.5-VL's prompt asks for the call alone: no thought it never asked for
             assert "<think" not in answer and "My own reasoning" not in answer, answer
-        for turn in record["messages"][1:-1]:  # the history turns are the model's own, as it sent them
+        for turn in exported["messages"][1:-1]:  # the history turns are the model's own, as it sent them
             if turn["role"] == "assistant" and "thought" in asks:
                 assert "My own reasoning" in turn["content"], turn["content"]
     # every step was the model's: every action row says its own reasoning (the reasoning rows of
