@@ -127,6 +127,47 @@ def test_no_import_cycle_anywhere() -> None:
     assert not found, f"import cycles: {found}"
 
 
+# The kernel's three parts (docs/layout.md): each may reach, through any kernel module, only the
+# parts below it. Modules beside them (errors, logs, world/, app specs, ...) belong to none.
+RECORDS = {"trajforge.actions.model", "trajforge.actions.compare", "trajforge.domain", "trajforge.episode"}
+RECORDS |= {"trajforge.sample", "trajforge.verdicts"}
+MODEL_IO = {
+    "trajforge.chat",
+    "trajforge.gateway",
+    "trajforge.endpoints",
+    "trajforge.ledger",
+    "trajforge.probe",
+}
+MODEL_IO |= {"trajforge.json_output", "trajforge.llm_settings", "trajforge.actions", "trajforge.families"}
+CONFIGURATION = {"trajforge.settings", "trajforge.stage_settings", "trajforge.model_settings"}
+
+
+def _kernel_part(module: str) -> int | None:
+    """0 records, 1 model I/O, 2 configuration; None: beside them."""
+    if module in RECORDS:
+        return 0
+    if any(module == m or module.startswith(f"{m}.") for m in MODEL_IO):
+        return 1
+    return 2 if module in CONFIGURATION else None
+
+
+def test_the_kernel_is_in_three_parts_and_none_reaches_a_part_above_it() -> None:
+    graph = _import_graph()
+    assert {m for m in RECORDS | MODEL_IO | CONFIGURATION if m not in graph} == set()
+    wrong = []
+    for start in sorted(graph):
+        if (part := _kernel_part(start)) is None:
+            continue
+        reached, todo = {start}, [start]
+        while todo:
+            for nxt in graph[todo.pop()] - reached:
+                if nxt.startswith("trajforge"):
+                    reached.add(nxt)
+                    todo.append(nxt)
+        wrong += [f"{start} reaches {m}" for m in sorted(reached) if (_kernel_part(m) or 0) > part]
+    assert not wrong, f"a kernel part reaches a part above it: {wrong}"
+
+
 def test_every_stage_is_declared_beside_the_code_it_runs() -> None:
     """A stage lives in the package whose code it runs; the loop keeps only the round's start and
     finish and the gate (docs/layout.md, "The round's stages")."""

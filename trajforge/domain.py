@@ -16,8 +16,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajforge.actions import Action, ActionKind, Screen
 from trajforge.actions.compare import element_at
+from trajforge.actions.model import Action, ActionKind, Screen
 
 Sha256 = str
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
-from trajforge.actions import Action
+from trajforge.actions.model import Action
 from trajforge.domain import Sha256, StepView
 from trajforge.world.verify import UNVERIFIABLE, VerifierResult
 

@@ -25,8 +25,8 @@ from trajforge.endpoints import charged_round, fit_images, stage_group
 from trajforge.errors import LLMError, LLMRateLimited, LLMRefused, LLMTimeout
 from trajforge.json_output import parse_json_output
 from trajforge.ledger import CachedCall, FailedCall, ResponseCache
+from trajforge.llm_settings import LLMSettings
 from trajforge.logs import redact
-from trajforge.settings import LLMSettings
 from trajforge.stopping import check_stop
 
 if TYPE_CHECKING:  # imported where a request is sent: `openai` alone takes 2.5 s of a command's start

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 
 from trajforge.errors import ConfigError
+from trajforge.llm_settings import LLMSettings
 from trajforge.logs import redact
-from trajforge.settings import LLMSettings
 
 PROBE_TIMEOUT_S = 30.0
 PROBE_MESSAGES = [{"role": "user", "content": "ping"}]  # the one-token request's whole conversation

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajforge.actions import Action
+from trajforge.actions.model import Action
 
 
 def said(action: Action) -> dict[str, str]:

@@ -67,9 +67,9 @@ def test_a_round_resumes_and_trains_the_next_policy(evolve_settings: Settings) -
     assert again["episodes"] == 0 and again["already_stored"] == 8  # nothing redone
     assert stage(settings, "publish", 1) == {**published, "reused": True}
 
-    trained = train_next(open_spine(settings), 1, published["version"])
+    trained = stage(settings, "train", 1, publish=published)
     assert trained["policy"] == "knn@1" and trained["checkpoint"] == "store:checkpoints/knn/v1/"
-    assert train_next(open_spine(settings), 1, published["version"])["resumed"] is True
+    assert stage(settings, "train", 1, publish=published)["resumed"] is True
     with pytest.raises(ConfigError, match="round 1 has not trained a policy yet"):
         stage(settings, "start", 2)  # trained is not chosen before the gate runs
     promoted = stage(settings, "promote", 1)

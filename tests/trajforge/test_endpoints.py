@@ -16,7 +16,7 @@ from trajforge.chat import image_part, text_part
 from trajforge.domain import Query, StepView
 from trajforge.endpoints import charge_round, fit_images, fit_views, stage_group
 from trajforge.gateway import CachedCall, FailedCall, LLMGateway, closing
-from trajforge.settings import EndpointSettings, LLMSettings
+from trajforge.llm_settings import EndpointSettings, LLMSettings
 
 
 def _png(width: int, height: int, color: str) -> bytes:

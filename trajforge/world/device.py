@@ -11,8 +11,8 @@ import copy
 import random
 from typing import Any
 
-from trajforge.actions import DEFAULT_SCREEN, Action, ActionKind, Screen
 from trajforge.actions.compare import element_at
+from trajforge.actions.model import DEFAULT_SCREEN, Action, ActionKind, Screen
 from trajforge.errors import DeviceCrashed, DeviceHung
 from trajforge.spec_model import AppSpec, Widget
 from trajforge.world.model import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trajforge.actions import Action, ActionKind
+from trajforge.actions.model import Action, ActionKind
 from trajforge.world.device import SimDevice
 from trajforge.world.model import Element, Move
 

@@ -20,7 +20,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajforge.actions import Action, ActionKind
+from trajforge.actions.model import Action, ActionKind
 from trajforge.spec_model import AppSpec, Widget
 from trajforge.world.verify import Goal
 

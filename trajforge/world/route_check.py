@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trajforge.actions import ActionKind
+from trajforge.actions.model import ActionKind
 from trajforge.appspec import AppSpec
 from trajforge.domain import Query, StepVerdict, StepView, describe, hit_element
 from trajforge.world.route import AppModel, Tracker
