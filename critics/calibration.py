@@ -92,7 +92,7 @@ def calibrate_round(sessions: sessionmaker[Session], round_id: int) -> dict[str,
         report["leave_one_app_out"] = {NAME: leave_one_app_out(s, round_id)}
         rnd = s.get(Round, round_id)
         if rnd is not None:
-            rnd.stats = {**(rnd.stats or {}), "calibration": report}
+            rnd.keep({"calibration": report})
     return report
 
 

@@ -333,7 +333,7 @@ def _record_decisions(
     with transaction(sessions) as s:
         row = s.get(Round, round_id)
         if row is not None:
-            row.stats = {**(row.stats or {}), TRUST: trust_table(s, round_id, settings, decided)}
+            row.keep({TRUST: trust_table(s, round_id, settings, decided)})
         s.execute(
             delete(Exclusion).where(
                 Exclusion.round_id == round_id,

@@ -340,7 +340,7 @@ def promote(spine: Spine, number: int, _given: Given) -> Facts:
         }
         with transaction(spine.sessions) as s:
             row = s.scalars(select(Round).where(Round.number == number)).one()
-            row.stats = {**(row.stats or {}), **stats}
+            row.keep(stats)
     with spine.sessions() as s:
         chosen = s.get(PolicyRow, stats["next_policy_id"])
         assert chosen is not None

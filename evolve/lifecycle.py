@@ -43,6 +43,6 @@ def close_round(spine: Spine, number: int, stats: dict[str, Any]) -> None:
     """Round `number` done, with its figures (the report reads them)."""
     with transaction(spine.sessions) as s:
         row = s.scalars(select(Round).where(Round.number == number)).one()
-        row.stats = {**(row.stats or {}), **stats}
+        row.keep(stats)
         row.status = "done"
         row.finished = row.finished or datetime.now(UTC)

@@ -176,7 +176,7 @@ def train_next(ctx: RoundContext, number: int, dataset_version: int) -> dict[str
     with transaction(ctx.sessions) as s:
         policy_id = register_policy(s, name, number, meta, endpoint, uri, parent_id)
         rnd = s.scalars(select(Round).where(Round.number == number)).one()
-        rnd.stats = {**(rnd.stats or {}), "candidate_policy_id": policy_id}
+        rnd.keep({"candidate_policy_id": policy_id})
     return {"policy": f"{name}@{number}", "policy_id": policy_id, "checkpoint": uri, "endpoint": endpoint}
 
 
@@ -189,7 +189,7 @@ def _nothing_to_train(ctx: RoundContext, number: int, current_id: int) -> dict[s
     decision = {"promoted": False, "reason": NO_TRAINING_ROWS}
     with transaction(ctx.sessions) as s:
         rnd = s.scalars(select(Round).where(Round.number == number)).one()
-        rnd.stats = {**(rnd.stats or {}), "next_policy_id": current_id, "promotion": decision}
+        rnd.keep({"next_policy_id": current_id, "promotion": decision})
         kept = s.get(PolicyRow, current_id)
         assert kept is not None
     return {"policy": f"{kept.name}@{kept.version}", "policy_id": current_id, "skipped": NO_TRAINING_ROWS}

@@ -94,5 +94,5 @@ def revisit_queries(ctx: RoundContext, settings: Settings, rnd: Round) -> list[s
     with transaction(ctx.sessions) as s:
         row = s.get(Round, rnd.id)
         assert row is not None
-        row.stats = {**(row.stats or {}), REVISITS: picked}
+        row.keep({REVISITS: picked})
     return picked

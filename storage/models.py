@@ -57,6 +57,10 @@ class Round(Base):
     finished: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     stats: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
+    def keep(self, figures: dict[str, Any]) -> None:
+        """Add `figures` to the round's stats, key by key (a new dict, so the change is saved)."""
+        self.stats = {**(self.stats or {}), **figures}
+
 
 class Query(Base):
     __tablename__ = "query"

@@ -38,8 +38,7 @@ def record(sessions: sessionmaker[Session], number: int, name: str, report: Any)
     """Keep a finished stage's report (JSON) in round `number`: the stage has been through it."""
     with transaction(sessions) as s:
         row = s.scalars(select(Round).where(Round.number == number)).one()
-        stats = dict(row.stats or {})
-        row.stats = {**stats, REPORTS: {**reports_in(stats), name: report}}
+        row.keep({REPORTS: {**reports_in(row.stats), name: report}})
 
 
 def not_through(number: int, name: str) -> str:

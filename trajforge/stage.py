@@ -3,13 +3,16 @@
 A stage is declared as data beside the code it runs (`querygen/stages.py`, `rollout/stages.py`,
 `critics/stages.py`, `curation/stages.py`, `publish/stages.py`, `publish/train.py`, and the loop's
 own start, finish and gate in `evolve/`): its name, the tables it reads and writes, the stages
-that must have run on the round before it, how to tell that it has run, and `run(ctx, number,
-given) -> Report`. `ctx` is the round's context (`storage.context.RoundContext`); `given` holds the
-earlier stages' reports by name, as JSON, and `part` for one part of a fanned-out stage.
+that must have run on the round before it, and `run(ctx, number, given) -> Report`. `ctx` is the
+round's context (`storage.context.RoundContext`); `given` holds the earlier stages' reports by
+name, as JSON, and `part` for one part of a fanned-out stage.
 
 `evolve.stages.ROUND` keeps only their order. The round flow (`flows/rounds.py`) runs each one as a
 Prefect task of one generic kind, `trajforge stage NAME` runs one alone, and the runner, not the
-stage, keeps each finished stage's report so that a resumed round does not run it again.
+stage, keeps each finished stage's report (`storage.rounds.record`). Those reports are the one
+record of what a round has been through: a resumed round does not run a stage again, a stage runs
+only after those it names, and publishing seals only rounds that have been through judging,
+calibration and curation.
 """
 
 from __future__ import annotations
