@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from critics.view import CriticView
@@ -175,8 +174,5 @@ def without_shown_task(view: CriticView) -> CriticView:
 
     return CriticView(
         view.instruction,
-        tuple(
-            replace(st, elements=[node for node, e in zip(st.elements, st.seen, strict=True) if not own(e)])
-            for st in view.steps
-        ),
+        tuple(st.keeping(lambda e: not own(e)) for st in view.steps),
     )

@@ -15,12 +15,10 @@ touch slop.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from trajforge.domain import SeenElement, StepView
+from trajforge.domain import StepView
 from trajforge.episode import Step
 
 
@@ -35,26 +33,6 @@ class CriticView:
         return CriticView(self.instruction, self.steps[:n])
 
 
-def reported(elements: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """A stored tree with only what the device reports of each node."""
-    return [dataclasses.asdict(SeenElement.reported(e)) for e in elements or []]
-
-
 def critic_view(instruction: str, steps: Sequence[Step]) -> CriticView:
     """Recorded steps as a critic sees them: each step's view, its tree as the device reports it."""
-    return CriticView(
-        instruction,
-        tuple(
-            StepView.of(
-                st.action,
-                st.parse_error,
-                st.screenshot,
-                st.after,
-                reported(st.elements),
-                st.width,
-                st.height,
-                st.raw_output,
-            )
-            for st in steps
-        ),
-    )
+    return CriticView(instruction, tuple(st.view().as_reported() for st in steps))

@@ -18,7 +18,7 @@ report in the round so that a resumed round reuses it instead of running the sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from critics.stages import CALIBRATE, JUDGE
@@ -30,7 +30,6 @@ from publish.stages import PUBLISH
 from publish.train import TRAIN
 from querygen.stages import QUERIES
 from rollout.stages import EXPLORE, GUIDED_DEMOS, REGISTER_DEVICES, ROLLOUT
-from storage.context import RoundContext
 from storage.rounds import not_through, record, recorded
 from trajforge.errors import ConfigError, StageError
 from trajforge.stage import PART, Given, Report, Stage
@@ -71,12 +70,10 @@ def check_order(stages: Sequence[Stage[Any]] = ROUND) -> None:
     check_stages(stages, INPUTS)
 
 
-def require(ctx: RoundContext, number: int, name: str, stages: Sequence[Stage[Any]] = ROUND) -> None:
-    """Raises StageError, naming the command to run, when a stage `name` runs after has not run on the
-    round (the round keeps no report of it)."""
-    by_name = {stage.name: stage for stage in stages}
-    done = recorded(ctx.sessions, number)
-    for before in by_name[name].after:
+def require(done: Mapping[str, Any], number: int, name: str) -> None:
+    """Raises StageError, naming the command to run, when a stage that `name` runs after has not run
+    on round `number`: `done`, the reports the round keeps (`storage.rounds.recorded`), has none of it."""
+    for before in BY_NAME[name].after:
         if before not in done:
             raise StageError(not_through(number, before))
 
@@ -116,9 +113,10 @@ def run_stage(
     Raises:
         StageError: a stage it needs has not run on the round, or has kept no report to read.
     """
-    if stage.resumable and not again and stage.name in (done := recorded(ctx.sessions, number)):
+    done = recorded(ctx.sessions, number)
+    if stage.resumable and not again and stage.name in done:
         return done[stage.name]
-    require(ctx, number, stage.name)
+    require(done, number, stage.name)
     if missing := [name for name in stage.needs if name not in given]:
         raise StageError(
             f"stage {stage.name} reads the reports of {', '.join(missing)}, which round {number} has not "

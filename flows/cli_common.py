@@ -49,6 +49,7 @@ def cli_round(settings: Settings, number: int | None, stage: str | None = None) 
     from evolve.spine import open_spine
     from evolve.stages import require
     from storage.models import Round
+    from storage.rounds import recorded
     from trajforge.errors import ConfigError
 
     spine = open_spine(settings)
@@ -66,7 +67,7 @@ def cli_round(settings: Settings, number: int | None, stage: str | None = None) 
             + "; run `trajforge evolve` (or `trajforge rollout`) first"
         )
     if stage is not None:
-        require(spine, row.number, stage)
+        require(recorded(sessions, row.number), row.number, stage)
     return sessions, row.id, row.number
 
 

@@ -9,8 +9,8 @@ hashes into the object store, never as bytes inside these types.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Literal, get_args
 
@@ -100,6 +100,17 @@ class SeenElement:
             focused=bool(node.get("focused")),
         )
 
+    def node(self) -> dict[str, Any]:
+        """As a stored tree node (what `reported` reads back)."""
+        return {
+            "text": self.text,
+            "role": self.role,
+            "bounds": list(self.bounds),
+            "checked": self.checked,
+            "selected": self.selected,
+            "focused": self.focused,
+        }
+
 
 def _bounds(e: SeenElement) -> tuple[int, int, int, int]:
     return e.bounds
@@ -132,6 +143,20 @@ class StepView:
     def seen(self) -> tuple[SeenElement, ...]:
         """The tree, typed, as the device reports it."""
         return tuple(SeenElement.reported(e) for e in self.elements)
+
+    def as_reported(self) -> StepView:
+        """The same view with only what the device reports of each element (a critic's view)."""
+        return self._with([e.node() for e in self.seen], self.seen)
+
+    def keeping(self, keep: Callable[[SeenElement], bool]) -> StepView:
+        """The same view with only the elements `keep` accepts."""
+        kept = [(node, e) for node, e in zip(self.elements, self.seen, strict=True) if keep(e)]
+        return self._with([node for node, _ in kept], tuple(e for _, e in kept))
+
+    def _with(self, elements: list[dict[str, Any]], seen: tuple[SeenElement, ...]) -> StepView:
+        view = replace(self, elements=elements)
+        view.__dict__.update(act=self.act, seen=seen)  # the cached properties, filled
+        return view
 
     def touched(self) -> SeenElement | None:
         """The element the action's point targets, as a real device hit-tests a touch (`element_at`:
