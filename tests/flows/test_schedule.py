@@ -108,7 +108,9 @@ def test_a_one_minute_cron_completes_two_rounds_unattended_through_a_killed_work
             "--config",
             str(tiny_config(tmp_path / "ref" / "evolve.yaml", reference_db, **tiny)),
         ],
-        env,
+        # its own Prefect home: two Prefects migrating one prefect.db at once collide
+        # ("duplicate column name: block_type_name")
+        env | {"PREFECT_HOME": str(tmp_path / "ref" / "prefect")},
         tmp_path / "reference.log",
     )
     server = _start(
