@@ -26,6 +26,7 @@ from bench import (
     bench_trainer_recipes,
     critic_ceiling,
     critic_throughput,
+    trust_fewshot,
 )
 
 
@@ -44,6 +45,7 @@ def main() -> None:
         critic_throughput,
         bench_critics,
         critic_ceiling,
+        trust_fewshot,
         bench_features,
         bench_dedup_quality,
         bench_dedup_rollouts,
