@@ -22,9 +22,9 @@ judged as the home judges a task it has k labels of (k = 0, 2, 4, 8, 16):
 
 Printed per k: the share of the task's other episodes decided, accuracy, precision (success
 verdicts) and NPV with Wilson 95% intervals, and the tasks meeting issue 78's bar (at least 70%
-decided, precision at least 95% or no success verdict, accuracy at
-least 90%); then the hindsight ceiling: per task,
-the most of its other episodes whose kinds, chosen knowing the truth, are at least 95% right.
+decided, precision at least 95% or no success verdict, accuracy at least 90%); then the hindsight
+ceiling: per task, the most of its other episodes whose kinds, chosen knowing the truth, are at
+least 95% right.
 """
 
 from __future__ import annotations
