@@ -18,7 +18,8 @@ judged as the home judges a task it has k labels of (k = 0, 2, 4, 8, 16):
   own labelled verdicts of that kind (each judged without its own label). Success verdicts are
   decided where it clears `--target`, failure verdicts where it clears `--npv`;
 - the k labels are the queue's teaching order (`annotation.queue.teaching_order`: most confident
-  first, the two verdicts in turn) or random (3 draws).
+  first, the two verdicts in turn), stratified (spread over the kinds in proportion to their
+  sizes) or random (3 draws).
 
 Printed per k: the share of the task's other episodes decided, accuracy, precision (success
 verdicts) and NPV with Wilson 95% intervals, and the tasks meeting issue 78's bar (at least 70%
@@ -30,6 +31,7 @@ least 95% right.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import random
 from collections import defaultdict
@@ -97,6 +99,21 @@ class App:
     def teaching(self, k: int) -> list[int]:
         ranked = [(i, max(p, 1 - p), bool(p >= SUCCESS_AT)) for i, p in enumerate(self.unseen)]
         return teaching_order(ranked)[:k]
+
+    def stratified(self, k: int) -> list[int]:
+        """Labels spread over the kinds (as the critic judges the task unseen) in proportion to their
+        sizes, each kind's episodes in a fixed arbitrary order."""
+        kinds: dict[Kind, list[int]] = defaultdict(list)
+        for i in sorted(range(len(self.y)), key=lambda i: hashlib.sha256(str(i).encode()).hexdigest()):
+            kinds[kind(float(self.unseen[i]))].append(i)
+        taken = dict.fromkeys(kinds, 0)
+        out: list[int] = []
+        while len(out) < min(k, len(self.y)):
+            open_ = [c for c in kinds if taken[c] < len(kinds[c])]
+            c = min(open_, key=lambda c: (taken[c] / len(kinds[c]), c))
+            out.append(kinds[c][taken[c]])
+            taken[c] += 1
+        return out
 
 
 def load() -> dict[str, App]:
@@ -171,11 +188,13 @@ def ceiling(apps: dict[str, App], k: int) -> tuple[int, int, int]:
 
 def _row(apps: dict[str, App], label: str, k: int, bars: dict[bool, float], prior: Records) -> str:
     pooled, decided, others, meeting = ChannelStats(), 0, 0, 0
-    trials = 1 if label == "teaching" else TRIALS
+    trials = TRIALS if label == "random" else 1
     for name, app in apps.items():
         for t in range(trials):
             if label == "teaching":
                 labelled = app.teaching(k)
+            elif label == "stratified":
+                labelled = app.stratified(k)
             else:
                 labelled = random.Random(f"{name}:{k}:{t}").sample(range(len(app.y)), min(k, len(app.y)))
             st, n = decide(apps, name, labelled, bars, prior)
@@ -191,7 +210,7 @@ def _row(apps: dict[str, App], label: str, k: int, bars: dict[bool, float], prio
         (pooled.tn, pooled.tn + pooled.fn),
     )
     shown = " ".join(f"{_shown(*f):>24}" for f in figures)
-    return f"{label:8} {k:>3} {shown} {meeting}/{len(apps) * trials}"
+    return f"{label:10} {k:>3} {shown} {meeting}/{len(apps) * trials}"
 
 
 def main() -> None:
@@ -204,8 +223,8 @@ def main() -> None:
     bars = {True: args.target, False: args.npv}
     episodes = sum(len(a.y) for a in apps.values())
     print(f"{episodes} episodes of {len(apps)} tuning apps, each left out in turn")
-    print(f"{'labels':8} {'k':>3} {'decided':>24} {'accuracy':>24} {'precision':>24} {'npv':>24} meeting")
-    for label in ("teaching", "random"):
+    print(f"{'labels':10} {'k':>3} {'decided':>24} {'accuracy':>24} {'precision':>24} {'npv':>24} meeting")
+    for label in ("teaching", "stratified", "random"):
         for k in KS:
             print(_row(apps, label, k, bars, prior))
     print("-- hindsight ceiling: kinds chosen knowing the truth, at least 95% right (k random labels)")
