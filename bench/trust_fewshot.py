@@ -35,6 +35,7 @@ import hashlib
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from itertools import combinations
 
 import numpy as np
@@ -54,6 +55,15 @@ Records = dict[str, dict[Kind, list[int]]]  # per app, per kind: [right, of]
 
 def kind(p: float) -> Kind:
     return p >= SUCCESS_AT, max(p, 1 - p) >= SURE
+
+
+def tally(probs: Iterable[float], actual: Iterable[bool]) -> dict[Kind, list[int]]:
+    """Right and of, per kind, of verdicts given at these probabilities."""
+    out: dict[Kind, list[int]] = defaultdict(lambda: [0, 0])
+    for p, truth in zip(probs, actual, strict=True):
+        out[kind(float(p))][0] += (p >= SUCCESS_AT) == truth
+        out[kind(float(p))][1] += 1
+    return out
 
 
 def posterior(parts: list[tuple[int, int]], right: int, n: int) -> float:
@@ -89,12 +99,8 @@ class App:
 
     def records(self, labelled: list[int]) -> dict[Kind, list[int]]:
         """Right and of, per kind, of the labelled episodes, each judged without its own label."""
-        out: dict[Kind, list[int]] = defaultdict(lambda: [0, 0])
-        for i in labelled:
-            p = float(self.probs([j for j in labelled if j != i], [i])[0])
-            out[kind(p)][0] += (p >= SUCCESS_AT) == self.y[i]
-            out[kind(p)][1] += 1
-        return out
+        probs = [float(self.probs([j for j in labelled if j != i], [i])[0]) for i in labelled]
+        return tally(probs, [bool(self.y[i]) for i in labelled])
 
     def teaching(self, k: int) -> list[int]:
         ranked = [(i, max(p, 1 - p), bool(p >= SUCCESS_AT)) for i, p in enumerate(self.unseen)]
@@ -131,13 +137,7 @@ def load() -> dict[str, App]:
 
 
 def _unseen_records(apps: dict[str, App]) -> Records:
-    out: Records = {}
-    for name, app in apps.items():
-        out[name] = defaultdict(lambda: [0, 0])
-        for p, actual in zip(app.unseen, app.y, strict=True):
-            out[name][kind(p)][0] += (p >= SUCCESS_AT) == actual
-            out[name][kind(p)][1] += 1
-    return out
+    return {name: tally(app.unseen, app.y) for name, app in apps.items()}
 
 
 def decide(
@@ -169,10 +169,7 @@ def ceiling(apps: dict[str, App], k: int) -> tuple[int, int, int]:
     for name, app in apps.items():
         labelled = random.Random(f"{name}:{k}:0").sample(range(len(app.y)), min(k, len(app.y)))
         others = [i for i in range(len(app.y)) if i not in set(labelled)]
-        cells: dict[Kind, list[int]] = defaultdict(lambda: [0, 0])
-        for p, i in zip(app.probs(labelled, others), others, strict=True):
-            cells[kind(float(p))][0] += (p >= SUCCESS_AT) == app.y[i]
-            cells[kind(float(p))][1] += 1
+        cells = tally(app.probs(labelled, others), app.y[others])
         best = 0
         for size in range(1, len(cells) + 1):
             for chosen in combinations(cells, size):
