@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from sqlalchemy import text
 
+from critics.trust import wilson
 from storage.db import create_db_engine
 
 T = TypeVar("T")
@@ -39,6 +40,14 @@ def timed(fn: Callable[[], T]) -> tuple[T, float]:
     start = time.perf_counter()
     result = fn()
     return result, time.perf_counter() - start
+
+
+def rate_shown(right: int, n: int) -> str:
+    """A rate with its Wilson 95% interval and count ("undefined" when there is nothing to count)."""
+    if not n:
+        return "undefined"
+    lo, hi = wilson(right, n) or [0.0, 0.0]
+    return f"{right / n:.1%} [{lo:.0%}, {hi:.0%}] of {n}"
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:

@@ -32,10 +32,10 @@ from sqlalchemy import func, select
 
 from annotation.queue import teaching_order
 from bench.bench_critics import _copy, _judge_all
+from bench.common import rate_shown
 from bench.halves import app_half
 from critics.consensus import Anchored, Evidence, gather_evidence
 from critics.precision import Precision, verdict_of, verdicts_of
-from critics.trust import wilson
 from storage.models import Round
 from trajforge.metrics import ChannelStats
 from trajforge.settings import CriticSettings
@@ -89,13 +89,6 @@ def _ranked(anchored: list[Anchored], task: str, minimum: int) -> list[tuple[int
     return out
 
 
-def _shown(right: int, n: int) -> str:
-    if not n:
-        return "undefined"
-    lo, hi = wilson(right, n) or [0.0, 0.0]
-    return f"{right / n:.1%} [{lo:.0%}, {hi:.0%}] of {n}"
-
-
 def curve(anchored: list[Anchored], target: float, trials: int, minimum: int) -> list[str]:
     tasks = sorted({a.app for a in anchored})
     lines = []
@@ -123,8 +116,9 @@ def curve(anchored: list[Anchored], target: float, trials: int, minimum: int) ->
             for key in sorted(pooled):
                 st = pooled[key]
                 lines.append(
-                    f"{key:9} {k:>3} {_shown(st.tp, st.tp + st.fp):>26} {_shown(st.tn, st.tn + st.fn):>26} "
-                    f"{_shown(st.tp + st.tn, st.n):>26} {_shown(*covered[key]):>26}"
+                    f"{key:9} {k:>3} {rate_shown(st.tp, st.tp + st.fp):>26} "
+                    f"{rate_shown(st.tn, st.tn + st.fn):>26} "
+                    f"{rate_shown(st.tp + st.tn, st.n):>26} {rate_shown(*covered[key]):>26}"
                 )
         for task in tasks:
             needed[name][task] = _labels_for(anchored, task, choose, minimum)
@@ -133,7 +127,7 @@ def curve(anchored: list[Anchored], target: float, trials: int, minimum: int) ->
         other = sum(a.app == task for a in anchored) - 8
         lines.append(
             f"{task[:34]:34} {app_half(task):9} {name:6} decided {st.n:>3} of {max(other, 0):>3}  "
-            f"precision {_shown(st.tp, st.tp + st.fp)}  accuracy {_shown(st.tp + st.tn, st.n)}"
+            f"precision {rate_shown(st.tp, st.tp + st.fp)}  accuracy {rate_shown(st.tp + st.tn, st.n)}"
         )
     lines.append(
         "-- labels before 70% of a task's other episodes are decided at >= 95% precision (None: not in 16)"

@@ -41,9 +41,9 @@ from itertools import combinations
 import numpy as np
 
 from annotation.queue import teaching_order
+from bench.common import rate_shown
 from critics.learned import MIN_TRAIN, SUCCESS_AT, Checkpoint, _correction, fit
 from critics.prior import prior_rows
-from critics.trust import wilson
 from trajforge.metrics import ChannelStats
 
 KS = (0, 2, 4, 8, 16)
@@ -136,10 +136,6 @@ def load() -> dict[str, App]:
     return out
 
 
-def _unseen_records(apps: dict[str, App]) -> Records:
-    return {name: tally(app.unseen, app.y) for name, app in apps.items()}
-
-
 def decide(
     apps: dict[str, App], name: str, labelled: list[int], bars: dict[bool, float], prior: Records
 ) -> tuple[ChannelStats, int]:
@@ -154,13 +150,6 @@ def decide(
         if posterior(parts, own[k][0], own[k][1]) >= bars[k[0]]:
             st.add(k[0], bool(app.y[i]))
     return st, len(others)
-
-
-def _shown(right: int, n: int) -> str:
-    interval = wilson(right, n)
-    return (
-        "undefined" if interval is None else f"{right / n:.1%} [{interval[0]:.0%}, {interval[1]:.0%}] of {n}"
-    )
 
 
 def ceiling(apps: dict[str, App], k: int) -> tuple[int, int, int]:
@@ -206,7 +195,7 @@ def _row(apps: dict[str, App], label: str, k: int, bars: dict[bool, float], prio
         (pooled.tp, pooled.tp + pooled.fp),
         (pooled.tn, pooled.tn + pooled.fn),
     )
-    shown = " ".join(f"{_shown(*f):>24}" for f in figures)
+    shown = " ".join(f"{rate_shown(*f):>24}" for f in figures)
     return f"{label:10} {k:>3} {shown} {meeting}/{len(apps) * trials}"
 
 
@@ -216,7 +205,7 @@ def main() -> None:
     parser.add_argument("--npv", type=float, default=0.90, help="the bar for failure verdicts")
     args = parser.parse_args()
     apps = load()
-    prior = _unseen_records(apps)
+    prior = {name: tally(app.unseen, app.y) for name, app in apps.items()}  # each with no label
     bars = {True: args.target, False: args.npv}
     episodes = sum(len(a.y) for a in apps.values())
     print(f"{episodes} episodes of {len(apps)} tuning apps, each left out in turn")
@@ -227,7 +216,8 @@ def main() -> None:
     print("-- hindsight ceiling: kinds chosen knowing the truth, at least 95% right (k random labels)")
     for k in KS:
         best, total, meeting = ceiling(apps, k)
-        print(f"k = {k:>2}: {_shown(best, total)} decidable; {meeting}/{len(apps)} tasks could meet the bar")
+        could = f"{meeting}/{len(apps)} tasks could meet the bar"
+        print(f"k = {k:>2}: {rate_shown(best, total)} decidable; {could}")
 
 
 if __name__ == "__main__":
