@@ -32,6 +32,9 @@ from storage.objectstore import ObjectStore, open_object_store
 from tests.support.label_studio import label_studio_bin, running_server, serve
 from trajforge.settings import AnnotationSettings, Settings, load_settings
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--tasks 2"
+
 
 def _push(
     server: Any,

@@ -52,6 +52,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OFFLINE = ("route_check", "heuristic_visual", "learned_trajectory", CONSENSUS[0])
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "{run}"
+
+
 def _cli(home: Path, *args: str) -> None:
     env = {**os.environ, "TRAJFORGE_HOME": str(home / ".trajforge")}
     trajforge = Path(sys.executable).with_name("trajforge")

@@ -28,8 +28,8 @@ Methods:
 It prints training time and throughput (views/s through forward and backward) on the
 CPU, and on CUDA too when a GPU is present.
 
-Usage: python -m bench.bench_dedup_quality [--queries 6 --train-minutes 8 --seed 3 --tune-seed 5]
-       [--encoder-seeds 0,1,2] [--threshold T] [--write-pairs DIR]
+Usage: python -m bench.bench_dedup_quality [--queries 6 --train-steps 200 --seed 3 --tune-seed 5]
+       [--encoder-seeds 0,1,2] [--threshold T] [--write-pairs DIR] [--no-resnet50]
 `--encoder-seeds` trains one encoder per seed on the same screenshots: the spread of training.
 `--write-pairs DIR` also writes the labelled set as screenshots and DIR/pairs.jsonl, the file
 `trajforge curate dedup-eval --pairs` reads, so another featuriser or threshold can be measured
@@ -69,6 +69,10 @@ from trajforge.world.model import POPUP_CLOSE, FaultConfig, Move
 from trajforge.world.oracle import actions_for
 
 Frames = list[bytes]
+
+
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--queries 1 --train-queries 2 --train-steps 2 --no-resnet50"
 
 
 def _dismiss(env: SimEnv, frames: Frames) -> None:
@@ -140,11 +144,11 @@ def training_screens(per_app: int, seed: int = 11) -> Frames:
 
 
 def trained_encoder(
-    screens: Frames, minutes: float, device: str, seed: int = 0, full: bool = False
+    screens: Frames, steps: int, device: str, seed: int = 0, full: bool = False
 ) -> tuple[ResNetFeaturizer, str]:
     """The default encoder trained on `screens`, loaded the way dedup loads it; and its training line.
-    `full`: every step `EncoderSpec.steps` allows (the budget before it was sized to the data)."""
-    spec = EncoderSpec(minutes=minutes, seed=seed, epochs=1e9 if full else EncoderSpec.epochs)
+    `full`: every step `steps` allows (the budget before it was sized to the data)."""
+    spec = EncoderSpec(steps=steps, seed=seed, epochs=1e9 if full else EncoderSpec.epochs)
     model, report, bar = train_encoder(screens, spec, device=device, threads=2 if device == "cpu" else 0)
     with tempfile.TemporaryDirectory() as folder:
         write_checkpoint(model, spec, report, bar, pathlib.Path(folder))
@@ -191,7 +195,7 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument("--train-queries", type=int, default=30, help="queries per app to train on")
     parser.add_argument(
-        "--train-minutes", type=float, default=8.0, help="encoder training cap (curate.encoder_minutes)"
+        "--train-steps", type=int, default=EncoderSpec.steps, help="training cap (curate.encoder_steps)"
     )
     parser.add_argument(
         "--encoder-seeds", default="0", help="train one encoder per seed, comma-separated: the spread"
@@ -199,6 +203,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=3, help="the labelled set's query seed")
     parser.add_argument("--tune-seed", type=int, default=5, help="the tuning set's query seed")
     parser.add_argument("--write-pairs", type=pathlib.Path, help="also write the labelled set here")
+    parser.add_argument("--no-resnet50", action="store_true", help="leave out ResNet-50 (slow on a CPU)")
     return parser.parse_args()
 
 
@@ -209,20 +214,23 @@ def _methods(args: argparse.Namespace) -> dict[str, Method]:
     screens = training_screens(args.train_queries)
     encoders = {}
     for seed in (int(s) for s in args.encoder_seeds.split(",")):
-        encoders[seed], trained = trained_encoder(screens, args.train_minutes, "cpu", seed)
+        encoders[seed], trained = trained_encoder(screens, args.train_steps, "cpu", seed)
         print(f"training on CPU (2 threads), seed {seed}: {trained}")
     first, encoder = next(iter(encoders.items()))
-    full, trained = trained_encoder(screens, args.train_minutes, "cpu", first, full=True)
+    full, trained = trained_encoder(screens, args.train_steps, "cpu", first, full=True)
     print(f"training on CPU (2 threads), seed {first}, the full budget: {trained}")
     if torch.cuda.is_available():
-        print(f"training on CUDA: {trained_encoder(screens, args.train_minutes, 'cuda')[1]}")
-    resnet = ResNetFeaturizer.random(ResNetConfig(), batch_size=32)  # ResNet-50 shape, random weights
+        print(f"training on CUDA: {trained_encoder(screens, args.train_steps, 'cuda')[1]}")
+    resnet50: dict[str, Method] = {}
+    if not args.no_resnet50:
+        resnet = ResNetFeaturizer.random(ResNetConfig(), batch_size=32)  # ResNet-50 shape, random weights
+        resnet50["resnet-50 (random init)"] = (resnet.embed, resnet.threshold, True)
     return {
         f"resnet (trained, ours), seed {first}": (encoder.embed, encoder.threshold, True),
         "  same, dialog frames kept": (encoder.embed, encoder.threshold, False),
-        f"  same, seed {first}, 200 steps (the budget before sizing)": (full.embed, full.threshold, True),
+        f"  same, seed {first}, {args.train_steps} steps (unsized)": (full.embed, full.threshold, True),
         **{f"  same, seed {seed}": (e.embed, e.threshold, True) for seed, e in list(encoders.items())[1:]},
-        "resnet-50 (random init)": (resnet.embed, resnet.threshold, True),
+        **resnet50,
         "thumb (ours)": (ThumbFeaturizer().embed, ThumbFeaturizer.threshold, True),
         "phash (ours)": (PHashFeaturizer().embed, PHashFeaturizer.threshold, True),
         "imagededup PHash": (imagededup_phash(), 0.97, False),

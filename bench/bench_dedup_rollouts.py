@@ -42,6 +42,10 @@ from trajforge.settings import Settings, load_settings
 Rows = dict[int, list[tuple[str, str, bool, tuple[str, ...]]]]  # round -> (uid, query, success, frames)
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--home {home}"
+
+
 def audit(
     rounds: Rows,
     vectors: dict[str, np.ndarray],

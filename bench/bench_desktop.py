@@ -24,13 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_miniwob import Timed, run
-from bench.common import table
+from bench.common import table, worker_counts
 from rollout.suites.desktop import DesktopSuite
 from rollout.suites.desktop.display import Display, kill_group
 from trajforge.domain import Observation, Query
 
 TASKS = ["calc-enter-digit", "calc-add", "editor-write-word"]
 MAX_STEPS = 8
+
+
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--seeds 1 --workers 1"
 
 
 class ResetTimed(Timed):
@@ -108,6 +112,7 @@ def bare_run(episodes: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=4, help="per task")
+    parser.add_argument("--workers", default="1,2,4", help="display counts")
     args = parser.parse_args()
     lacking = DesktopSuite.builtin().missing()
     if lacking:
@@ -116,7 +121,7 @@ def main() -> None:
     bare = bare_run(args.seeds * len(TASKS))
     rows = [["bare xdotool (baseline)", "1", "", f"{bare['steps_s']:.2f}", "1.00x", f"{bare['reset_ms']:.0f}",
              f"{bare['step_ms']:.0f}", "", ""]]  # fmt: skip
-    for workers in (1, 2, 4):
+    for workers in worker_counts(args.workers):
         got = engine_run(args.seeds, workers)
         share = got["engine_ms"] / (got["engine_ms"] + got["step_ms"])
         rows.append(

@@ -19,6 +19,9 @@ import numpy as np
 from bench.common import table, timed
 from curation.dedup import make_index
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--n 2000 --dim 64 --queries 50"
+
 
 def data(n: int, dim: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)

@@ -46,6 +46,10 @@ TAP = CANONICAL.format(Action(kind=ActionKind.CLICK, point=(500, 500)), SCREEN)
 DONE = CANONICAL.format(Action(kind=ActionKind.TERMINATE, status="success"), SCREEN)
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--sizes 4 --step-s 0.01 --policy-s 0.01 --episodes-per-device 1 --baseline-max 4 --no-frames"
+
+
 class LatencyDevice:
     """A device whose every call blocks its thread for `latency` seconds; with a store, every
     observation is a new PNG screenshot the device hashes and puts, as the sim and web devices do."""

@@ -8,7 +8,7 @@ screenshot references a round asks for, the distinct hashes among them, and the
 embeddings actually computed: home and list screens repeat within a round, and a later
 round reuses the cache.
 
-Usage: python -m bench.bench_features [--frames 64]
+Usage: python -m bench.bench_features [--frames 64 --queries-per-app 2 --rollouts 4]
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from trajforge.appspec import builtin_app_names, load_app
 from trajforge.features import ResNetFeaturizer
 from trajforge.settings import load_settings
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--frames 4 --queries-per-app 1 --rollouts 1"
+
 
 def frames(n: int) -> list[bytes]:
     apps = [load_app(name) for name in builtin_app_names()]
@@ -42,6 +45,8 @@ def frames(n: int) -> list[bytes]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--frames", type=int, default=64)
+    parser.add_argument("--queries-per-app", type=int, default=2, help="the main job's round")
+    parser.add_argument("--rollouts", type=int, default=4, help="per query")
     args = parser.parse_args()
     pngs = frames(args.frames)
     rows = []
@@ -68,7 +73,8 @@ def main() -> None:
         settings = load_settings()
         rows = []
         for number in (1, 2):
-            report = run_smoke_round(settings).curation.cache
+            round_size = {"queries_per_app": args.queries_per_app, "rollouts": args.rollouts}
+            report = run_smoke_round(settings, **round_size).curation.cache
             rows.append(
                 [
                     f"round {number}",

@@ -20,6 +20,9 @@ from trajforge.chat import image_part
 from trajforge.gateway import LLMGateway, ResponseCache
 from trajforge.settings import LLMSettings
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--calls 32 --latency-ms 5 --concurrency 4"
+
 
 def run(
     url: str, calls: int, concurrency: int, cache: ResponseCache | None, tag: str, images: list[dict]

@@ -36,6 +36,10 @@ LABELS = ("GOOD", "NEUTRAL", "HARMFUL")
 TAG = re.compile(r"\[ep-(\d+)\]")
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--per-app 1 --window 2"
+
+
 def _wrong(key: str, error: float) -> bool:
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < error
 

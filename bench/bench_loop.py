@@ -43,6 +43,10 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--out {out} default={run}"
+
+
 def run(home: Path, rounds: int, env: dict[str, str]) -> float:
     """`trajforge evolve --rounds N` in `home`; its wall time in seconds."""
     home.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import table
+from bench.common import table, worker_counts
 from rollout.policies import RandomExplorer
 from rollout.pool import DevicePool
 from rollout.runner import EpisodeRunner, RolloutConfig, RolloutReport
@@ -38,6 +38,10 @@ from trajforge.actions import Action
 from trajforge.domain import Observation, Query
 
 TASKS = ["click-test", "click-button", "click-link", "enter-text", "focus-text", "click-option"]
+
+
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--seeds 1 --workers 1 --tasks 2"
 
 
 class Timed:
@@ -114,7 +118,10 @@ def _warm() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=8, help="per task")
+    parser.add_argument("--workers", default="1,2,4", help="worker counts (the routes run at those up to 2)")
+    parser.add_argument("--tasks", type=int, default=len(TASKS), help=f"the first N of {', '.join(TASKS)}")
     args = parser.parse_args()
+    tasks = TASKS[: args.tasks]
     from rollout.web.env import chromium_available
 
     if not chromium_available():
@@ -122,8 +129,9 @@ def main() -> None:
         return
     _warm()
     rows, base = [], None
-    for workers in (1, 2, 4):
-        report, env_seconds = run(args.seeds, workers)
+    counts = worker_counts(args.workers)
+    for workers in counts:
+        report, env_seconds = run(args.seeds, workers, [f"miniwob:{t}" for t in tasks])
         rate = report.steps / report.seconds
         base = base or rate
         busy = report.seconds * workers  # worker-seconds; the browser's calls are part of them
@@ -143,12 +151,12 @@ def main() -> None:
     header = ["workers", "episodes", "successes", "steps/s", "vs 1 worker", "browser ms/step",
               "engine ms/step", "engine share"]  # fmt: skip
     print(
-        table(f"MiniWoB++ rollouts, random explorer, {len(TASKS)} tasks x {args.seeds} seeds", header, rows)
+        table(f"MiniWoB++ rollouts, random explorer, {len(tasks)} tasks x {args.seeds} seeds", header, rows)
     )
-    routes(args.seeds)
+    routes(args.seeds, [n for n in counts if n <= 2], tasks)
 
 
-def routes(seeds: int) -> None:
+def routes(seeds: int, counts: list[int], tasks: list[str]) -> None:
     """trajforge's own MiniWoB driver against the BrowserGym route (`browsergym:miniwob.TASK`, in
     BrowserGym's venv) on the same tasks and seeds, 1 and 2 workers; the baseline is the own driver
     at the same worker count. BrowserGym starts a fresh browser (and its chat window) per reset."""
@@ -158,11 +166,11 @@ def routes(seeds: int) -> None:
         print(f"BrowserGym route: skipped, {browsergym.missing()[0]}")
         return
     rows = []
-    for workers in (1, 2):
+    for workers in counts:
         base = None
         for route, refs in (
-            ("trajforge miniwob", [f"miniwob:{t}" for t in TASKS]),
-            ("browsergym", [f"browsergym:miniwob.{t}" for t in TASKS]),
+            ("trajforge miniwob", [f"miniwob:{t}" for t in tasks]),
+            ("browsergym", [f"browsergym:miniwob.{t}" for t in tasks]),
         ):
             report, env_seconds = run(seeds, workers, refs)
             rate = report.steps / report.seconds

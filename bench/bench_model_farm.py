@@ -72,6 +72,10 @@ CONTENT = (
 OLD_CONCURRENCY = 16  # llm.concurrency, shared by every stage before the policy had its own
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--devices 2 --latency-ms 5 --queries 1 --rollouts 1 --max-steps 2 --screen 180x400"
+
+
 class CountingGateway(LLMGateway):
     """The gateway, counting the requests it has in flight."""
 

@@ -23,6 +23,9 @@ from storage.keys import blob_key
 from storage.objectstore import LocalObjectStore, ObjectStore, S3ObjectStore, put_blob
 from trajforge.settings import S3Settings
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--screens 20"
+
 
 def screenshots(n: int, seed: int = 0) -> list[bytes]:
     """n phone-sized PNGs; about 25% repeat an earlier one byte for byte."""

@@ -62,6 +62,10 @@ CATEGORIES = (
 PER_ROUND = 50_000
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--rows 500 --export-rows 50 --images 4"
+
+
 def _screenshots(store: LocalObjectStore, n: int) -> list[str]:
     """`n` distinct screenshots (the home screen, numbered) in the store."""
     device = SimDevice([load_app(name) for name in builtin_app_names()])
@@ -213,7 +217,7 @@ def _exports(n: int, images: int) -> None:
                     1,
                     fmt,
                     os.path.join(tmp, label),
-                    "qwen",
+                    "canonical" if fmt == "browsergym" else "qwen",  # BrowserGym's own strings
                     trainer=trainer,
                 )
             )

@@ -15,6 +15,10 @@ from trajforge.appspec import builtin_app_names, load_app
 DEDUP = ("duplicate_exact", "duplicate_near")
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--n 50 --big-slot 20"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=10_000)

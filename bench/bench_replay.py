@@ -44,6 +44,10 @@ from trajforge.settings import load_settings
 ROLLOUTS = 4
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--home {home}"
+
+
 def new_queries(spine: Spine, number: int) -> list[Query]:
     """The kept queries generated for round `number` (revisits are earlier rounds' queries)."""
     with spine.sessions() as s:

@@ -13,7 +13,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from bench.common import table
+from bench.common import table, worker_counts
 from querygen.pipeline import generate_queries, store_generation
 from rollout.policies import NoisyOracle
 from rollout.pool import DevicePool
@@ -28,6 +28,10 @@ from trajforge.appspec import builtin_app_names, load_app
 from trajforge.world.model import FaultConfig
 
 PER_ACTION_FAULT = 0.0055  # crash and hang each; ~9 actions an episode: ~10% of episodes meet one
+
+
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--queries 1 --workers 1"
 
 
 def run(
@@ -70,14 +74,14 @@ def _row(r: RolloutReport, base: RolloutReport) -> list[str]:
     ]
 
 
-def _web(queries: int) -> None:
+def _web(queries: int, counts: list[int]) -> None:
     if not chromium_available():
         print("(web: Chromium not installed; skipped)\n")
         return
     web_rows, web = [], {}
-    for browsers in (1, 2):
+    for browsers in counts:
         r = web[browsers] = run(max(2, queries // 8), browsers, None, backend="web")
-        web_rows.append([f"{browsers}", *_row(r, web[1])])
+        web_rows.append([f"{browsers}", *_row(r, web[counts[0]])])
     header = ["browsers", "episodes", "episodes/min", "steps/s", "vs 1 browser"]
     print(table("rollouts in Chromium (web backend), Pixel 7 emulation, perfect oracle", header, web_rows))
 
@@ -85,15 +89,17 @@ def _web(queries: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--queries", type=int, default=40, help="per app")
+    parser.add_argument("--workers", default="1,2,4", help="worker counts (faults at the second, or the one)")
     args = parser.parse_args()
+    counts = worker_counts(args.workers)
     rows, base = [], {}
-    for workers in (1, 2, 4):
+    for workers in counts:
         r = base[workers] = run(args.queries, workers, None)
-        rows.append([f"{workers}", "none", *_row(r, base[1]), "0"])
-    faulty = run(
-        args.queries, 2, FaultConfig(seed=1, crash_rate=PER_ACTION_FAULT, hang_rate=PER_ACTION_FAULT)
-    )
-    rows.append(["2", "crash+hang", *_row(faulty, base[2]), f"{faulty.retries}"])
+        rows.append([f"{workers}", "none", *_row(r, base[counts[0]]), "0"])
+    at = counts[min(1, len(counts) - 1)]
+    faults = FaultConfig(seed=1, crash_rate=PER_ACTION_FAULT, hang_rate=PER_ACTION_FAULT)
+    faulty = run(args.queries, at, faults)
+    rows.append([f"{at}", "crash+hang", *_row(faulty, base[at]), f"{faulty.retries}"])
     print(
         table(
             f"rollouts on the simulated farm, {args.queries * 4} queries, perfect oracle, 1080x2400 frames",
@@ -102,10 +108,10 @@ def main() -> None:
         )
     )
     print(
-        f"fault run: {dict(faulty.attempt_failures)} retried; overhead vs fault-free at 2 workers: "
-        f"{faulty.seconds / base[2].seconds:.2f}x time\n"
+        f"fault run: {dict(faulty.attempt_failures)} retried; overhead vs fault-free at {at} workers: "
+        f"{faulty.seconds / base[at].seconds:.2f}x time\n"
     )
-    _web(args.queries)
+    _web(args.queries, [n for n in counts if n <= 2])
 
 
 if __name__ == "__main__":

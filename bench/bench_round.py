@@ -6,7 +6,7 @@ cost; it prints each stage's share of the round. Part 2 runs round 1 as its Pref
 thread runner and on a local Dask cluster of 2 worker processes (the rollout and the screenshot
 features fan out), and prints both wall times and the ratio.
 
-    python -m bench.bench_round [--queries-per-app N]
+    python -m bench.bench_round [--queries-per-app N --rollouts N --max-steps N --heldout-per-app N]
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from typing import Any
 from evolve.spine import open_spine
 from evolve.stages import ROUND, run_stage
 from trajforge.settings import Settings, load_settings
+
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--queries-per-app 1 --rollouts 1 --max-steps 4 --heldout-per-app 0"
 
 
 def _settings(home: Path, **evolve: Any) -> Settings:
@@ -55,9 +58,13 @@ def _fanout(settings: Settings, runner: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--queries-per-app", type=int, default=None)
+    for name in ("queries-per-app", "rollouts", "max-steps", "heldout-per-app"):
+        parser.add_argument(
+            f"--{name}", type=int, default=None, help="evolve.* (default: the default config's)"
+        )
     args = parser.parse_args()
-    extra = {"queries_per_app": args.queries_per_app} if args.queries_per_app else {}
+    sizes = ("queries_per_app", "rollouts", "max_steps", "heldout_per_app")
+    extra = {k: getattr(args, k) for k in sizes if getattr(args, k) is not None}
     with tempfile.TemporaryDirectory() as tmp:
         settings = _settings(Path(tmp) / "stages", **extra)
         print(f"# one round, default evolve config ({settings.evolve.queries_per_app} queries/app, "

@@ -17,6 +17,9 @@ from trajforge.domain import Query
 from trajforge.world.model import Move
 from trajforge.world.oracle import actions_for
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--steps 20"
+
 
 def episodes(per_app: int) -> list[Query]:
     out: list[Query] = []

@@ -18,6 +18,9 @@ from storage.db import create_db_engine, insert_ignore, session_factory, transac
 from storage.models import Step
 from tests.support.spine import seed_episodes, step_rows
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--rows 200"
+
 
 def _setup(url: str) -> tuple[sessionmaker[Session], int, int]:
     engine = create_db_engine(url)

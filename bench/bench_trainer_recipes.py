@@ -28,6 +28,10 @@ from trajforge.settings import load_settings
 FORMATS = ["qwen", "mobiler1", "uitars15", "uitars", "agentcpm", "canonical", "androidworld"]
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--home {home} --formats qwen --trainers llamafactory"
+
+
 def _smoke_home(home: Path) -> tuple[str, int]:
     from evolve.smoke import run_smoke_round
     from publish.versions import PublishConfig, publish
@@ -47,7 +51,10 @@ def main() -> None:
     parser.add_argument("--home", type=Path, help="a trajforge home with a published version")
     parser.add_argument("--dataset", default="trajforge")
     parser.add_argument("--version", type=int, help="default: the newest")
+    parser.add_argument("--formats", default=",".join(FORMATS), help="action formats, comma-separated")
+    parser.add_argument("--trainers", default=",".join(TRAINERS), help="trainers, comma-separated")
     args = parser.parse_args()
+    formats = args.formats.split(",")
     work = Path(tempfile.mkdtemp(prefix="bench-trainers-"))
     if args.home is None:
         dataset, version = _smoke_home(work / "home")
@@ -67,13 +74,13 @@ def main() -> None:
         "| baseline (--trainer none) |"
     )
     print("|---|---|---|---|---|---|---|")
-    for trainer in TRAINERS:
+    for trainer in args.trainers.split(","):
         if not trainer_python(trainer).is_file():
             print(f"| {trainer} | not installed ({trainer_python(trainer)}): run .ci/run once | | | | | |")
             continue
-        ours = tap_check(sessions, store, dataset, version, trainer, FORMATS, work / trainer / "preset")
-        base = tap_check(sessions, store, dataset, version, trainer, FORMATS, work / trainer / "none", "none")
-        for fmt in FORMATS:
+        ours = tap_check(sessions, store, dataset, version, trainer, formats, work / trainer / "preset")
+        base = tap_check(sessions, store, dataset, version, trainer, formats, work / trainer / "none", "none")
+        for fmt in formats:
             new, old = ours[fmt], base[fmt]
             written = sum(new.report.rows.values())
             skipped = {k: v for k, v in new.report.skipped.items() if k != "no_action_ground_truth"}

@@ -36,6 +36,14 @@ def scripted_server(latency_ms: float, content: str | None = None) -> Iterator[s
         proc.wait(timeout=10)
 
 
+def worker_counts(text: str) -> list[int]:
+    """`--workers 1,2,4`: the worker (device, browser, display) counts a bench runs at, in order."""
+    counts = [int(n) for n in text.split(",")]
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"--workers {text!r}: give worker counts of at least 1, comma-separated (1,2,4)")
+    return counts
+
+
 def timed(fn: Callable[[], T]) -> tuple[T, float]:
     start = time.perf_counter()
     result = fn()

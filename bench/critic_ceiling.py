@@ -1,6 +1,6 @@
 """How far the learned critic's features carry to an app they were never fitted on, whatever the fit.
 
-    python -m bench.critic_ceiling
+    python -m bench.critic_ceiling [--apps N]
 
 Every app of the shipped prior (`critics/prior.json.gz`: 40 MiniWoB++ tasks and the 4 built-in
 apps, all of the tuning half) is judged by a model fitted on the other 43 apps' anchored episodes
@@ -22,6 +22,7 @@ ceiling. All figures are in-sample to the design: these apps are the ones it was
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 
 import numpy as np
@@ -32,6 +33,10 @@ from critics.prior import prior_rows
 from trajforge.metrics import ChannelStats, rate_text
 
 Fitter = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (x, y, x to judge) -> probability
+
+
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--apps 3"
 
 
 def _linear(x: np.ndarray, y: np.ndarray, judged: np.ndarray, signs: dict[str, int] = SIGNS) -> np.ndarray:
@@ -75,7 +80,12 @@ def _stats(said: np.ndarray, y: np.ndarray) -> ChannelStats:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--apps", type=int, default=0, help="only the first N apps by name (0: all)")
+    args = parser.parse_args()
     rows = prior_rows()
+    if args.apps:
+        rows = [r for r in rows if r.app in sorted({r.app for r in rows})[: args.apps]]
     x = np.array([r.x for r in rows])
     y = np.array([float(r.success) for r in rows])
     apps = np.array([r.app for r in rows])
@@ -97,7 +107,8 @@ def main() -> None:
     worst = sorted(errors.items(), key=lambda kv: -(kv[1].fp + kv[1].fn))
     total = sum(st.fp + st.fn for st in errors.values())
     one_way = sum(max(st.fp, st.fn) for st in errors.values())
-    print(f"\nshipped: {total} errors; {one_way} ({one_way / total:.0%}) go the way most of their app's go")
+    share = one_way / max(total, 1)
+    print(f"\nshipped: {total} errors; {one_way} ({share:.0%}) go the way most of their app's go")
     print(f"{'app':32} {'n':>4} {'successes':>9} {'missed':>7} {'false':>6}")
     for app, st in worst[:12]:
         print(f"{app:32} {st.n:>4} {st.tp + st.fn:>9} {st.fn:>7} {st.fp:>6}")

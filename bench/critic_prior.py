@@ -21,6 +21,9 @@ from critics.prior import PATH, write
 from critics.trained import anchored_training, seen_episodes
 from storage.models import Episode
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "{run} --out {out}/prior.json.gz"
+
 
 def rows_of(home: Path) -> list[TrainRow]:
     """The anchored episodes of `home` as training rows."""
@@ -36,6 +39,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("homes", nargs="+", type=Path)
+    parser.add_argument(
+        "--out", type=Path, default=PATH, help="where the prior goes (default: the shipped one)"
+    )
     args = parser.parse_args()
     rows = [r for home in args.homes for r in rows_of(home)]
     reporting = sorted({r.app for r in rows if app_half(r.app) == REPORTING})
@@ -43,9 +49,9 @@ def main() -> None:
         raise SystemExit(
             f"critic_prior: {', '.join(reporting)} are of the reporting half; leave those homes out"
         )
-    PATH.write_bytes(write(rows, [h.absolute().name for h in args.homes]))
+    args.out.write_bytes(write(rows, [h.absolute().name for h in args.homes]))
     tally = Counter(r.app for r in rows)
-    print(f"{PATH}: {len(rows)} episodes ({sum(r.success for r in rows)} successes) of {len(tally)} apps")
+    print(f"{args.out}: {len(rows)} episodes ({sum(r.success for r in rows)} successes) of {len(tally)} apps")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ ANSWER = json.dumps(
 )
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "--judgments 16 --concurrency 4 --latency-ms 5"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--judgments", type=int, default=640)

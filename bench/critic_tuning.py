@@ -36,6 +36,10 @@ from trajforge.metrics import ChannelStats, rate_text
 GROUP = 4
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "{run}"
+
+
 @contextmanager
 def _no_corrections(off: bool) -> Iterator[None]:
     """The corrections shrunk to nothing (ridge 1e9) while `off`."""

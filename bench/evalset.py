@@ -29,6 +29,10 @@ from trajforge.world.route_check import RouteGoalCheck, RouteStepCheck
 State = tuple[str | None, str, dict[str, str]]
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "1"
+
+
 @dataclass
 class EvalEpisode:
     query: Query

@@ -26,6 +26,10 @@ from typing import Any
 _SECONDS = re.compile(r"\[\d+s\]")
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "{run} {run} {run}.out {run}.out"
+
+
 def differences(old: Any, new: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
     """Every leaf where two JSON values differ, by its path."""
     if isinstance(old, dict) and isinstance(new, dict):

@@ -44,6 +44,10 @@ KS = (0, 2, 4, 8, 16)
 Choice = Callable[[list[Anchored], list[tuple[int, float, bool]], int, int], list[Anchored]]
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = "{run} --trials 1"
+
+
 def replay(
     anchored: list[Anchored], task: str, labelled: list[Anchored], target: float, minimum: int
 ) -> ChannelStats:

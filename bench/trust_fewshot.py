@@ -53,6 +53,10 @@ Kind = tuple[bool, bool]  # (success verdict?, sure?)
 Records = dict[str, dict[Kind, list[int]]]  # per app, per kind: [right, of]
 
 
+# its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
+SMOKE = ""
+
+
 def kind(p: float) -> Kind:
     return p >= SUCCESS_AT, max(p, 1 - p) >= SURE
 

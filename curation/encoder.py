@@ -21,12 +21,10 @@ so the same network also learns a second view: the app bar below the status bar 
 (`AppBar`), its views differing by a dialog's scrim, shifts and colour. A frame's vector joins
 the two, each centred on its training mean (`trajforge.features.ResNetFeaturizer`). Both views
 are standardised per image, which divides a scrim's uniform dimming out. Training runs on CUDA
-when there is one, else on the CPU threads given, for a budget sized to the data
-(`EncoderSpec.planned_steps`: 12 views of each distinct screenshot, 30 to 200 steps) or
-`curate.encoder_minutes`, whichever ends first. In the loop, training also ends at
-`curate.encoder_round_share` of the previous round's wall time (`encoder_budget`) once its least
-steps are done, so the round that trains the encoder costs at most about twice one that does not
-on a machine that is not busy with something else.
+when there is one, else on the CPU threads given, for a budget of steps sized to the data
+(`EncoderSpec.planned_steps`: 6 views of each distinct screenshot, 30 to `curate.encoder_steps`).
+The budget counts steps, never seconds: the same screenshots and seed train the same encoder on an
+idle machine and on a loaded one, so dedup, and every dataset version after it, are the same bytes.
 """
 
 from __future__ import annotations
@@ -50,7 +48,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from curation.augment import augment, bar_augment, screen_kind
-from storage.base import as_utc
 from storage.encoders import StoredEncoder, latest_encoder, save_encoder
 from storage.models import Episode, Round, Step
 from storage.objectstore import ObjectStore
@@ -73,10 +70,8 @@ class EncoderSpec:
     temperature: float = 0.2
     lr: float = 2e-3
     steps: int = 200  # curate.encoder_steps: the most steps, whatever the data
-    epochs: float = 12.0  # the budget: views of each distinct screenshot (two per step it is drawn in) ...
+    epochs: float = 6.0  # the budget: views of each distinct screenshot (two per step it is drawn in) ...
     min_steps: int = 30  # ... but at least this many steps
-    minutes: float = 8.0  # curate.encoder_minutes: stop early when training reaches this wall time
-    share_minutes: float | None = None  # the loop's round-share budget: stops it once min_steps are done
     seed: int = 0
     rows: int = 1  # the feature map average-pooled into this many horizontal bands (1: pooler output)
     bar: tuple[float, float] = (0.035, 0.11)  # the app bar's band (fractions of the height); see AppBar
@@ -112,7 +107,7 @@ class TrainReport:
     device: str
     images_per_s: float  # augmented views through forward and backward, per second
     kind: str = "phone"  # the screens' kind, which chose the augmentations (`curation.augment`)
-    planned: int = 0  # the steps the budget allowed (`EncoderSpec.planned_steps`); fewer when time ran out
+    planned: int = 0  # the steps the budget allowed (`EncoderSpec.planned_steps`)
 
     def render(self) -> str:
         return (
@@ -156,7 +151,7 @@ def train_encoder(
     images: Sequence[bytes], spec: EncoderSpec = EncoderSpec(), device: str | None = None, threads: int = 0
 ) -> tuple[Any, TrainReport, AppBar]:
     """A `ResNetModel` trained on `images` (PNG bytes), on whole screens and on their app bars (one
-    loss each); stops at `spec.steps` or `spec.minutes`. Also the app bar view with its centres."""
+    loss each), for `spec.planned_steps` steps. Also the app bar view with its centres."""
     import torch
     from transformers import ResNetModel
 
@@ -216,8 +211,8 @@ def _fit(
     data: tuple[list[Image.Image], list[Image.Image], AppBar],
     kind: str = "phone",
 ) -> tuple[list[float], float]:
-    """Contrastive steps on screens and app bars until `spec.steps` or `spec.minutes`: the losses
-    and the seconds taken."""
+    """`spec.steps` contrastive steps on screens and app bars: the losses and the seconds taken (a
+    figure for the report; nothing depends on it)."""
     import torch
 
     bases, bars, view = data
@@ -236,15 +231,7 @@ def _fit(
     with track("encoder training steps", spec.steps) as advance:
         for step in range(spec.steps):
             check_stop()
-            # warm up, then a cosine decay over whichever budget (steps or minutes) runs out first
-            elapsed = time.perf_counter() - start
-            done = max(step / spec.steps, elapsed / (spec.minutes * 60))
-            if spec.share_minutes:  # the round's share ends it only after the least steps
-                done = max(
-                    done, min(elapsed / (spec.share_minutes * 60), step / min(spec.min_steps, spec.steps))
-                )
-            if done >= 1:
-                break
+            done = step / spec.steps  # warm up, then a cosine decay over the steps
             warm = min(1.0, (step + 1) / 20)
             for group in optimiser.param_groups:
                 group["lr"] = spec.lr * warm * 0.5 * (1 + math.cos(math.pi * done))
@@ -297,13 +284,10 @@ def train_store_encoder(
     settings: CurationSettings,
     round_id: int | None = None,
     device: str | None = None,
-    share_minutes: float | None = None,
 ) -> tuple[StoredEncoder, TrainReport]:
-    """Train the screen encoder on the store's screenshots (through `round_id`) and store it, within
-    `curate.encoder_minutes`, and within `share_minutes` once `EncoderSpec.min_steps` are done."""
-    spec = EncoderSpec(
-        steps=settings.encoder_steps, minutes=settings.encoder_minutes, share_minutes=share_minutes
-    )
+    """Train the screen encoder on the store's screenshots (through `round_id`) and store it, for at
+    most `curate.encoder_steps` steps."""
+    spec = EncoderSpec(steps=settings.encoder_steps)
     hashes = store_screenshots(sessions, round_id, settings.encoder_max_images)
     model, report, bar = train_encoder([frames(h) for h in hashes], spec, device, settings.threads)
     with tempfile.TemporaryDirectory(prefix="trajforge-encoder-") as folder:
@@ -330,47 +314,10 @@ def round_encoder(
         before = s.scalar(select(func.max(Round.id)).where(Round.number < number))
     if before is None:
         return {"featurizer": "phash", "source": "fallback", "reason": "no_screenshots_before_this_round"}
-    budget = encoder_budget(sessions, settings, before)
     try:
-        stored, report = train_store_encoder(
-            sessions, store, frames, settings, before, share_minutes=budget["minutes"]
-        )
+        stored, report = train_store_encoder(sessions, store, frames, settings, before)
     except TooFewScreenshots as exc:  # a tiny first round: dedup stays on phash until there are more
         log.info("%s", exc)
         return {"featurizer": "phash", "source": "fallback", "reason": "too_few_screenshots"}
-    log.info("%s (budget %s)", report.render(), budget["from"])
-    trained = {"featurizer": "resnet", "source": "trained", "encoder": stored.sha256[:16]}
-    return {
-        **trained,
-        **asdict(report),
-        "budget_s": round(budget["minutes"] * 60, 1),
-        "budget": budget["from"],
-    }
-
-
-MIN_BUDGET_S = 30.0  # a round-share budget never falls below this (a tiny test round)
-
-
-def encoder_budget(
-    sessions: sessionmaker[Session], settings: CurationSettings, before: int
-) -> dict[str, Any]:
-    """The encoder's wall-time budget in the round after round id `before`: `curate.encoder_minutes`,
-    or `curate.encoder_round_share` of that round's wall time when less (at least `MIN_BUDGET_S`),
-    so the round that trains it costs at most about twice a round without it. Also where it came from."""
-    capped = {
-        "minutes": settings.encoder_minutes,
-        "from": f"curate.encoder_minutes {settings.encoder_minutes:g}",
-    }
-    with sessions() as s:
-        row = s.get(Round, before)
-        if row is None or row.finished is None or not settings.encoder_round_share:
-            return capped
-        number, wall = row.number, (as_utc(row.finished) - as_utc(row.created)).total_seconds()
-    share_s = max(MIN_BUDGET_S, settings.encoder_round_share * wall)
-    if share_s >= settings.encoder_minutes * 60:
-        return capped
-    return {
-        "minutes": share_s / 60,
-        "from": f"{settings.encoder_round_share:g} x round {number}'s wall {wall:.0f}s "
-        "(curate.encoder_round_share)",
-    }
+    log.info("%s", report.render())
+    return {"featurizer": "resnet", "source": "trained", "encoder": stored.sha256[:16], **asdict(report)}

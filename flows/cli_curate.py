@@ -51,7 +51,7 @@ def train_encoder(
     """Train the screen encoder (a ResNet) on this store's screenshots and store it.
 
     Dedup (curate.featurizer resnet, the default) uses the latest trained encoder; the
-    budget is curate.encoder_steps and curate.encoder_minutes.
+    budget is curate.encoder_steps (steps, not seconds).
     """
     from curation.encoder import train_store_encoder
     from evolve.spine import open_spine

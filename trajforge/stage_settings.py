@@ -48,17 +48,11 @@ class CurationSettings(BaseSettings):
         description="Local directory (or hub id, where a hub is reachable) of a ResNet checkpoint, "
         "e.g. an ImageNet ResNet-50; overrides the trained encoder.",
     )
-    encoder_minutes: float = Field(
-        8.0, gt=0, le=600, description="Wall-time budget of training the screen encoder."
-    )
-    encoder_steps: int = Field(200, ge=1, description="Training steps of the screen encoder (at most).")
-    encoder_round_share: float = Field(
-        0.75,
-        ge=0,
-        le=100,
-        description="In a round that trains the screen encoder, training ends at this share of the previous "
-        "round's wall time (at least 30 s) once its least steps are done, so that round costs at most about "
-        "twice a round without it (0: encoder_minutes alone).",
+    encoder_steps: int = Field(
+        200,
+        ge=1,
+        description="Training steps of the screen encoder (at most; fewer on a small store: 6 views of each "
+        "distinct screenshot, at least 30). Steps, not seconds: a loaded machine trains the same encoder.",
     )
     encoder_max_images: int = Field(
         3000, ge=8, description="Distinct screenshots the encoder trains on (a seeded sample beyond this)."

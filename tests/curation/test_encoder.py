@@ -69,17 +69,30 @@ def test_pages_get_no_status_bar_and_the_budget_is_sized_to_the_screens(replayed
     assert screen_kind([phone, phone, page]) == "phone" and screen_kind([page, page, phone]) == "page"
     assert "status_bar" in {op.__name__ for op, _ in AUGMENTATIONS["phone"]}
     assert "status_bar" not in {op.__name__ for op, _ in AUGMENTATIONS["page"]}
-    spec = EncoderSpec()  # 12 views of each distinct screenshot, batch 48, 30 to 200 steps
-    assert [spec.planned_steps(n) for n in (40, 400, 4000)] == [30, 100, 200]
+    spec = EncoderSpec()  # 6 views of each distinct screenshot, batch 48, 30 to 200 steps
+    assert [spec.planned_steps(n) for n in (40, 400, 4000)] == [30, 50, 200]
 
 
-def test_the_rounds_share_ends_training_only_after_the_least_steps(replayed) -> None:
-    """A busy machine can spend the loop's share on a few steps; training goes on to `min_steps`."""
+def test_the_budget_counts_steps_so_a_clock_that_jumps_trains_the_same_encoder(
+    replayed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No training decision reads the clock: with every clock jumping an hour a call (a machine so
+    loaded that any wall-time budget would be spent at once), the same screenshots and seed give the
+    same steps, losses and weights."""
+    import time
     from dataclasses import replace
 
-    spec = replace(SMALL, min_steps=3, share_minutes=1e-6)  # the share is spent before the first step
-    _, report, _ = train_encoder(_screens(replayed), spec, device="cpu")
-    assert report.steps == 3 and report.planned > 3
+    spec, screens = replace(SMALL, steps=4, min_steps=4), _screens(replayed)[:12]
+    model, report, bar = train_encoder(screens, spec, device="cpu")
+    jumps = iter(range(0, 10**9, 3600))
+    for name in ("perf_counter", "monotonic", "time"):
+        monkeypatch.setattr(time, name, lambda: float(next(jumps)))
+    again, slow, bar_again = train_encoder(screens, spec, device="cpu")
+    monkeypatch.undo()
+    assert slow.steps == report.steps == report.planned == 4 and slow.seconds >= 3600
+    assert (slow.loss_first, slow.loss_last, bar_again) == (report.loss_first, report.loss_last, bar)
+    weights, weights_again = model.state_dict(), again.state_dict()
+    assert all(np.array_equal(weights[k].numpy(), weights_again[k].numpy()) for k in weights)
 
 
 @pytest.mark.slow  # over 40 s of CPU on 2 cores: the fast tier stays under 15 min
@@ -198,39 +211,3 @@ def test_a_round_with_too_few_screenshots_keeps_phash_and_says_why(
     got = round_encoder(sessions, store, frame_reader(store), settings.curate, 2)
     assert got == {"featurizer": "phash", "source": "fallback", "reason": "too_few_screenshots"}
     assert latest_encoder(sessions) is None
-
-
-def test_the_loops_encoder_budget_is_a_share_of_the_previous_rounds_wall(engine: Engine) -> None:
-    """The round that trains the encoder holds it to `curate.encoder_round_share` of the round before
-    (at least 30 s), unless `curate.encoder_minutes` is less; an open round or a share of 0 leaves
-    the minutes alone. Both databases: SQLite hands back naive times, PostgreSQL aware ones."""
-    from datetime import UTC, datetime, timedelta
-
-    from curation.encoder import encoder_budget
-    from storage.db import session_factory
-    from storage.models import Policy, Round
-    from trajforge.stage_settings import CurationSettings
-
-    sessions: sessionmaker = session_factory(engine)
-    start = datetime.now(UTC)
-    with sessions.begin() as s:
-        policy = Policy(name="p", version=0)
-        s.add(policy)
-        s.flush()
-        walls = {1: 120, 2: 20, 3: None}  # seconds; round 3 still open
-        for number, wall in walls.items():
-            finished = None if wall is None else start + timedelta(seconds=wall)
-            s.add(Round(number=number, policy_id=policy.id, created=start, finished=finished))
-    with sessions() as s:
-        ids = {r.number: r.id for r in s.scalars(select(Round))}
-    curate = CurationSettings()
-    assert encoder_budget(sessions, curate, ids[1]) == {
-        "minutes": pytest.approx(1.5),  # 0.75 x 120 s
-        "from": "0.75 x round 1's wall 120s (curate.encoder_round_share)",
-    }
-    assert encoder_budget(sessions, curate, ids[2])["minutes"] == pytest.approx(0.5)  # the 30 s floor
-    minutes = {"minutes": 8.0, "from": "curate.encoder_minutes 8"}
-    assert encoder_budget(sessions, curate, ids[3]) == minutes
-    assert encoder_budget(sessions, curate.model_copy(update={"encoder_round_share": 0}), ids[1]) == minutes
-    lower = curate.model_copy(update={"encoder_minutes": 1.0})
-    assert encoder_budget(sessions, lower, ids[1]) == {"minutes": 1.0, "from": "curate.encoder_minutes 1"}

@@ -1,0 +1,101 @@
+"""Benches that cannot rot: every module of `bench/` with a `main` declares its smoke mode (`SMOKE`,
+the arguments of its smallest sizes) and runs in it here, as `python -m bench.NAME` runs, so a bench
+that crashes fails the fast tier. The full sizes stay in `make bench`.
+
+The benches that read a finished run get one, made once per test run (two rounds of the tiny evolve
+config), each a copy of its own: `{run}` is the folder, `{home}` its `.trajforge`, `{out}` an empty
+folder of the bench's."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import bench
+from tests.support.once import once_per_run
+from tests.support.processes import child_env
+
+BENCHES = sorted(
+    m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_") and m.name != "common"
+)
+NEEDS_RUN = {"{run}", "{home}"}
+
+
+def _finished_run(base: Path) -> Path:
+    """Two rounds of the tiny evolve config, and what `trajforge evolve` printed beside them (`.out`)."""
+    run = base / "bench-run"
+    config = {
+        "home": str(run / ".trajforge"),
+        "evolve": {"rounds": 2, "queries_per_app": 1, "rollouts": 2, "devices": 2, "max_steps": 12,
+                   "shards": 2, "heldout_per_app": 1, "heldout_rollouts": 1},
+        "curate": {"encoder_steps": 3},
+    }  # fmt: skip
+    run.mkdir(parents=True)
+    (base / "bench-run.yaml").write_text(yaml.safe_dump(config))
+    trajforge = str(Path(sys.executable).with_name("trajforge"))
+    done = subprocess.run(
+        [trajforge, "evolve", "--config", str(base / "bench-run.yaml")],
+        cwd=base, env=child_env("TRAJFORGE_"), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (base / "bench-run.out").write_text(done.stdout)
+    return run
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if base.name.startswith("popen-gw") else base
+    return Path(once_per_run(tmp_path_factory, "bench-run", lambda: str(_finished_run(root))))
+
+
+def test_every_bench_declares_a_smoke_mode() -> None:
+    modules = [importlib.import_module(f"bench.{n}") for n in BENCHES]
+    benches = [m for m in modules if hasattr(m, "main")]
+    lacking = [m.__name__ for m in benches if not isinstance(getattr(m, "SMOKE", None), str)]
+    assert len(benches) >= 30  # the discovery finds them
+    assert not lacking, f"give these benches a SMOKE, the arguments of their smallest sizes: {lacking}"
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_the_bench_runs_in_its_smoke_mode(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    module = importlib.import_module(f"bench.{name}")
+    if not hasattr(module, "main"):
+        pytest.skip(f"bench.{name} is a helper, not a bench")
+    argv = shlex.split(module.SMOKE)
+    env = child_env("TRAJFORGE_") | {k: v for k, v in os.environ.items() if k.startswith("TRAJFORGE_TEST_")}
+    env["TRAJFORGE_CURATE_ENCODER_STEPS"] = "3"  # a bench that runs a round trains the encoder a few steps
+    places = {"{out}": str(tmp_path / "out")}
+    (tmp_path / "out").mkdir()
+    if any(p in a for a in argv for p in NEEDS_RUN):
+        finished: Path = request.getfixturevalue("finished_run")
+        run = tmp_path / "run"
+        shutil.copytree(finished, run)
+        shutil.copy(finished.with_suffix(".out"), run.with_suffix(".out"))
+        places |= {"{run}": str(run), "{home}": str(run / ".trajforge")}
+    if name == "bench_annotation":
+        server = request.getfixturevalue("label_studio")
+        env |= {"TRAJFORGE_TEST_LS_URL": server.url, "TRAJFORGE_TEST_LS_TOKEN": server.token,
+                "TRAJFORGE_TEST_LS_USERNAME": server.username, "TRAJFORGE_TEST_LS_PASSWORD": server.password}  # fmt: skip
+    args = []
+    for arg in argv:
+        for place, value in places.items():
+            arg = arg.replace(place, value)
+        args.append(arg)
+    root = Path(bench.__path__[0]).parent
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{name}", *args],
+        cwd=tmp_path, env=env | {"PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    shown = f"python -m bench.{name} {' '.join(args)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, shown
+    assert done.stdout.strip(), f"bench.{name} printed nothing"
