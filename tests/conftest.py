@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Base
-from tests.support.evolve import tiny_config
+from tests.support.evolve import finished_tiny_run, tiny_config
 from tests.support.label_studio import LabelStudioServer, label_studio_bin, running_server, serve
+from tests.support.once import once_per_run
 from tests.support.processes import LOADED_MACHINE, free_port
 from tests.support.scripted_llm import ScriptedLLM
 from trajforge.settings import S3Settings, Settings, load_settings
@@ -153,3 +154,12 @@ def evolve_config(tmp_path: Path, db_url: str, engine: Engine) -> Path:
 @pytest.fixture
 def evolve_settings(evolve_config: Path) -> Settings:
     return load_settings(evolve_config)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two finished rounds of the tiny config on SQLite, made once per test run for every worker
+    (`tests.support.evolve.finished_tiny_run`): read it, or `copy_tiny_run` it before writing."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if base.name.startswith("popen-gw") else base
+    return Path(once_per_run(tmp_path_factory, "tiny-run", lambda: str(finished_tiny_run(root))))

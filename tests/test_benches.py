@@ -2,9 +2,9 @@
 the arguments of its smallest sizes) and runs in it here, as `python -m bench.NAME` runs, so a bench
 that crashes fails the fast tier. The full sizes stay in `make bench`.
 
-The benches that read a finished run get one, made once per test run (two rounds of the tiny evolve
-config), each a copy of its own: `{run}` is the folder, `{home}` its `.trajforge`, `{out}` an empty
-folder of the bench's."""
+The benches that read a finished run get the shared tiny run (two rounds of the tiny evolve config,
+made once per test run: `tests.conftest.tiny_run`), each a copy of its own: `{run}` is the folder,
+`{home}` its `.trajforge`, `{out}` an empty folder of the bench's."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 import bench
-from tests.support.once import once_per_run
+from tests.support.evolve import copy_sqlite
 from tests.support.processes import child_env
 
 BENCHES = sorted(
@@ -30,32 +29,13 @@ BENCHES = sorted(
 NEEDS_RUN = {"{run}", "{home}"}
 
 
-def _finished_run(base: Path) -> Path:
-    """Two rounds of the tiny evolve config, and what `trajforge evolve` printed beside them (`.out`)."""
-    run = base / "bench-run"
-    config = {
-        "home": str(run / ".trajforge"),
-        "evolve": {"rounds": 2, "queries_per_app": 1, "rollouts": 2, "devices": 2, "max_steps": 12,
-                   "shards": 2, "heldout_per_app": 1, "heldout_rollouts": 1},
-        "curate": {"encoder_steps": 3},
-    }  # fmt: skip
-    run.mkdir(parents=True)
-    (base / "bench-run.yaml").write_text(yaml.safe_dump(config))
-    trajforge = str(Path(sys.executable).with_name("trajforge"))
-    done = subprocess.run(
-        [trajforge, "evolve", "--config", str(base / "bench-run.yaml")],
-        cwd=base, env=child_env("TRAJFORGE_"), capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (base / "bench-run.out").write_text(done.stdout)
-    return run
-
-
-@pytest.fixture(scope="session")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if base.name.startswith("popen-gw") else base
-    return Path(once_per_run(tmp_path_factory, "bench-run", lambda: str(_finished_run(root))))
+def _bench_run(tiny_run: Path, to: Path) -> Path:
+    """The tiny run as `make run` lays it out: `to`/.trajforge, the database inside it, and beside it
+    what `trajforge evolve` printed (`to`.out)."""
+    shutil.copytree(tiny_run / "home", to / ".trajforge")
+    copy_sqlite(tiny_run / "ref.sqlite", to / ".trajforge" / "trajforge.db")
+    shutil.copy(tiny_run / "evolve.out", to.with_suffix(".out"))
+    return to
 
 
 def test_every_bench_declares_a_smoke_mode() -> None:
@@ -77,10 +57,7 @@ def test_the_bench_runs_in_its_smoke_mode(name: str, tmp_path: Path, request: py
     places = {"{out}": str(tmp_path / "out")}
     (tmp_path / "out").mkdir()
     if any(p in a for a in argv for p in NEEDS_RUN):
-        finished: Path = request.getfixturevalue("finished_run")
-        run = tmp_path / "run"
-        shutil.copytree(finished, run)
-        shutil.copy(finished.with_suffix(".out"), run.with_suffix(".out"))
+        run = _bench_run(request.getfixturevalue("tiny_run"), tmp_path / "run")
         places |= {"{run}": str(run), "{home}": str(run / ".trajforge")}
     if name == "bench_annotation":
         server = request.getfixturevalue("label_studio")

@@ -22,7 +22,6 @@ from sqlalchemy import Engine, func, select
 from storage.db import create_db_engine
 from storage.models import Base, DatasetVersion, Episode, Judgment, Policy, Round, Sample
 from tests.support.evolve import tiny_config
-from tests.support.once import once_per_run
 from tests.support.processes import child_env
 
 pytestmark = pytest.mark.slow
@@ -94,16 +93,10 @@ def _comparable(snapshot: dict) -> dict:
 
 
 @pytest.fixture(scope="session")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The uninterrupted run's snapshot: two rounds on SQLite, once for every database and worker."""
-
-    def run() -> dict:
-        folder = tmp_path_factory.mktemp("kill-resume-reference")
-        db = f"sqlite:///{folder / 'ref.sqlite'}"
-        _finish(_evolve(tiny_config(folder / "evolve.yaml", db)))
-        return _comparable(_snapshot(create_db_engine(db)))
-
-    expected = dict(once_per_run(tmp_path_factory, "kill-resume-reference", run))
+def reference(tiny_run: Path) -> dict:
+    """The uninterrupted run's snapshot: two rounds on SQLite, made once for every database and worker
+    (`tests.conftest.tiny_run`, which other loop tests read too)."""
+    expected = _comparable(_snapshot(create_db_engine(f"sqlite:///{tiny_run / 'ref.sqlite'}")))
     assert expected["done"] == [[1], [2]] and len(expected["manifests"]) == 2
     return expected
 

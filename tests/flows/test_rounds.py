@@ -20,7 +20,7 @@ from evolve.stages import ROUND
 from flows import rounds
 from storage.datasets import list_versions
 from storage.models import Episode, Step
-from tests.support.evolve import tiny_config
+from tests.support.evolve import copy_tiny_run, tiny_config
 from trajforge.errors import StorageError
 from trajforge.settings import Settings, load_settings
 
@@ -34,21 +34,21 @@ def harness() -> Iterator[None]:
         yield
 
 
-# SQLite only: test_kill_resume runs the same two rounds on PostgreSQL, report included, and compares
-# every table and sealed manifest with SQLite's.
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_evolve_rounds_then_rerun_and_report(
-    harness: None, evolve_settings: Settings, tmp_path: Path, db_url: str
-) -> None:
-    settings = evolve_settings
-    first = rounds.evolve_round_flow(settings, 1)
-    assert first["policy"] == "random-explorer@0" and first["next_policy"] == "knn@1"
-    assert first["dataset_version"] == 1 and len(first["manifest_sha256"]) == 64
-    second = rounds.evolve_round_flow(settings, 2)
-    assert second["policy"] == "knn@1" and second["dataset_version"] == 2
+# The two rounds are the slow tier's shared tiny run (`tests.conftest.tiny_run`), made by `trajforge
+# evolve` through the same round flow; test_kill_resume compares every table and sealed manifest of it
+# with PostgreSQL's. Here the flow reruns its finished round, and the report is written from it.
+def test_evolve_rounds_then_rerun_and_report(harness: None, tiny_run: Path, tmp_path: Path) -> None:
+    settings = load_settings(copy_tiny_run(tiny_run, tmp_path / "run"))
+    made = json.loads((settings.home / "report" / "rounds.json").read_text())["rounds"]
+    assert [(r["round"], r["policy"], r["dataset_version"]) for r in made] == [
+        (1, "random-explorer@0", 1),
+        (2, "knn@1", 2),
+    ]
+    assert made[0]["promotion"]["promoted"] is True  # knn@1, trained after round 1, rolled round 2 out
     again = rounds.evolve_round_flow(settings, 2)
     assert again["skipped"] is True  # a finished round is not redone, and says what it made
-    assert (again["dataset_version"], again["next_policy"]) == (2, second["next_policy"])
+    assert (again["round"], again["policy"], again["dataset_version"]) == (2, "knn@1", 2)
+    assert again["next_policy"].startswith("knn@")
     spine = open_spine(settings)
     assert [v.version for v in list_versions(spine.sessions, "trajforge")] == [1, 2]
 

@@ -46,3 +46,44 @@ def roll_out(settings: Any, number: int, uids: list[str]) -> dict[str, Any]:
     its parts the configured shards; the round keeps its report (it has been through rollout)."""
     played: dict[str, Any] = stage(settings, "rollout", number, queries=uids)
     return played
+
+
+def finished_tiny_run(base: Path) -> Path:
+    """Two rounds of the tiny config on SQLite (`ref.sqlite`), by `trajforge evolve` reporting to this
+    worker's Prefect server, in `base`/tiny-run (its output in evolve.out): the reference the slow tier's loop tests compare with
+    or start from (the run is deterministic). Made once per test run by `tests.conftest.tiny_run`;
+    read it, or copy it before writing (`copy_tiny_run`)."""
+    import subprocess
+    import sys
+
+    from tests.support.processes import child_env
+
+    folder = base / "tiny-run"
+    config = tiny_config(folder / "evolve.yaml", f"sqlite:///{folder / 'ref.sqlite'}")
+    trajforge = str(Path(sys.executable).with_name("trajforge"))
+    done = subprocess.run(
+        [trajforge, "evolve", "--rounds", "2", "--config", str(config)],
+        env=child_env("PREFECT_", "TRAJFORGE_", shared_prefect=True), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (folder / "evolve.out").write_text(done.stdout, encoding="utf-8")  # what it printed
+    return folder
+
+
+def copy_tiny_run(run: Path, to: Path) -> Path:
+    """A copy of the finished tiny run in `to`, its config pointing at the copy: a home to write in."""
+    import shutil
+
+    shutil.copytree(run / "home", to / "home")
+    copy_sqlite(run / "ref.sqlite", to / "ref.sqlite")
+    return tiny_config(to / "evolve.yaml", f"sqlite:///{to / 'ref.sqlite'}")
+
+
+def copy_sqlite(source: Path, to: Path) -> None:
+    """A SQLite database copied whole, by SQLite's backup: the file alone can lack what its write-ahead
+    log still holds (a finished round's last commit)."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(source)) as src, closing(sqlite3.connect(to)) as dst:
+        src.backup(dst)
