@@ -7,6 +7,7 @@ thread runner and on a local Dask cluster of 2 worker processes (the rollout and
 features fan out), and prints both wall times and the ratio.
 
     python -m bench.bench_round [--queries-per-app N --rollouts N --max-steps N --heldout-per-app N]
+                                [--runners thread,dask]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from evolve.stages import ROUND, run_stage
 from trajforge.settings import Settings, load_settings
 
 # its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
-SMOKE = "--queries-per-app 1 --rollouts 1 --max-steps 4 --heldout-per-app 0"
+SMOKE = "--queries-per-app 1 --rollouts 1 --max-steps 4 --heldout-per-app 0 --runners thread"
 
 
 def _settings(home: Path, **evolve: Any) -> Settings:
@@ -62,6 +63,7 @@ def main() -> None:
         parser.add_argument(
             f"--{name}", type=int, default=None, help="evolve.* (default: the default config's)"
         )
+    parser.add_argument("--runners", default="thread,dask", help="part 2's task runners (thread first)")
     args = parser.parse_args()
     sizes = ("queries_per_app", "rollouts", "max_steps", "heldout_per_app")
     extra = {k: getattr(args, k) for k in sizes if getattr(args, k) is not None}
@@ -75,9 +77,8 @@ def main() -> None:
             split = "  ".join(f"{k} {v:.1f}s ({v / total:.0%})" for k, v in times.items())
             print(f"round {number}: {total:.1f}s  {split}")
         print("# round 1 as its flow (a fresh home), rollout and features fanned out on 2 shards")
-        wall = {r: _fanout(_settings(Path(tmp) / r, **extra), r) for r in ("thread", "dask")}
-        print(f"thread runner {wall['thread']:.1f}s; dask 2 workers {wall['dask']:.1f}s; "
-              f"dask/thread = {wall['dask'] / wall['thread']:.2f}")  # fmt: skip
+        wall = {r: _fanout(_settings(Path(tmp) / r, **extra), r) for r in args.runners.split(",")}
+        print("; ".join(f"{r} runner {s:.1f}s ({s / wall['thread']:.2f}x thread)" for r, s in wall.items()))
 
 
 if __name__ == "__main__":

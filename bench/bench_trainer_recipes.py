@@ -29,7 +29,7 @@ FORMATS = ["qwen", "mobiler1", "uitars15", "uitars", "agentcpm", "canonical", "a
 
 
 # its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
-SMOKE = "--home {home} --formats qwen --trainers llamafactory"
+SMOKE = "--home {home} --version 1 --formats qwen --trainers llamafactory"
 
 
 def _smoke_home(home: Path) -> tuple[str, int]:
