@@ -83,7 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--apps", type=int, default=0, help="only the first N apps by name (0: all)")
     args = parser.parse_args()
-    rows = prior_rows()
+    rows = list(prior_rows())
     if args.apps:
         rows = [r for r in rows if r.app in sorted({r.app for r in rows})[: args.apps]]
     x = np.array([r.x for r in rows])

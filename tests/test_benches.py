@@ -20,8 +20,11 @@ from pathlib import Path
 import pytest
 
 import bench
+from rollout.suites import browsergym
 from tests.support.evolve import copy_sqlite
 from tests.support.processes import child_env
+from tests.support.trainer_recipes import TRAINERS
+from tests.support.trainers import trainer_python
 
 BENCHES = sorted(
     m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_") and m.name != "common"
@@ -36,6 +39,23 @@ def _bench_run(tiny_run: Path, to: Path) -> Path:
     copy_sqlite(tiny_run / "ref.sqlite", to / ".trajforge" / "trajforge.db")
     shutil.copy(tiny_run / "evolve.out", to.with_suffix(".out"))
     return to
+
+
+def _installed(python: Path) -> bool:
+    """Whether a venv has finished installing: `.ci/run` writes `.pins-key` last, `make browsergym`
+    `.installed`. In CI the trainers and BrowserGym install beside the fast tier; half a venv is none."""
+    return any((python.parent.parent / mark).is_file() for mark in (".pins-key", ".installed"))
+
+
+def _venvs(env: dict[str, str], none: Path) -> dict[str, str]:
+    """The trainers' and BrowserGym's venvs for a bench, or, while they are still installing, a folder
+    without them (the bench says they are not installed)."""
+    bg = Path(os.environ.get("TRAJFORGE_TEST_BROWSERGYM_PYTHON") or browsergym.VENV / "bin" / "python")
+    trainers = all(_installed(trainer_python(t)) for t in TRAINERS)
+    return env | {
+        browsergym.PYTHON_ENV: str(bg if _installed(bg) else none / "bin" / "python"),
+        "TRAJFORGE_TEST_TRAINERS": str(trainer_python("llamafactory").parents[2] if trainers else none),
+    }
 
 
 def test_every_bench_declares_a_smoke_mode() -> None:
@@ -54,6 +74,7 @@ def test_the_bench_runs_in_its_smoke_mode(name: str, tmp_path: Path, request: py
     argv = shlex.split(module.SMOKE)
     env = child_env("TRAJFORGE_") | {k: v for k, v in os.environ.items() if k.startswith("TRAJFORGE_TEST_")}
     env["TRAJFORGE_CURATE_ENCODER_STEPS"] = "3"  # a bench that runs a round trains the encoder a few steps
+    env = _venvs(env, tmp_path / "not-installed")
     places = {"{out}": str(tmp_path / "out")}
     (tmp_path / "out").mkdir()
     if any(p in a for a in argv for p in NEEDS_RUN):

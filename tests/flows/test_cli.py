@@ -230,8 +230,8 @@ def test_run_then_rerun_keeps_state_in_the_working_directory(tmp_path: Path) -> 
     assert first.stdout.startswith("round 1: 8 new queries, 32 episodes, ")
     shots = re.compile(r"screenshots: (\d+) stored, (\d+) already there")
     stored_first, _ = map(int, shots.search(first.stdout).groups())  # type: ignore[union-attr]
-    second = cli("run", cwd=tmp_path)
-    assert second.stdout.startswith("round 2: 8 new queries")
+    second = cli("run", "--queries", "1", "--rollouts", "2", cwd=tmp_path)  # the next round, smaller
+    assert second.stdout.startswith("round 2: 4 new queries")
     stored_second, reused = map(int, shots.search(second.stdout).groups())  # type: ignore[union-attr]
     assert (
         stored_first > stored_second and reused > 0
