@@ -72,7 +72,7 @@ Frames = list[bytes]
 
 
 # its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
-SMOKE = "--queries 1 --train-queries 2 --train-steps 2 --no-resnet50"
+SMOKE = "--queries 1 --train-queries 1 --train-steps 2 --no-resnet50"
 
 
 def _dismiss(env: SimEnv, frames: Frames) -> None:

@@ -63,7 +63,7 @@ PER_ROUND = 50_000
 
 
 # its smoke mode, the arguments of its smallest sizes: tests/test_benches.py runs it so
-SMOKE = "--rows 500 --export-rows 50 --images 4"
+SMOKE = "--rows 200 --export-rows 50 --images 4"
 
 
 def _screenshots(store: LocalObjectStore, n: int) -> list[str]:
