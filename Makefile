@@ -66,7 +66,7 @@ desktop: $(STAMP)
 	$(BIN)/trajforge check --config docs/examples/desktop.yaml
 	$(BIN)/trajforge evolve --config docs/examples/desktop.yaml
 
-## test: install, then lint, type-check and run the fast tier (everything not marked slow, every bench in its smoke mode); at most 10 min on 2 cores
+## test: install, then lint, type-check and run the fast tier (everything not marked slow, every bench in its smoke mode); 13-14 min on 2 cores, the target is 10
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
