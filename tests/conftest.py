@@ -20,7 +20,7 @@ from storage.db import create_db_engine, session_factory, upgrade
 from storage.models import Base
 from tests.support.evolve import finished_tiny_run, tiny_config
 from tests.support.label_studio import LabelStudioServer, label_studio_bin, running_server, serve
-from tests.support.once import once_per_run
+from tests.support.once import once_per_run, run_root
 from tests.support.processes import LOADED_MACHINE, free_port
 from tests.support.scripted_llm import ScriptedLLM
 from trajforge.settings import S3Settings, Settings, load_settings
@@ -160,6 +160,5 @@ def evolve_settings(evolve_config: Path) -> Settings:
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two finished rounds of the tiny config on SQLite, made once per test run for every worker
     (`tests.support.evolve.finished_tiny_run`): read it, or `copy_tiny_run` it before writing."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if base.name.startswith("popen-gw") else base
+    root = run_root(tmp_path_factory)
     return Path(once_per_run(tmp_path_factory, "tiny-run", lambda: str(finished_tiny_run(root))))

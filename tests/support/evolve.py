@@ -50,9 +50,9 @@ def roll_out(settings: Any, number: int, uids: list[str]) -> dict[str, Any]:
 
 def finished_tiny_run(base: Path) -> Path:
     """Two rounds of the tiny config on SQLite (`ref.sqlite`), by `trajforge evolve` reporting to this
-    worker's Prefect server, in `base`/tiny-run (its output in evolve.out): the reference the slow tier's loop tests compare with
-    or start from (the run is deterministic). Made once per test run by `tests.conftest.tiny_run`;
-    read it, or copy it before writing (`copy_tiny_run`)."""
+    worker's Prefect server, in `base`/tiny-run (what it printed in evolve.out): the finished run the
+    loop tests compare with or start from, and the benches' smoke runs read (the run is deterministic).
+    Made once per test run by `tests.conftest.tiny_run`; read it, or copy it before writing."""
     import subprocess
     import sys
 
