@@ -163,7 +163,7 @@ def _likelihood_ratio(st: ChannelStats, said: bool) -> float:
     return math.log((st.fn + 1) / positives) - math.log((st.tn + 1) / negatives)
 
 
-def _votes(s: Session, episodes: list[int], channels: list[str]) -> dict[int, dict[str, Judgment]]:
+def votes_of(s: Session, episodes: list[int], channels: list[str]) -> dict[int, dict[str, Judgment]]:
     votes: dict[int, dict[str, Judgment]] = {e: {} for e in episodes}
     for j in s.scalars(
         select(Judgment)
@@ -174,7 +174,7 @@ def _votes(s: Session, episodes: list[int], channels: list[str]) -> dict[int, di
     return votes
 
 
-def _said(channels: dict[str, Judgment]) -> dict[str, bool]:
+def said_by(channels: dict[str, Judgment]) -> dict[str, bool]:
     return {c: j.label == "correct" for c, j in channels.items() if j.label in ("correct", "incorrect")}
 
 
@@ -188,8 +188,8 @@ def gather_evidence(s: Session, round_id: int, settings: CriticSettings) -> tupl
     }
     evidence = Evidence(settings.calibration_min_anchored)
     apps = episode_apps(s, up_to)
-    for episode_id, channels in _votes(s, list(actual), settings.channels).items():
-        evidence.add(Anchored(episode_id, apps[episode_id], _said(channels), actual[episode_id]))
+    for episode_id, channels in votes_of(s, list(actual), settings.channels).items():
+        evidence.add(Anchored(episode_id, apps[episode_id], said_by(channels), actual[episode_id]))
     return evidence, actual
 
 
@@ -197,7 +197,7 @@ def compose_round(sessions: sessionmaker[Session], round_id: int, settings: Crit
     """Consensus rows for every episode of the round; the number judged correct."""
     with transaction(sessions) as s:
         episodes = list(s.scalars(select(Episode.id).where(Episode.round_id == round_id)).all())
-        votes = _votes(s, episodes, settings.channels)
+        votes = votes_of(s, episodes, settings.channels)
         calibrated = settings.rule == "calibrated"
         evidence, actual = gather_evidence(s, round_id, settings) if calibrated else (None, {})
         apps = episode_apps(s, Episode.round_id == round_id)
@@ -211,7 +211,7 @@ def compose_round(sessions: sessionmaker[Session], round_id: int, settings: Crit
         )
         correct = 0
         for episode_id, channels in votes.items():
-            said = _said(channels)
+            said = said_by(channels)
             shown = " ".join(f"{c}:{j.critic_version}={j.label}" for c, j in sorted(channels.items()))
             own = actual.get(episode_id)
             agreed, weighed, confidence = _decide(

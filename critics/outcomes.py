@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.consensus import Anchored, gather_evidence, said_by, votes_of
+from critics.error_control import Decision, Judged, decide, judge_episodes
 from critics.precision import Precision
 from storage.anchors import (
     anchors_by_episode,
@@ -72,10 +74,13 @@ class CriticTrust:
     verdicts: dict[int, tuple[str, float | None]]  # the round's consensus label and confidence
     gate: dict[str, Trust]  # `trust: gate`: each app's measured accuracy
     precision: Precision | None  # `trust: precision`: the anchored verdicts up to the round
+    error: ErrorControl | None = None  # `trust: error`: what the round's critics may decide
 
     @classmethod
     def of(cls, s: Session, round_id: int, settings: CriticSettings) -> CriticTrust:
         verdicts = consensus_verdicts(s, Episode.round_id == round_id)
+        if settings.trust == "error":
+            return cls(settings, verdicts, {}, None, ErrorControl.of(s, round_id, settings))
         if settings.trust == "precision":
             return cls(settings, verdicts, {}, Precision.up_to(s, round_id, settings))
         return cls(settings, verdicts, measure_trust(s, round_id), None)
@@ -85,6 +90,8 @@ class CriticTrust:
         label, confidence = self.verdicts.get(episode_id, ("", None))
         if label not in ("correct", "incorrect"):
             return Outcome(None, UNDECIDED)
+        if self.error is not None:
+            return self.error.decide(episode_id, label == "correct")
         if self.precision is not None:
             if confidence is None:  # no calibrated channel yet (the AND rule): no precision to show
                 return Outcome(None, UNTRUSTED, None, 0)
@@ -99,6 +106,39 @@ class CriticTrust:
         ):
             return Outcome(None, UNTRUSTED, measured.accuracy, measured.anchored)
         return Outcome(label == "correct", "critic", measured.accuracy, measured.anchored)
+
+
+@dataclass(frozen=True)
+class ErrorControl:
+    """`trust: error`: the round's consensus verdicts in their cells, and the cells whose episodes the
+    critics may decide with the published labels' error kept under `critics.max_label_error`
+    (`critics.error_control`)."""
+
+    decision: Decision
+    judged: dict[int, Judged]  # the round's episodes and every anchored one up to it
+
+    @classmethod
+    def of(cls, s: Session, round_id: int, settings: CriticSettings) -> ErrorControl:
+        evidence, actual = gather_evidence(s, round_id, settings)
+        apps = episode_apps(s, Episode.round_id == round_id)
+        open_ = [e for e in sorted(apps) if e not in actual]
+        votes = votes_of(s, open_, settings.channels)
+        # an unlabelled episode's `actual` is never read: only the labelled (`known`) are weighed
+        pool = evidence.anchored + [Anchored(e, apps[e], said_by(votes[e]), False) for e in open_]
+        known = {a.episode_id for a in evidence.anchored}
+        judged = judge_episodes(pool, known, settings.calibration_min_anchored)
+        return cls(decide(judged, settings.max_label_error), {j.episode_id: j for j in judged})
+
+    def decide(self, episode_id: int, success: bool) -> Outcome:
+        """The outcome the critics may publish: an unlabelled episode's where it was decided; a labelled
+        one's (its own label left out, `success`) where its cell was."""
+        j = self.judged.get(episode_id)
+        if j is None:
+            return Outcome(None, UNDECIDED)
+        cell = self.decision.cells[j.cell]
+        if j.episode_id not in self.decision.decided and j.cell not in self.decision.chosen:
+            return Outcome(None, UNTRUSTED, 1 - cell.estimate, cell.labelled)
+        return Outcome(success, "critic", 1 - (self.decision.claimed or 0.0), cell.labelled)
 
 
 def decide_outcomes(s: Session, round_id: int, settings: CriticSettings) -> dict[int, Outcome]:

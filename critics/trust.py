@@ -11,7 +11,10 @@ For each task (app or suite task) of a round, and over all of them:
 - `labels`: the task's anchored episodes up to the round, and `labels_needed`, how many more it
   needs before the critic decides its episodes (`trust: precision`: agreeing labels that lift the
   task's estimated precision to the target; `gate`: anchors short of `trust_min_anchored`, None
-  where it has them and its accuracy is under the bar).
+  where it has them and its accuracy is under the bar; `error`: 0 where some of the task's cells are
+  decided, else 1, the next label of its most promising cell);
+- in OVERALL under `trust: error`: `claimed_error`, the upper bound of the error of what the critics
+  decided this round (None when nothing), beside `max_label_error`.
 
 Every rate comes with its Wilson 95% interval. The episode's own anchor is left out of what decides
 it, but the other anchors of the round both set the trust and are scored here: the figures are
@@ -109,7 +112,12 @@ def _row(
         "coverage": rate(counts["covered"], counts["unlabelled"]),
     }
     if key == OVERALL:
-        return row | {"labels": sum(labelled.values())}
+        row["labels"] = sum(labelled.values())
+        if critic.error is not None:  # the error the rule claimed for what it decided, and its target
+            claimed = critic.error.decision.claimed
+            row["claimed_error"] = None if claimed is None else round(claimed, 4)
+            row["max_label_error"] = critic.settings.max_label_error
+        return row
     return row | {"labels": labelled[key], "labels_needed": _needed(critic, key, labelled[key])}
 
 
@@ -118,6 +126,8 @@ def _needed(critic: CriticTrust, app: str, labels: int) -> int | None:
     agreeing labels that lift its estimated precision to the target; by `gate`, the anchors short of
     `trust_min_anchored` (None where it has them and is under the bar)."""
     settings = critic.settings
+    if critic.error is not None:  # the task's cells decided: 0; else a label of its most promising cell
+        return 0 if any(c[0] == app for c in critic.error.decision.chosen) else 1
     if critic.precision is not None:
         return critic.precision.labels_needed(app, settings.target_precision)
     measured = critic.gate.get(app)
@@ -143,4 +153,9 @@ def render_trust(table: dict[str, dict[str, Any]]) -> list[str]:
             f"{key[:28]:28} {row['n']:>4} {shown(row['precision']):>18} {shown(row['npv']):>18} "
             f"{shown(row['accuracy']):>18} {shown(row['coverage']):>18} {row['labels']}{more}"
         )
+    overall = table.get(OVERALL, {})
+    if "max_label_error" in overall:
+        claimed = overall["claimed_error"]
+        said = "nothing decided" if claimed is None else f"claimed error {claimed:.1%}"
+        lines.append(f"error rule: {said}, target {overall['max_label_error']:.1%}")
     return lines

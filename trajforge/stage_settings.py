@@ -143,12 +143,14 @@ class CriticSettings(BaseSettings):
         "human has not (the verifier only calibrates it); anchor_else_critic: an anchor, else the consensus, "
         "where `trust` lets it decide (the rest goes to the human review queue).",
     )
-    trust: Literal["precision", "gate"] = Field(
-        "precision",
-        description="precision: the consensus decides an episode where its precision on the task, estimated "
-        "from the task's anchors over the other tasks' (critics/trust.py), clears target_precision; gate: "
-        "every episode of an app whose accuracy clears trust_accuracy over trust_min_anchored anchors.",
+    trust: Literal["error", "precision", "gate"] = Field(
+        "error",
+        description="error: the largest set of episodes whose published labels' error, at its upper bound, "
+        "stays under max_label_error, pooled across tasks (critics/error_control.py); precision: where the "
+        "task's estimated precision clears target_precision; gate: every episode of an app whose accuracy "
+        "clears trust_accuracy over trust_min_anchored anchors.",
     )
+    max_label_error: float = Field(0.02, gt=0, lt=0.5, description="The error `trust: error` keeps under.")
     target_precision: float = Field(0.98, gt=0.5, le=1, description="The precision `trust: precision` keeps.")
     trust_accuracy: float = Field(0.95, gt=0, le=1, description="`trust: gate`: an app's accuracy to clear.")
     trust_min_anchored: int = Field(20, ge=1, description="`trust: gate`: anchored episodes it needs.")

@@ -163,7 +163,7 @@ def test_precision_first_decides_only_where_the_tasks_estimate_clears_the_target
     human with the estimate it fell short by; the trust table counts the same decisions."""
     sessions, truth = hidden
     for target in (0.98, 0.6):
-        settings = CriticSettings(target_precision=target)
+        settings = CriticSettings(trust="precision", target_precision=target)
         with sessions() as s:
             outcomes = decide_outcomes(s, ROUND, settings)
         unlabelled = [outcomes[eid] for eid in truth]
@@ -174,3 +174,25 @@ def test_precision_first_decides_only_where_the_tasks_estimate_clears_the_target
         coverage = _trust_of(sessions)["overall"]["coverage"]
         assert coverage["right"] == len(decided) and coverage["of"] == len(truth)
     assert decided  # a lower bar decides some of a smoke round's episodes
+
+
+def test_the_error_rule_publishes_under_its_target_and_the_trust_table_says_what_it_claimed(hidden) -> None:
+    """The default rule (`trust: error`): what the critics decide of the hidden episodes is wrong at
+    most what the rule claims, which stays under `max_label_error`; the rest waits for a person."""
+    sessions, truth = hidden
+    for target in (0.02, 0.45):
+        settings = CriticSettings(max_label_error=target)
+        assert settings.trust == "error"
+        with sessions() as s:
+            outcomes = decide_outcomes(s, ROUND, settings)
+        decided = [eid for eid in truth if outcomes[eid].source == "critic"]
+        assert {outcomes[eid].source for eid in truth} <= {"critic", UNTRUSTED}
+        extract_round(sessions, ROUND, settings=settings)
+        overall = _trust_of(sessions)["overall"]
+        assert overall["max_label_error"] == target and overall["coverage"]["right"] == len(decided)
+        if decided:
+            wrong = sum(outcomes[eid].success != truth[eid] for eid in decided)
+            assert overall["claimed_error"] <= target and wrong / len(decided) <= overall["claimed_error"]
+        else:
+            assert overall["claimed_error"] is None
+    assert decided  # a looser target decides some of a smoke round's episodes
