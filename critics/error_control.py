@@ -25,9 +25,8 @@ selective risk control):
 What it guarantees, and what not: if the labelled verdicts of each cell are a random sample of it
 (the label queue draws at random within a cell, `teaching_order`), the claimed error bounds the
 realised error of the decided set at about 95% confidence, up to the Beta prior being right about
-how much tasks differ. It does not certify any one task. The audit (`critics.audit`) measures the
-realised error on a random sample of what was decided, and a round whose audit's upper bound passed
-the target tightens the next round's target (`audited_target`).
+how much tasks differ. It does not certify any one task. Not yet built: an audit of a random sample
+of what was decided, in its own queue, whose verdicts measure the realised error every round.
 """
 
 from __future__ import annotations

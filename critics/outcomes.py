@@ -2,11 +2,12 @@
 
 An anchor is a human's verdict, else the verifier's. Where a farm has no verifier (GUI-Owl's
 setting, any real Android app) the offline critics' consensus decides where `critics.trust` lets
-it: `precision` (default), an episode whose task's verdicts at that confidence are estimated at
-least `target_precision` right (`critics.precision`); `gate`, every episode of an app whose
-consensus has measured at least `trust_accuracy` on the app's anchored episodes of this and earlier
-rounds (at least `trust_min_anchored` of them). Every other episode stays undecided and goes to the
-human review queue. `critics.outcome` picks the rule:
+it: `error` (default), the largest set whose published labels' error stays under `max_label_error`
+at its upper bound (`critics.error_control`); `precision`, an episode whose task's verdicts at that
+confidence are estimated at least `target_precision` right (`critics.precision`); `gate`, every
+episode of an app whose consensus has measured at least `trust_accuracy` on the app's anchored
+episodes of this and earlier rounds (at least `trust_min_anchored` of them). Every other episode
+stays undecided and goes to the human review queue. `critics.outcome` picks the rule:
 
 - `anchor`: anchors only;
 - `critic`: the trusted consensus decides every episode a human has not judged, and the

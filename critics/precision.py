@@ -1,4 +1,4 @@
-"""Trust earned per task, precision first (`critics.trust: precision`, the default).
+"""Trust earned per task, precision first (`critics.trust: precision`; the default is `error`).
 
 The consensus gives each episode a verdict and a confidence (`critics.consensus`: the probability of
 its verdict under the calibrated rule; an anchored episode's is computed without its own anchor).
