@@ -219,7 +219,10 @@ def _ok(answer: httpx.Response) -> httpx.Response:
     return answer
 
 
-def project_key(settings: AnnotationSettings, app: str) -> tuple[str, str]:
-    """(key, title) of the project a trajectory of `app` goes to."""
+def project_key(settings: AnnotationSettings, app: str, audit: bool = False) -> tuple[str, str]:
+    """(key, title) of the project a trajectory of `app` goes to; the audit of what the critics
+    published has its own, apart from the queue that teaches."""
     name = app if settings.project_by == "app" else settings.purpose
+    if audit:
+        return f"audit:{name}", f"{settings.project_prefix} · audit · {name}"
     return f"{settings.project_by}:{name}", f"{settings.project_prefix} · {name}"

@@ -125,7 +125,7 @@ def push_round(
     with transaction(sessions) as s:
         queue = review_queue(s, round_id, settings)
         report.queued.update(r for c in queue for r in c.reasons)
-        keys = {c.episode_id: project_key(settings, c.app) for c in queue}
+        keys = {c.episode_id: project_key(settings, c.app, "audit_published" in c.reasons) for c in queue}
         for project in s.scalars(
             select(AnnotationProject).where(AnnotationProject.key.in_({k for k, _ in keys.values()}))
         ):

@@ -24,11 +24,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
-from storage.models import Anchor, Episode, Exclusion, Judgment, Step
+from storage.models import Anchor, Episode, Exclusion, Judgment, Round, Step
 from storage.models import Query as QueryRow
 from storage.samples import OUTCOME_STAGE
 from trajforge.settings import AnnotationSettings
-from trajforge.verdicts import CONSENSUS, SILENT
+from trajforge.verdicts import AUDIT, CONSENSUS, SILENT
 
 # why an episode needs a human, most urgent first; no_outcome: no anchor and no trusted critic decided it
 REASONS = (
@@ -37,6 +37,7 @@ REASONS = (
     "channel_disagreement",
     "unparsed",
     "low_confidence",
+    "audit_published",  # the round's random sample of what the critics decided (`critics.audit`): own project
     "audit",
 )
 
@@ -73,6 +74,9 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
     ):
         judgments.setdefault(j.target_id, {})[f"{j.critic}:{j.critic_version}"] = j
     verifiers, undecided = _verifiers_and_undecided(s, round_id, in_round)
+    published = {
+        int(e) for e in ((s.scalar(select(Round.stats).where(Round.id == round_id)) or {}).get(AUDIT) or {})
+    }
     for episode_id, uid, goal in rows:
         judged = judgments.get(episode_id, {})
         verifier = verifiers.get(episode_id)
@@ -93,7 +97,9 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
             reasons.append("unparsed")
         if any(j.score is not None and j.score < settings.low_confidence for j in judged.values()):
             reasons.append("low_confidence")
-        if not reasons and judged and _audited(uid, settings.seed, settings.audit_fraction):
+        if episode_id in published:  # blind and alone: the person's verdict measures the published error
+            reasons = ["audit_published"]
+        elif not reasons and judged and _audited(uid, settings.seed, settings.audit_fraction):
             reasons.append("audit")
         if reasons:
             sure = agreed.score if agreed is not None and agreed.score is not None else 1.0

@@ -34,7 +34,7 @@ def _verdict(label: str) -> str:
 
 def blind(candidate: Candidate, settings: AnnotationSettings) -> bool:
     """Whether the task hides the critics: every task under blind=all, else the pure audit sample."""
-    return settings.blind == "all" or candidate.reasons == ["audit"]
+    return settings.blind == "all" or candidate.reasons in (["audit"], ["audit_published"])
 
 
 def show_step(st: Step, i: int, n: int) -> tuple[str, str, list[int] | None]:

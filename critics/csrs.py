@@ -21,13 +21,14 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.audit import AUDIT, draw
 from critics.csrs_writer import Judged, write_with_model
 from critics.llm import JUDGE_VERSION, TEMPLATES, LLMEpisodeJudge, knowledge
 from critics.outcomes import decide_outcomes
 from critics.trust import TRUST, trust_table
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
-from storage.models import Exclusion, HumanAnnotation, Round, Sample
+from storage.models import Episode, Exclusion, HumanAnnotation, Round, Sample
 from storage.samples import CATEGORIES, OUTCOME_STAGE, store_drafts
 from trajforge.actions import Action, Screen
 from trajforge.actions.compare import THOUGHT_ACTION_MISMATCH, target_bbox
@@ -332,7 +333,11 @@ def _record_decisions(
     and the critics' trust table in the round's stats (`critics.trust`)."""
     with transaction(sessions) as s:
         row = s.get(Round, round_id)
-        if row is not None:
+        if row is not None:  # the audit sample is drawn once: what was published then stays audited
+            in_round = select(Episode.id, Episode.uid).where(Episode.round_id == round_id)
+            uids = {episode_id: uid for episode_id, uid in s.execute(in_round)}
+            sample = (row.stats or {}).get(AUDIT) or draw(decided, uids, settings.audit_size, round_id)
+            row.keep({AUDIT: sample})
             row.keep({TRUST: trust_table(s, round_id, settings, decided)})
         s.execute(
             delete(Exclusion).where(

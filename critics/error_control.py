@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 
 from critics.consensus import Anchored, Evidence
 from critics.precision import verdict_of
+from trajforge.metrics import wilson
 
 BANDS = (0.75, 0.9, 0.97, 0.99)  # confidence band edges: a cell's kind is (verdict, band)
 MIN_STRENGTH, MAX_STRENGTH = 1.0, 200.0
 MIN_TASK_LABELS = 3  # a task's error in a kind enters the spread with this many labels of it
 Z = 1.645  # one-sided 95%
-Z_HOLD = 1.959964
 
 
 Kind = tuple[bool, int, int]  # verdict, confidence band, dissenting channels (2 for two or more)
@@ -92,15 +92,6 @@ class Decision:
     cells: dict[CellKey, Cell]
 
 
-def wilson_lower(wrong: int, n: int, z: float = Z_HOLD) -> float:
-    if n <= 0:
-        return 0.0
-    p = wrong / n
-    centre = p + z * z / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, (centre - half) / (1 + z * z / n))
-
-
 def estimate_cells(judged: list[Judged], max_error: float) -> dict[CellKey, Cell]:
     """Every cell with its unlabelled episodes, own labels, posterior error and hold-back."""
     cells: dict[CellKey, Cell] = {}
@@ -126,7 +117,7 @@ def estimate_cells(judged: list[Judged], max_error: float) -> dict[CellKey, Cell
         cell.variance = a * b / ((a + b) ** 2 * (a + b + 1))
         cell.shared = s / (s + cell.labelled) * math.sqrt(q * (1 - q) / (others + 1))
         shown = verdict_labels[(key[0], key[1])]
-        cell.held_back = wilson_lower(shown[0], shown[1]) > max_error
+        cell.held_back = (wilson(shown[0], shown[1]) or [0.0])[0] > max_error
     return cells
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from critics.audit import audit_record, audited_target
 from critics.consensus import Anchored, gather_evidence, said_by, votes_of
 from critics.error_control import Decision, Judged, decide, judge_episodes
 from critics.precision import Precision
@@ -128,7 +129,8 @@ class ErrorControl:
         pool = evidence.anchored + [Anchored(e, apps[e], said_by(votes[e]), False) for e in open_]
         known = {a.episode_id for a in evidence.anchored}
         judged = judge_episodes(pool, known, settings.calibration_min_anchored)
-        return cls(decide(judged, settings.max_label_error), {j.episode_id: j for j in judged})
+        target = audited_target(settings.max_label_error, audit_record(s, round_id))
+        return cls(decide(judged, target), {j.episode_id: j for j in judged})
 
     def decide(self, episode_id: int, success: bool) -> Outcome:
         """The outcome the critics may publish: an unlabelled episode's where it was decided; a labelled

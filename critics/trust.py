@@ -24,32 +24,21 @@ verifier hidden.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from critics.audit import audit_record, summary
 from critics.outcomes import CriticTrust
 from storage.anchors import anchors_by_episode, deciding_anchor, episode_apps
 from storage.models import Episode
-from trajforge.metrics import ChannelStats
+from trajforge.metrics import ChannelStats, wilson
 from trajforge.settings import CriticSettings
 from trajforge.verdicts import Outcome
 
 OVERALL = "overall"
 TRUST = "trust"  # the round stats' key the table is kept under (`critics.csrs.extract_round`)
-Z95 = 1.959964
-
-
-def wilson(right: int, n: int, z: float = Z95) -> list[float] | None:
-    """The Wilson score interval of `right` of `n` (None when n is 0)."""
-    if n <= 0:
-        return None
-    p = right / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
 
 
 def rate(right: int, n: int) -> dict[str, Any]:
@@ -93,7 +82,10 @@ def trust_table(
             counts[key]["n"] += 1
             if would is not None and would.success is not None:
                 stats[key].add(would.success, deciding.label == "success")
-    return {key: _row(stats[key], counts[key], labelled, key, critic) for key in sorted(stats, key=_order)}
+    table = {key: _row(stats[key], counts[key], labelled, key, critic) for key in sorted(stats, key=_order)}
+    if OVERALL in table:  # the realised error of what was published, from the people's audit so far
+        table[OVERALL]["audit"] = summary(audit_record(s, round_id), settings.max_label_error)
+    return table
 
 
 def _order(key: str) -> tuple[bool, str]:
@@ -158,4 +150,11 @@ def render_trust(table: dict[str, dict[str, Any]]) -> list[str]:
         claimed = overall["claimed_error"]
         said = "nothing decided" if claimed is None else f"claimed error {claimed:.1%}"
         lines.append(f"error rule: {said}, target {overall['max_label_error']:.1%}")
+    audit = overall.get("audit") or {}
+    if audit.get("judged"):
+        lo, hi = audit["interval"]
+        lines.append(
+            f"audit: {audit['reversed']} of {audit['judged']} published labels reversed by people "
+            f"({audit['error']:.1%} [{lo:.1%}, {hi:.1%}]); next target {audit['target_used']:.1%}"
+        )
     return lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -79,3 +80,16 @@ def rate_text(st: Mapping[str, Any], rate: str, digits: int = 1) -> str:
 def kappa_text(kappa: float | None) -> str:
     """A kappa as printed: two decimals, or "undefined" (one class only, or no item)."""
     return "undefined" if kappa is None else f"{kappa:.2f}"
+
+
+Z95 = 1.959964
+
+
+def wilson(right: int, n: int, z: float = Z95) -> list[float] | None:
+    """The Wilson score interval of `right` of `n` (None when n is 0)."""
+    if n <= 0:
+        return None
+    p = right / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]

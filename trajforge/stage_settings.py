@@ -151,6 +151,7 @@ class CriticSettings(BaseSettings):
         "clears trust_accuracy over trust_min_anchored anchors.",
     )
     max_label_error: float = Field(0.02, gt=0, lt=0.5, description="The error `trust: error` keeps under.")
+    audit_size: int = Field(8, ge=0, description="Critic-decided episodes a round sends, blind, to people.")
     target_precision: float = Field(0.98, gt=0.5, le=1, description="The precision `trust: precision` keeps.")
     trust_accuracy: float = Field(0.95, gt=0, le=1, description="`trust: gate`: an app's accuracy to clear.")
     trust_min_anchored: int = Field(20, ge=1, description="`trust: gate`: anchored episodes it needs.")

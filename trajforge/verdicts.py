@@ -29,3 +29,7 @@ class Outcome:
         if self.overrides is not None:
             out["overrides"] = self.overrides
         return out
+
+
+# the round stats' key of the audit sample, {episode id: the label the critics published} (`critics.audit`)
+AUDIT = "critic_audit"

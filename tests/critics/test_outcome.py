@@ -7,7 +7,9 @@ import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from annotation.client import project_key
 from annotation.queue import review_queue
+from critics.audit import audited_target
 from critics.csrs import extract_round
 from critics.judge import judge_round
 from critics.outcomes import decide_outcomes, measure_trust
@@ -20,7 +22,7 @@ from storage.samples import OUTCOME_STAGE
 from tests.support.smoke import smoke_round
 from trajforge.appspec import load_apps
 from trajforge.settings import AnnotationSettings, CriticSettings, load_settings
-from trajforge.verdicts import UNTRUSTED
+from trajforge.verdicts import AUDIT, UNTRUSTED
 
 
 def _trust_of(sessions: sessionmaker[Session]) -> dict:
@@ -196,3 +198,52 @@ def test_the_error_rule_publishes_under_its_target_and_the_trust_table_says_what
         else:
             assert overall["claimed_error"] is None
     assert decided  # a looser target decides some of a smoke round's episodes
+
+
+def test_each_round_audits_a_random_sample_of_what_the_critics_published_in_its_own_queue(hidden) -> None:
+    """A blind sample of the critics' decisions goes to people apart from the teaching queue; their
+    verdicts give the realised error of the published labels with an interval that covers it."""
+    sessions, truth = hidden
+    settings = CriticSettings(max_label_error=0.45, audit_size=3)
+    extract_round(sessions, ROUND, settings=settings)
+    with sessions() as s:
+        sample = (s.scalar(select(Round.stats).where(Round.number == ROUND)) or {})[AUDIT]
+        outcomes = decide_outcomes(s, ROUND, settings)
+        queued = {c.episode_id: c.reasons for c in review_queue(s, ROUND, AnnotationSettings())}
+    decided = {eid: o.success for eid, o in outcomes.items() if eid in truth and o.source == "critic"}
+    assert 0 < len(sample) == min(3, len(decided)) and {int(e) for e in sample} <= set(decided)
+    assert all(queued[int(e)] == ["audit_published"] for e in sample)
+    assert (
+        project_key(AnnotationSettings(), "takeout", True)[0]
+        != project_key(AnnotationSettings(), "takeout")[0]
+    )
+    with sessions.begin() as s:  # the people judge the sample as the hidden verifier would
+        for e in sample:
+            s.add(
+                Anchor(
+                    episode_id=int(e),
+                    source="human",
+                    annotator="p",
+                    label="success" if truth[int(e)] else "failure",
+                )
+            )
+    extract_round(sessions, ROUND, settings=settings)
+    audit = _trust_of(sessions)["overall"]["audit"]
+    with sessions() as s:
+        assert (s.scalar(select(Round.stats).where(Round.number == ROUND)) or {})[
+            AUDIT
+        ] == sample  # drawn once
+    realised = sum(decided[e] != truth[e] for e in decided) / len(decided)
+    assert audit["judged"] == len(sample) and audit["reversed"] == sum(
+        sample[e] != truth[int(e)] for e in sample
+    )
+    assert audit["interval"][0] <= realised <= audit["interval"][1]
+
+
+def test_an_audit_that_shows_more_error_than_the_target_makes_the_next_round_decide_less() -> None:
+    assert audited_target(0.02, (0, 0)) == 0.02
+    assert audited_target(0.1, (0, 200)) == 0.1  # 0 of 200 reversed: the bound is under the target
+    tightened = audited_target(0.05, (3, 20))
+    assert tightened < 0.05
+    widths = [hi - lo for lo, hi in (wilson(n // 10, n) or [0, 0] for n in (10, 40, 160))]
+    assert widths == sorted(widths, reverse=True)  # the interval shrinks as audits accumulate
