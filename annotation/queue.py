@@ -7,8 +7,12 @@ verdict by the probability it gives it). A seeded random share of the other epis
 (`annotate.audit_fraction`) joins as `audit`, so calibration is measured beyond hard cases.
 Within a reason, the episodes whose consensus is least sure come first: a human's verdict
 there teaches the channels' weights the most. The episodes nothing decided (`no_outcome`, the
-critic abstained) are ordered by what a label teaches the per-task trust (`critics.precision`):
-the tasks with the fewest labels first, taking turns, and within a task `teaching_order`.
+critic abstained) are ordered, under `critics.trust: error`, as the round's decision left them
+(`LABEL_ORDER` in its stats, `critics.error_control.teaching_order`: the cells a label could let the
+most be decided first, at random within a cell); under the other rules by what a label teaches the
+per-task trust (`critics.precision`): the tasks with the fewest labels first, taking turns, and within
+a task `teaching_order`. The round's audit sample of what the critics published (`critics.audit`)
+goes alone and blind as `audit_published`, to a project of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from storage.models import Anchor, Episode, Exclusion, Judgment, Round, Step
 from storage.models import Query as QueryRow
 from storage.samples import OUTCOME_STAGE
 from trajforge.settings import AnnotationSettings
-from trajforge.verdicts import AUDIT, CONSENSUS, SILENT
+from trajforge.verdicts import AUDIT, CONSENSUS, LABEL_ORDER, SILENT
 
 # why an episode needs a human, most urgent first; no_outcome: no anchor and no trusted critic decided it
 REASONS = (
@@ -74,9 +78,9 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
     ):
         judgments.setdefault(j.target_id, {})[f"{j.critic}:{j.critic_version}"] = j
     verifiers, undecided = _verifiers_and_undecided(s, round_id, in_round)
-    published = {
-        int(e) for e in ((s.scalar(select(Round.stats).where(Round.id == round_id)) or {}).get(AUDIT) or {})
-    }
+    stats = s.scalar(select(Round.stats).where(Round.id == round_id)) or {}
+    published = {int(e) for e in stats.get(AUDIT) or {}}  # the round's audit of what the critics decided
+    asked = {e: i for i, e in enumerate(stats.get(LABEL_ORDER) or [])}  # the error rule's label order
     for episode_id, uid, goal in rows:
         judged = judgments.get(episode_id, {})
         verifier = verifiers.get(episode_id)
@@ -108,6 +112,9 @@ def review_queue(s: Session, round_id: int, settings: AnnotationSettings) -> lis
     # hardest reasons first; within one, the verdicts the critics are least sure of, which teach the most
     out.sort(key=lambda c: (min(REASONS.index(r) for r in c.reasons), c.confidence, c.episode_id))
     first = [c for c in out if c.reasons[0] == "no_outcome"]  # a list's reasons run in REASONS order
+    if asked:  # the error rule's order (`critics.error_control.teaching_order`), kept with the round
+        ordered = sorted(first, key=lambda c: (asked.get(c.episode_id, len(asked)), c.episode_id))
+        return ordered + out[len(first) :]
     return _teaching(first, _labels_by_app(s, round_id)) + out[len(first) :]
 
 

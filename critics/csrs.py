@@ -21,10 +21,10 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from critics.audit import AUDIT, draw
+from critics.audit import draw
 from critics.csrs_writer import Judged, write_with_model
 from critics.llm import JUDGE_VERSION, TEMPLATES, LLMEpisodeJudge, knowledge
-from critics.outcomes import decide_outcomes
+from critics.outcomes import decide_outcomes, label_order
 from critics.trust import TRUST, trust_table
 from storage.db import record_exclusions, transaction
 from storage.episodes import round_episodes, round_step_judgments, stored_step_verdicts
@@ -46,7 +46,7 @@ from trajforge.gateway import LLMGateway, closing
 from trajforge.logs import counts
 from trajforge.sample import SampleDraft, said
 from trajforge.settings import CriticSettings
-from trajforge.verdicts import Outcome
+from trajforge.verdicts import AUDIT, LABEL_ORDER, Outcome
 
 SCORES = {"GOOD": 1.0, "NEUTRAL": 0.5, "HARMFUL": 0.0}
 TAU_C = 0.5  # keep GOOD and NEUTRAL steps as action targets, drop HARMFUL ones
@@ -337,7 +337,7 @@ def _record_decisions(
             in_round = select(Episode.id, Episode.uid).where(Episode.round_id == round_id)
             uids = {episode_id: uid for episode_id, uid in s.execute(in_round)}
             sample = (row.stats or {}).get(AUDIT) or draw(decided, uids, settings.audit_size, round_id)
-            row.keep({AUDIT: sample})
+            row.keep({AUDIT: sample, LABEL_ORDER: label_order(s, round_id, settings)})
             row.keep({TRUST: trust_table(s, round_id, settings, decided)})
         s.execute(
             delete(Exclusion).where(

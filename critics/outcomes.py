@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from critics.audit import audit_record, audited_target
 from critics.consensus import Anchored, gather_evidence, said_by, votes_of
-from critics.error_control import Decision, Judged, decide, judge_episodes
+from critics.error_control import Decision, Judged, decide, judge_episodes, teaching_order
 from critics.precision import Precision
 from storage.anchors import (
     anchors_by_episode,
@@ -142,6 +142,17 @@ class ErrorControl:
         if j.episode_id not in self.decision.decided and j.cell not in self.decision.chosen:
             return Outcome(None, UNTRUSTED, 1 - cell.estimate, cell.labelled)
         return Outcome(success, "critic", 1 - (self.decision.claimed or 0.0), cell.labelled)
+
+
+def label_order(s: Session, round_id: int, settings: CriticSettings) -> list[int]:
+    """Under `trust: error`, the round's unlabelled episodes in the order a person's labels let the
+    critics decide the most (`critics.error_control.teaching_order`); the review queue asks for the
+    undecided ones so. Empty under another rule (the queue keeps its own order)."""
+    if settings.trust != "error" or settings.outcome == "anchor":
+        return []
+    control = ErrorControl.of(s, round_id, settings)
+    judged = list(control.judged.values())
+    return [e for e in teaching_order(judged, settings.max_label_error, round_id) if e in control.judged]
 
 
 def decide_outcomes(s: Session, round_id: int, settings: CriticSettings) -> dict[int, Outcome]:

@@ -145,16 +145,24 @@ def render_trust(table: dict[str, dict[str, Any]]) -> list[str]:
             f"{key[:28]:28} {row['n']:>4} {shown(row['precision']):>18} {shown(row['npv']):>18} "
             f"{shown(row['accuracy']):>18} {shown(row['coverage']):>18} {row['labels']}{more}"
         )
-    overall = table.get(OVERALL, {})
-    if "max_label_error" in overall:
-        claimed = overall["claimed_error"]
-        said = "nothing decided" if claimed is None else f"claimed error {claimed:.1%}"
-        lines.append(f"error rule: {said}, target {overall['max_label_error']:.1%}")
+    if said := claimed_text(table.get(OVERALL, {})):
+        lines.append(said)
+    return lines
+
+
+def claimed_text(overall: dict[str, Any]) -> str:
+    """The error rule's claim for a round (`critics.error_control`) and the people's audit of it, in
+    words ("" under another rule)."""
+    if "max_label_error" not in overall:
+        return ""
+    claimed = overall.get("claimed_error")
+    said = "nothing decided" if claimed is None else f"claimed error {claimed:.1%}"
+    out = f"published without a person: {said} (target {overall['max_label_error']:.1%})"
     audit = overall.get("audit") or {}
     if audit.get("judged"):
         lo, hi = audit["interval"]
-        lines.append(
-            f"audit: {audit['reversed']} of {audit['judged']} published labels reversed by people "
-            f"({audit['error']:.1%} [{lo:.1%}, {hi:.1%}]); next target {audit['target_used']:.1%}"
+        out += (
+            f"; audit: {audit['reversed']} of {audit['judged']} reversed by people, {audit['error']:.1%} "
+            f"[{lo:.1%}, {hi:.1%}], next target {audit['target_used']:.1%}"
         )
-    return lines
+    return out

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from critics.learned import NAME, VERSION
-from critics.trust import TRUST
+from critics.trust import TRUST, claimed_text
 from storage.models import Round
 from trajforge.metrics import ChannelStats, kappa_text, rate_text
 from trajforge.verdicts import CONSENSUS
@@ -39,10 +39,13 @@ def trust_tables(sessions: sessionmaker[Session]) -> str:
         lo, hi = r["interval"]
         return f"<td>{r['value']:.0%} [{lo:.0%}, {hi:.0%}] ({r['right']}/{r['of']})</td>"
 
-    rows = []
+    rows, claims = [], []
     with sessions() as s:
         for rnd in s.scalars(select(Round).order_by(Round.number)):
-            for task, row in ((rnd.stats or {}).get(TRUST) or {}).items():
+            table = (rnd.stats or {}).get(TRUST) or {}
+            if claimed := claimed_text(table.get("overall") or {}):
+                claims.append(f"<li>round {rnd.number}: {html.escape(claimed)}</li>")
+            for task, row in table.items():
                 need = row.get("labels_needed")
                 more = (
                     ""
@@ -66,6 +69,7 @@ def trust_tables(sessions: sessionmaker[Session]) -> str:
         "<th>accuracy</th><th>coverage of unlabelled</th><th>labels (more needed)</th></tr>"
         + "".join(rows)
         + "</table>"
+        + (f"<p>The error rule, per round:</p><ul>{''.join(claims)}</ul>" if claims else "")
     )
 
 

@@ -12,7 +12,10 @@ ended, which are not episodes (a round whose every call failed has `success_rate
 `model` holds the round's paid model calls by stage and in all (calls, retries, tokens, cost).
 `calibration` (in `overall` and each app) is the critics' trust table of the round (`critics.trust`):
 `n`, `decided`, `precision`, `npv`, `accuracy` and `coverage` (each `value`, `right`, `of` and a
-Wilson 95% `interval`; `value` null where undefined), `labels` and, per app, `labels_needed`.
+Wilson 95% `interval`; `value` null where undefined), `labels` and, per app, `labels_needed`; in
+`overall` under `critics.trust: error`, `claimed_error` (the upper bound of the published labels'
+error, null when nothing was decided) and `max_label_error`, and `audit` (`reversed` of `judged`
+audited labels, the realised `error` with its Wilson `interval`, and `target_used` next).
 `revisits` lists the round's revisited queries (`querygen.revisits`): `query`, `app`, `before`
 (pass rate when it got guidance) and `after`.
 `tiers` gives the new queries' episodes and success rate per complexity tier

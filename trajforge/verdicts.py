@@ -33,3 +33,5 @@ class Outcome:
 
 # the round stats' key of the audit sample, {episode id: the label the critics published} (`critics.audit`)
 AUDIT = "critic_audit"
+# the round stats' key of the order the label queue asks for the undecided episodes (`critics.error_control`)
+LABEL_ORDER = "label_order"

@@ -13,7 +13,7 @@ from critics.audit import audited_target
 from critics.csrs import extract_round
 from critics.judge import judge_round
 from critics.outcomes import decide_outcomes, measure_trust
-from critics.trust import TRUST, rate, wilson
+from critics.trust import TRUST, claimed_text, rate, wilson
 from storage.anchors import episode_apps
 from storage.db import session_factory
 from storage.models import Anchor, Episode, Exclusion, Judgment, Round, Sample, Step
@@ -22,7 +22,7 @@ from storage.samples import OUTCOME_STAGE
 from tests.support.smoke import smoke_round
 from trajforge.appspec import load_apps
 from trajforge.settings import AnnotationSettings, CriticSettings, load_settings
-from trajforge.verdicts import AUDIT, UNTRUSTED
+from trajforge.verdicts import AUDIT, LABEL_ORDER, UNTRUSTED
 
 
 def _trust_of(sessions: sessionmaker[Session]) -> dict:
@@ -197,6 +197,15 @@ def test_the_error_rule_publishes_under_its_target_and_the_trust_table_says_what
             assert overall["claimed_error"] <= target and wrong / len(decided) <= overall["claimed_error"]
         else:
             assert overall["claimed_error"] is None
+        with sessions() as s:  # the label queue asks for the undecided in the order the rule left
+            asked = (s.scalar(select(Round.stats).where(Round.number == ROUND)) or {})[LABEL_ORDER]
+            queued = [
+                c.episode_id
+                for c in review_queue(s, ROUND, AnnotationSettings())
+                if c.reasons[0] == "no_outcome"
+            ]
+        assert set(asked) >= set(queued) and queued == [e for e in asked if e in set(queued)]
+        assert set(asked) == {eid for eid in truth if outcomes[eid].source != "critic"} | set(decided)
     assert decided  # a looser target decides some of a smoke round's episodes
 
 
@@ -238,6 +247,9 @@ def test_each_round_audits_a_random_sample_of_what_the_critics_published_in_its_
         sample[e] != truth[int(e)] for e in sample
     )
     assert audit["interval"][0] <= realised <= audit["interval"][1]
+    assert f"audit: {audit['reversed']} of {audit['judged']} reversed" in claimed_text(
+        _trust_of(sessions)["overall"]
+    )
 
 
 def test_an_audit_that_shows_more_error_than_the_target_makes_the_next_round_decide_less() -> None:
