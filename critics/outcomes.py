@@ -118,6 +118,7 @@ class ErrorControl:
 
     decision: Decision
     judged: dict[int, Judged]  # the round's episodes and every anchored one up to it
+    target: float  # `max_label_error`, lowered where the people's audit showed more (`critics.audit`)
 
     @classmethod
     def of(cls, s: Session, round_id: int, settings: CriticSettings) -> ErrorControl:
@@ -130,7 +131,7 @@ class ErrorControl:
         known = {a.episode_id for a in evidence.anchored}
         judged = judge_episodes(pool, known, settings.calibration_min_anchored)
         target = audited_target(settings.max_label_error, audit_record(s, round_id))
-        return cls(decide(judged, target), {j.episode_id: j for j in judged})
+        return cls(decide(judged, target), {j.episode_id: j for j in judged}, target)
 
     def decide(self, episode_id: int, success: bool) -> Outcome:
         """The outcome the critics may publish: an unlabelled episode's where it was decided; a labelled
@@ -152,7 +153,7 @@ def label_order(s: Session, round_id: int, settings: CriticSettings) -> list[int
         return []
     control = ErrorControl.of(s, round_id, settings)
     judged = list(control.judged.values())
-    return [e for e in teaching_order(judged, settings.max_label_error, round_id) if e in control.judged]
+    return [e for e in teaching_order(judged, control.target, round_id) if e in control.judged]
 
 
 def decide_outcomes(s: Session, round_id: int, settings: CriticSettings) -> dict[int, Outcome]:
